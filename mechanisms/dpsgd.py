@@ -31,17 +31,26 @@ def plan(spec: PrivacySpec) -> PrivacyPlan:
     )
 
 
-def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, clip: float = 1.0,
-                 grad_sample_mode: str = "hooks", noise_generator: Any = None, **_: Any):
-    """Opacus' wrap: the loader Poisson-samples, the optimizer clips per sample and adds noise."""
+def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
+                 clip: float = 1.0, grad_sample_mode: str = "hooks", noise_generator: Any = None,
+                 **_: Any) -> tuple[Any, Any, Any, Any]:
+    """Opacus' wrap: the loader Poisson-samples, the optimizer clips per sample and adds noise.
+
+    Returns (model, optimizer, loader, criterion); in Opacus' `ghost` mode the criterion is wrapped so
+    that `loss.backward()` runs the two-pass ghost clipping.
+    """
     from opacus import PrivacyEngine
 
     engine = PrivacyEngine(accountant="prv")  # Opacus' accountant is unused: we account from the plan
-    return engine.make_private(
+    wrapped = engine.make_private(
         module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=plan.sigma,
         max_grad_norm=clip, poisson_sampling=plan.sampler == "poisson", grad_sample_mode=grad_sample_mode,
-        noise_generator=noise_generator,
+        noise_generator=noise_generator, criterion=criterion,
     )
+    if len(wrapped) == 4:  # ghost mode: Opacus returns (module, optimizer, criterion, loader)
+        module, optimizer, criterion, loader = wrapped
+        return module, optimizer, loader, criterion
+    return (*wrapped, criterion)
 
 
 def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,

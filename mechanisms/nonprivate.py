@@ -20,8 +20,9 @@ def plan(spec: PrivacySpec) -> PrivacyPlan:
     )
 
 
-def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, **_: Any):
-    return model, optimizer, loader
+def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
+                 **_: Any) -> tuple[Any, Any, Any, Any]:
+    return model, optimizer, loader, criterion
 
 
 def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,

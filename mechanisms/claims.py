@@ -1,0 +1,39 @@
+"""`claim_status`: one pure function from the three epsilons (and an audit verdict) to a verdict."""
+
+from __future__ import annotations
+
+import math
+
+STATUSES = ("ok", "overclaimed", "uncertified", "violated")
+REL_TOL = 1e-3
+
+
+def _above(a: float | None, b: float | None) -> bool:
+    """a > b beyond the relative tolerance (None never compares)."""
+    if a is None or b is None:
+        return False
+    if math.isinf(a) or math.isinf(b):
+        return a > b
+    return a > b * (1 + REL_TOL) + 1e-12
+
+
+def claim_status(
+    epsilon_claimed: float | None, epsilon_certified: float | None, epsilon_audited: float | None = None,
+    *, audit_violated: bool = False, private: bool = True,
+) -> str | None:
+    """Precedence violated > overclaimed > uncertified > ok (DESIGN.md). None for nonprivate trials.
+
+    `audit_violated` carries a curve-level verdict of the auditor (a measured error pair below the
+    claimed trade-off curve), which can fire even when the scalar epsilon bound does not exceed the claim.
+    """
+    if not private:
+        return None
+    if audit_violated or _above(epsilon_audited, epsilon_claimed):
+        return "violated"
+    if epsilon_claimed is None:
+        return "uncertified"
+    if _above(epsilon_certified, epsilon_claimed):
+        return "overclaimed"
+    if epsilon_certified is None:
+        return "uncertified"
+    return "ok"

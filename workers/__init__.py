@@ -1,0 +1,1 @@
+"""privbench workers."""

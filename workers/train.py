@@ -1,0 +1,129 @@
+"""One training loop for every mechanism: the mechanism only wraps model, optimizer and loader."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from workers.datasets.base import Split
+from workers.measure import PeakMemory, StepTimer
+from workers.models.base import ModelBundle
+
+Progress = Callable[[int, int, dict[str, Any]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 2
+    batch_size: int = 256
+    lr: float = 0.1
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    max_train_examples: int | None = None
+    eval_batch_size: int = 1024
+    grad_sample_mode: str | None = None  # Opacus mode; None lets the model choose (default hooks)
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("epochs and batch_size must be >= 1")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        if self.clip <= 0:
+            raise ValueError(f"clip must be > 0, got {self.clip}")
+
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "sgd": lambda params, c: torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay),
+    "adam": lambda params, c: torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay),
+    "adamw": lambda params, c: torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay),
+}
+
+
+def tensor_dataset(bundle: ModelBundle, split: Split) -> TensorDataset:
+    return TensorDataset(*bundle.encode(split), torch.from_numpy(split.labels))
+
+
+@torch.no_grad()
+def evaluate(module: nn.Module, data: TensorDataset, batch_size: int, device: torch.device) -> dict[str, float]:
+    module.eval()
+    correct, loss, n = 0, 0.0, 0
+    for *xs, y in DataLoader(data, batch_size=batch_size):
+        xs, y = [x.to(device) for x in xs], y.to(device)
+        logits = module(*xs)
+        loss += nn.functional.cross_entropy(logits, y, reduction="sum").item()
+        correct += (logits.argmax(-1) == y).sum().item()
+        n += len(y)
+    module.train()
+    return {"accuracy": correct / max(n, 1), "loss": loss / max(n, 1)}
+
+
+@dataclasses.dataclass
+class TrainOutcome:
+    metrics: dict[str, float | None]
+    curves: dict[str, list[float]]
+
+
+def train(
+    bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
+    cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
+    mechanism_options: dict[str, Any] | None = None, on_progress: Progress | None = None,
+    attach: Callable[[Any], None] | None = None,
+) -> TrainOutcome:
+    """Train `bundle.module` with `mechanism`; evaluate every epoch on `eval_splits` (name -> split).
+
+    `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step.
+    """
+    module = bundle.module.to(device)
+    train_data = tensor_dataset(bundle, train_split)
+    evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
+    loader = DataLoader(train_data, batch_size=cfg.batch_size, shuffle=True, generator=generator)
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
+    mode = cfg.grad_sample_mode or bundle.info.get("grad_sample_mode", "hooks")
+    module, optimizer, loader, criterion = mechanism.make_private(
+        module, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=cfg.clip,
+        grad_sample_mode=mode, **(mechanism_options or {}))
+    if attach is not None:
+        attach(optimizer)
+    timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
+    total_steps, done = cfg.epochs * len(loader), 0
+    module.train()
+    with PeakMemory() as memory:
+        for epoch in range(cfg.epochs):
+            running, batches = 0.0, 0
+            for *xs, y in loader:
+                xs, y = [x.to(device) for x in xs], y.to(device)
+                timer.start()
+                optimizer.zero_grad(set_to_none=True)
+                loss = criterion(module(*xs), y)
+                loss.backward()
+                optimizer.step()
+                timer.stop(len(y))
+                running, batches, done = running + float(loss.item()), batches + 1, done + 1
+                if on_progress is not None and (done % 5 == 0 or done == total_steps):
+                    on_progress(done, total_steps, {"epoch": epoch + 1, "loss": running / batches})
+            curves["train_loss"].append(running / max(batches, 1))
+            for name, data in evals.items():
+                curves[f"{name}_accuracy"].append(evaluate(module, data, cfg.eval_batch_size, device)["accuracy"])
+    final = {name: evaluate(module, data, cfg.eval_batch_size, device) for name, data in evals.items()}
+    metrics: dict[str, float | None] = {
+        "accuracy": final["test"]["accuracy"] if "test" in final else None,
+        "test_loss": final["test"]["loss"] if "test" in final else None,
+        "val_accuracy": final["val"]["accuracy"] if "val" in final else None,
+        "train_loss": curves["train_loss"][-1] if curves["train_loss"] else None,
+        "step_time_s": timer.median_s,
+        "examples_per_s": timer.examples_per_s,
+        "train_s": sum(timer.times),
+        "peak_memory_mb": memory.extra_mb,
+        "steps_run": float(done),
+    }
+    return TrainOutcome(metrics, curves)

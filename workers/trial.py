@@ -1,0 +1,116 @@
+"""`run_trial`: the unit of work. A plain function of a resolved trial config, testable without Ray.
+
+It never raises and never writes to the store: it returns a `TrialResult` record, `failed` with the
+traceback when anything goes wrong, and the driver records it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import random
+import socket
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+
+import mechanisms
+from mechanisms.claims import claim_status
+from mechanisms.plan import PrivacySpec
+from workers import datasets, models
+from workers.result import TrialResult
+from workers.train import Progress, TrainConfig, train
+
+VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def pick_device(gpus: float) -> torch.device:
+    """CUDA when a GPU was granted and is usable; otherwise CPU (a granted but absent GPU is not fatal)."""
+    return torch.device("cuda") if gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
+
+
+def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int) -> PrivacySpec:
+    return PrivacySpec(
+        epsilon=config.get("epsilon"), delta=config["delta"], dataset_size=dataset_size,
+        batch_size=cfg.batch_size, epochs=cfg.epochs, clip=cfg.clip,
+        calibration=config.get("calibration", "claimed"), accountant=config.get("accountant", "pld"),
+        sampler=config.get("sampler", "poisson"), sigma=config.get("sigma"),
+        options=config.get("mechanism_options", {}),
+    )
+
+
+def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
+    """Run one (dataset, model, mechanism, epsilon, seed) trial and return its result record."""
+    started = time.time()
+    env = {"hostname": socket.gethostname(), "pid": os.getpid(), "versions": library_versions(),
+           "started_at": started}
+    try:
+        gpus = float(config.get("resources", {}).get("gpus", 0) or 0)
+        cpus = int(config.get("resources", {}).get("cpus", 1) or 1)
+        torch.set_num_threads(max(1, cpus))
+        device = pick_device(gpus)
+        env |= {"device": device.type, "gpus_granted": gpus, "cpus": cpus, "node_ip": _node_ip()}
+        cfg = TrainConfig(**config.get("train", {}))
+        mechanism = mechanisms.get(config["mechanism"])
+        generator = seed_everything(int(config["seed"]))
+        splits = datasets.load(config["dataset"], config.get("dataset_options", {}))
+        train_split = splits.train
+        if cfg.max_train_examples and cfg.max_train_examples < len(train_split):
+            keep = np.random.default_rng(0).permutation(len(train_split))[: cfg.max_train_examples]
+            train_split = train_split.subset(np.sort(keep))
+        bundle = models.build(config["model"], splits, config.get("model_options", {}))
+        t0 = time.perf_counter()
+        plan = mechanism.plan(privacy_spec(config, cfg, len(train_split)))
+        calibration_s = time.perf_counter() - t0
+        outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
+                        device=device, generator=generator, on_progress=on_progress,
+                        mechanism_options=dict(config.get("mechanism_options", {})))
+        privacy = plan.as_record() | {
+            "epsilon_target": config.get("epsilon"),
+            "epsilon_audited": None,
+            "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, None,
+                                         private=config["mechanism"] != "nonprivate"),
+        }
+        metrics = outcome.metrics | {"wall_s": time.time() - started, "calibration_s": calibration_s,
+                                     "n_train": float(len(train_split))}
+        return TrialResult(config["sweep"], config["trial_key"], "finished", config, metrics, outcome.curves,
+                           privacy, env | {"finished_at": time.time()}).to_record()
+    except Exception as exc:  # noqa: BLE001 - a failed trial is a result, not a crash
+        return TrialResult(
+            config.get("sweep", "?"), config.get("trial_key", "?"), "failed", config,
+            metrics={"wall_s": time.time() - started}, environment=env | {"finished_at": time.time()},
+            error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+        ).to_record()
+
+
+def _node_ip() -> str | None:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+
+
+__all__ = ["run_trial"]
