@@ -2,11 +2,127 @@
 
 from __future__ import annotations
 
-import typer
+import json
+import os
+from pathlib import Path
+from typing import Annotated
 
-from orchestrator import audit_cli, privacy_cli
+os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("PRIVBENCH_HF_OFFLINE", "1"))
 
-app = typer.Typer(help="Benchmark differentially private training mechanisms.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+import typer  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from orchestrator import audit_cli, privacy_cli, sweep_cli  # noqa: E402
+from orchestrator.console import fail, out  # noqa: E402
+from orchestrator.sweep_cli import StoreOpt, _open_store, resolve_sweep  # noqa: E402
+
+app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
+                       "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(sweep_cli.app, name="sweep")
 app.add_typer(privacy_cli.app, name="privacy")
 app.command("audit")(audit_cli.audit)
+
+
+@app.command("leaderboard")
+def leaderboard(
+    sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
+    store: StoreOpt = None,
+    metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
+    by: Annotated[str, typer.Option(help="Comma-separated grouping shown as separate tables "
+                                         "(dataset,model).")] = "dataset,model",
+    view: Annotated[str, typer.Option(help="Rank by the certified or the claimed epsilon.")] = "certified",
+    fmt: Annotated[str, typer.Option("--format", help="table|csv|markdown|latex|json|html")] = "table",
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
+) -> None:
+    """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
+    from dashboards import leaderboard as lb
+    from dashboards.render import FORMATS, render, rich_table
+
+    if fmt not in FORMATS:
+        fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if view not in lb.VIEWS:
+        fail(f"unknown view {view!r}; known: {', '.join(lb.VIEWS)}")
+    groups = [g.strip() for g in by.split(",") if g.strip()]
+    if not set(groups) <= {"dataset", "model"}:
+        fail(f"--by takes dataset and/or model, got {by!r}")
+    st = _open_store(store)
+    name = resolve_sweep(st, sweep)
+    board = lb.rows(st.records(name), metric=metric, view=view)
+    if fmt == "table" and out_file is None:
+        keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
+        for key in keys or [()]:
+            part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
+            out.print(rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)"))
+        return
+    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}")
+    if out_file is None:
+        print(text, end="" if text.endswith("\n") else "\n")
+    else:
+        out_file.write_text(text)
+
+
+@app.command("export")
+def export(
+    sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
+    store: StoreOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv|parquet|json")] = "json",
+    out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("privbench-export.json"),
+) -> None:
+    """Every trial record of a sweep (one row per trial, flattened)."""
+    import pandas as pd
+
+    if fmt not in ("csv", "parquet", "json"):
+        fail(f"unknown format {fmt!r}; known: csv, parquet, json")
+    st = _open_store(store)
+    records = st.records(resolve_sweep(st, sweep))
+    if fmt == "json":
+        out_file.write_text(json.dumps(records, indent=1))
+        return
+    frame = pd.json_normalize(records)
+    frame.to_csv(out_file, index=False) if fmt == "csv" else frame.to_parquet(out_file)
+
+
+@app.command("ui")
+def ui(
+    store: StoreOpt = None,
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 5000,
+) -> None:
+    """Serve the MLflow UI (and REST API) on the store."""
+    from dashboards.ui import serve
+    from storage.location import resolve
+
+    try:
+        location = resolve(store)
+    except ValueError as e:
+        fail(str(e))
+    if location.folder is not None and not location.exists():
+        fail(f"no privbench store at {location.folder}")
+    raise typer.Exit(code=serve(location, host, port))
+
+
+@app.command("list")
+def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")]) -> None:
+    """List the names a grid file can use."""
+    import mechanisms
+    from workers import datasets, models
+
+    if what == "mechanisms":
+        rows = [(n, (mechanisms.get(n).__doc__ or "").strip().splitlines()[0]) for n in mechanisms.names()]
+    elif what == "datasets":
+        rows = [(n, f"{kind}: {desc}") for n, kind, desc in datasets.describe()]
+    elif what == "models":
+        rows = [(n, f"{kinds}: {desc}") for n, kinds, desc in models.describe()]
+    elif what == "accountants":
+        rows = [("pld", "privacy loss distributions (dp-accounting): the reference for certified epsilon"),
+                ("rdp", "Renyi DP (dp-accounting): a looser, sound cross-check"),
+                ("prv", "privacy random variables (prv-accountant): cross-check, guarded at large epsilon"),
+                ("gdp", "mu-GDP central limit theorem: an approximation, never used to certify")]
+    else:
+        fail(f"unknown list {what!r}; known: mechanisms, datasets, models, accountants")
+    table = Table(title=what)
+    table.add_column("name")
+    table.add_column("description")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)

@@ -51,8 +51,11 @@ def pick_device(gpus: float) -> torch.device:
 
 
 def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int) -> PrivacySpec:
+    delta = config["delta"]
+    if delta == "1/(2N)":  # resolved here, where N (the training set actually used) is known
+        delta = 1 / (2 * dataset_size)
     return PrivacySpec(
-        epsilon=config.get("epsilon"), delta=config["delta"], dataset_size=dataset_size,
+        epsilon=config.get("epsilon"), delta=float(delta), dataset_size=dataset_size,
         batch_size=cfg.batch_size, epochs=cfg.epochs, clip=cfg.clip,
         calibration=config.get("calibration", "claimed"), accountant=config.get("accountant", "pld"),
         sampler=config.get("sampler", "poisson"), sigma=config.get("sigma"),
@@ -70,7 +73,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         cpus = int(config.get("resources", {}).get("cpus", 1) or 1)
         torch.set_num_threads(max(1, cpus))
         device = pick_device(gpus)
-        env |= {"device": device.type, "gpus_granted": gpus, "cpus": cpus, "node_ip": _node_ip()}
+        env |= {"device": device.type, "gpus_granted": gpus, "cpus": cpus} | _ray_node()
         cfg = TrainConfig(**config.get("train", {}))
         mechanism = mechanisms.get(config["mechanism"])
         generator = seed_everything(int(config["seed"]))
@@ -104,13 +107,16 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         ).to_record()
 
 
-def _node_ip() -> str | None:
+def _ray_node() -> dict[str, str | None]:
+    """Which Ray node ran the trial (informational; empty outside Ray)."""
     try:
         import ray
 
-        return ray.util.get_node_ip_address() if ray.is_initialized() else None
+        if not ray.is_initialized():
+            return {}
+        return {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address()}
     except Exception:  # noqa: BLE001 - informational only
-        return None
+        return {}
 
 
 __all__ = ["run_trial"]

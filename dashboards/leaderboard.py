@@ -1,0 +1,149 @@
+"""Leaderboard rows (DESIGN.md keys) from a sweep's result records: mean +- std over seeds.
+
+Ratios compare with `nonprivate` on the same dataset / model / batch size; a value that does not
+apply is None, never a made-up number. Rows are ranked by utility at equal certified epsilon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+STATUS_ORDER = {"violated": 3, "overclaimed": 2, "uncertified": 1, "ok": 0}
+VIEWS = ("certified", "claimed")
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderboardRow:
+    dataset: str
+    model: str
+    mechanism: str
+    epsilon_target: float | None
+    delta: float | None
+    metric: str
+    utility_mean: float | None
+    utility_std: float | None
+    epsilon_claimed: float | None
+    epsilon_certified: float | None
+    epsilon_audited: float | None
+    claim_status: str | None
+    sigma: float | None
+    accountant: str | None
+    sampler: str | None
+    step_time_ratio: float | None
+    peak_memory_ratio: float | None
+    examples_per_s: float | None
+    wall_s: float | None
+    n_finished: int
+    n_failed: int
+    batch_size: int | None = None
+    pareto: bool = False  # no other row has certified epsilon <= and utility >= (one strictly)
+
+
+def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    cfg, privacy, metrics = record["config"], record.get("privacy") or {}, record.get("metrics") or {}
+    return {
+        "dataset": cfg["dataset"], "model": cfg["model"], "mechanism": cfg["mechanism"],
+        "epsilon_target": cfg.get("epsilon"), "seed": cfg["seed"], "status": record["status"],
+        "batch_size": (cfg.get("train") or {}).get("batch_size"),
+        "delta": privacy.get("delta"), "utility": metrics.get(metric),
+        "epsilon_claimed": privacy.get("epsilon_claimed"), "epsilon_certified": privacy.get("epsilon_certified"),
+        "epsilon_audited": privacy.get("epsilon_audited"), "claim_status": privacy.get("claim_status"),
+        "sigma": privacy.get("sigma"), "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
+        "step_time_s": metrics.get("step_time_s"), "peak_memory_mb": metrics.get("peak_memory_mb"),
+        "examples_per_s": metrics.get("examples_per_s"), "wall_s": metrics.get("wall_s"),
+    }
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def _mean(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return _num(v.mean()) if len(v) else None
+
+
+def _max(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return _num(v.max()) if len(v) else None
+
+
+def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
+         view: str = "certified") -> list[LeaderboardRow]:
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+    frame = pd.DataFrame([_flat(r, metric) for r in records])
+    if frame.empty:
+        return []
+    keys = ["dataset", "model", "mechanism", "epsilon_target"]
+    frame["epsilon_target"] = frame["epsilon_target"].astype(object).where(frame["epsilon_target"].notna(), None)
+    ok = frame[frame.status == "finished"]
+    base = ok[ok.mechanism == "nonprivate"].groupby(["dataset", "model", "batch_size"])[
+        ["step_time_s", "peak_memory_mb"]].mean()
+    out: list[LeaderboardRow] = []
+    for key, group in frame.groupby(keys, dropna=False, sort=True):
+        dataset, model, mechanism, eps = key
+        eps = None if eps is None or (isinstance(eps, float) and math.isnan(eps)) else float(eps)
+        fin = group[group.status == "finished"]
+        util = pd.to_numeric(fin.utility, errors="coerce").dropna()
+        statuses = [s for s in fin.claim_status if isinstance(s, str)]
+        batch = fin.batch_size.iloc[0] if len(fin) else None
+        ref = base.loc[(dataset, model, batch)] if (dataset, model, batch) in base.index else None
+
+        def ratio(col: str, ref: pd.Series | None = ref, fin: pd.DataFrame = fin) -> float | None:
+            mine = _mean(fin[col])
+            den = None if ref is None else _num(ref[col])
+            return mine / den if mine is not None and den else None
+
+        out.append(LeaderboardRow(
+            dataset=dataset, model=model, mechanism=mechanism, epsilon_target=eps,
+            delta=_mean(fin.delta), metric=metric,
+            utility_mean=_num(util.mean()) if len(util) else None,
+            utility_std=_num(util.std(ddof=1)) if len(util) > 1 else (0.0 if len(util) == 1 else None),
+            epsilon_claimed=_mean(fin.epsilon_claimed),
+            epsilon_certified=_max(fin.epsilon_certified),  # never under-report across seeds
+            epsilon_audited=_max(fin.epsilon_audited),
+            claim_status=max(statuses, key=STATUS_ORDER.__getitem__) if statuses else None,
+            sigma=_mean(fin.sigma), accountant=next(iter(fin.accountant.dropna()), None),
+            sampler=next(iter(fin.sampler.dropna()), None),
+            step_time_ratio=ratio("step_time_s"), peak_memory_ratio=ratio("peak_memory_mb"),
+            examples_per_s=_mean(fin.examples_per_s), wall_s=_mean(fin.wall_s),
+            n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
+            batch_size=int(batch) if batch is not None and batch == batch else None,
+        ))
+    return rank(out, view)
+
+
+def _eps_of(row: LeaderboardRow, view: str) -> float:
+    eps = row.epsilon_certified if view == "certified" else row.epsilon_claimed
+    return math.inf if eps is None else eps
+
+
+def rank(board: list[LeaderboardRow], view: str = "certified") -> list[LeaderboardRow]:
+    """Within each dataset/model: by epsilon (the chosen view; no bound = inf) then utility, and mark
+    the Pareto front (most utility for the least epsilon)."""
+    def dominated(r: LeaderboardRow) -> bool:
+        u = r.utility_mean if r.utility_mean is not None else -math.inf
+        for o in board:
+            if o is r or (o.dataset, o.model) != (r.dataset, r.model) or o.utility_mean is None:
+                continue
+            if _eps_of(o, view) <= _eps_of(r, view) and o.utility_mean >= u and (
+                    _eps_of(o, view) < _eps_of(r, view) or o.utility_mean > u):
+                return True
+        return False
+
+    marked = [dataclasses.replace(r, pareto=r.utility_mean is not None and not dominated(r)) for r in board]
+    return sorted(marked, key=lambda r: (r.dataset, r.model, _eps_of(r, view),
+                                         -(r.utility_mean if r.utility_mean is not None else -math.inf)))
+
+
+def as_dicts(board: list[LeaderboardRow]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(r) for r in board]

@@ -1,0 +1,77 @@
+"""Neighbouring inputs for a one-step audit: a batch sum without and with a worst-case canary.
+
+Side A rows hold `base`, the clipped-gradient sum of a batch; side B rows hold `base + canary`, the
+same batch plus one example whose clipped gradient is `canary` (norm = the clip C). A case also
+names its test statistic; the default, the projection of the release on the canary direction, is
+the likelihood-ratio test for any Gaussian-noise mechanism, so it is optimal for DP-SGD-like steps.
+Mechanism-specific worst cases (research/seed_004_gredp.md 5.7, seed_000_shuffling.md 4.3) are
+further `AuditCase`s returned by the mechanism's `audit_cases` hook (see `hooks.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+Statistic = Callable[[np.ndarray], np.ndarray]  # released rows (n, dim) -> scores (n,), high = canary
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditCase:
+    """One neighbouring pair and the statistic that tells them apart."""
+
+    name: str
+    canary: np.ndarray  # (dim,): the worst-case example's clipped gradient, norm = clip
+    base: np.ndarray  # (dim,): side A's clipped batch sum
+    statistic: Statistic | None = None  # None: projection on the canary direction
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # extra privatize_step options
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        canary = np.asarray(self.canary, dtype=np.float64).ravel()
+        base = np.asarray(self.base, dtype=np.float64).ravel()
+        if canary.shape != base.shape:
+            raise ValueError(f"canary {canary.shape} and base {base.shape} must have one shape")
+        if not np.linalg.norm(canary) > 0:
+            raise ValueError("the canary must be a non-zero vector")
+        object.__setattr__(self, "canary", canary)
+        object.__setattr__(self, "base", base)
+
+    @property
+    def dim(self) -> int:
+        return self.canary.size
+
+    @property
+    def direction(self) -> np.ndarray:
+        return self.canary / np.linalg.norm(self.canary)
+
+    def score(self, released: np.ndarray) -> np.ndarray:
+        """Scores of released rows: the case's statistic, or the projection on the canary minus base's."""
+        if self.statistic is not None:
+            return np.asarray(self.statistic(released), dtype=np.float64).ravel()
+        u = self.direction
+        return np.asarray(released, dtype=np.float64) @ u - float(self.base @ u)
+
+
+def random_batch_sum(dim: int, clip: float, rng: np.random.Generator, batch: int = 8) -> np.ndarray:
+    """The clipped sum of `batch` random gradients of norm `clip`: a realistic, fixed side A."""
+    g = rng.standard_normal((batch, dim))
+    g *= clip / np.linalg.norm(g, axis=1, keepdims=True)
+    return g.sum(axis=0)
+
+
+def dirac_case(dim: int, clip: float, rng: np.random.Generator, batch: int = 8) -> AuditCase:
+    """Nasr et al.'s Dirac canary: C at one random coordinate, 0 elsewhere, over a random batch sum.
+
+    Every mechanism gets this case; for Gaussian noise every direction is equally bad, so a Dirac
+    is a worst case and its projection statistic reads one coordinate.
+    """
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    canary = np.zeros(dim)
+    canary[int(rng.integers(dim))] = clip
+    return AuditCase("dirac", canary, random_batch_sum(dim, clip, rng, batch),
+                     note=f"C at one coordinate over a batch of {batch} clipped gradients")
