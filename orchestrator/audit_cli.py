@@ -1,8 +1,161 @@
-"""`privbench audit MECHANISM` (owned by the auditing work)."""
+"""`privbench audit MECHANISM`: audit one privatisation step of a mechanism empirically.
+
+Exit codes: 0 audit ran (whatever the verdict), 1 the mechanism failed while being audited,
+2 invalid input (unknown mechanism, bad numbers), one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+import mechanisms
+from mechanisms.auditing import hooks
+from mechanisms.auditing.sampling import PATHS
+from mechanisms.auditing.step_audit import StepAudit, audit_step
+
+err = Console(stderr=True)
 
 
-def audit(mechanism: str = typer.Argument(..., help="Mechanism id.")) -> None:
-    """Audit one privatisation step of MECHANISM empirically."""
-    raise typer.Exit(code=2)
+class _Invalid(ValueError):
+    """Bad user input: printed as one line, exit 2."""
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error[/red]: {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=code)
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise _Invalid(f"--{name} must be a positive finite number, got {value}")
+
+
+def _number(name: str, text: str | None, kind: type) -> Any:
+    """Parse one numeric option ourselves, so that a bad number is one line and exit 2."""
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise _Invalid(f"--{name} must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; VALUE is read as JSON when it parses (numbers, true/false), else as a string."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _Invalid(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: float, dim: int, clip: float,
+              path: str) -> None:
+    if sigma is not None and epsilon is not None:
+        raise _Invalid("give --sigma or --epsilon, not both")
+    _positive("sigma", sigma)
+    _positive("epsilon", epsilon)
+    _positive("clip", clip)
+    if samples < 4:
+        raise _Invalid(f"--samples must be >= 4, got {samples}")
+    if dim < 1:
+        raise _Invalid(f"--dim must be >= 1, got {dim}")
+    if not 0 < delta < 1:
+        raise _Invalid(f"--delta must lie in (0, 1), got {delta}")
+    if path not in PATHS:
+        raise _Invalid(f"--path must be one of {', '.join(PATHS)}, got {path!r}")
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "null" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+def _table(result: StepAudit) -> Table:
+    table = Table(title=f"audit of {result.mechanism}: one step, sigma={_fmt(result.sigma)}, "
+                        f"delta={result.delta:g}, dim={result.dim}, {result.samples} samples/side")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [
+        ("claimed curve", result.claimed_curve or "none"),
+        ("epsilon_claimed (one step)", _fmt(result.epsilon_claimed)),
+        ("epsilon_certified (one step)", _fmt(result.epsilon_certified)),
+        ("epsilon_audited (95% lower bound)", _fmt(result.epsilon_audited)),
+        ("mu_claimed", _fmt(result.mu_claimed)),
+        ("mu_audited (95% lower bound)", _fmt(result.mu_audited)),
+        ("measured point below claimed curve", "yes" if result.violated else "no"),
+        ("claim_status", result.claim_status or "null (not private)"),
+    ]
+    rows += [(f"case {c.case} ({c.path})", f"eps {_fmt(c.epsilon_audited)}, mu {_fmt(c.mu_audited)}"
+              + (", violated" if c.violated else "")) for c in result.cases]
+    rows.append(("wall time", f"{result.wall_s:.2f} s"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def audit(
+    mechanism: str = typer.Argument(..., help="Mechanism id (see `privbench list mechanisms`)."),
+    sigma: str | None = typer.Option(None, "--sigma", metavar="S", help="Noise multiplier (default 1.0)."),
+    epsilon: str | None = typer.Option(
+        None, "--epsilon", metavar="E",
+        help="Pick sigma so that the mechanism's claimed ONE-step epsilon at --delta is E."),
+    samples: str = typer.Option("20000", "--samples", metavar="N",
+                                help="Independent releases per side (and per case)."),
+    delta: str = typer.Option("1e-5", "--delta", metavar="D", help="Delta at which epsilons are reported."),
+    dim: str = typer.Option("1000", "--dim", metavar="D", help="Dimension of the audited step."),
+    clip: str = typer.Option("1.0", "--clip", metavar="C", help="Clipping norm C (the canary's norm)."),
+    seed: str = typer.Option("0", "--seed", metavar="SEED", help="Seed of the canaries and of every sample."),
+    path: str = typer.Option("auto", "--path", help="auto | full | support (see docs/readme/auditing.md)."),
+    option: list[str] = typer.Option([], "--option", help="Mechanism option KEY=VALUE (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+) -> None:
+    """Audit one privatisation step of MECHANISM: claimed vs certified vs audited epsilon.
+
+    Releases with and without a worst-case canary of norm C, thresholds chosen on half, 95% bounds on the rest.
+
+    violated: a measured (type I, type II) pair lies strictly below the claimed one-step trade-off curve.
+
+    epsilon_claimed and epsilon_certified are those of ONE un-subsampled step at sigma and delta.
+    """
+    try:
+        sigma_v, epsilon_v = _number("sigma", sigma, float), _number("epsilon", epsilon, float)
+        samples_v, dim_v, seed_v = _number("samples", samples, int), _number("dim", dim, int), _number(
+            "seed", seed, int)
+        delta_v, clip_v = _number("delta", delta, float), _number("clip", clip, float)
+        _validate(sigma_v, epsilon_v, samples_v, delta_v, dim_v, clip_v, path)
+        options = _parse_options(option)
+        module = mechanisms.get(mechanism)
+    except (_Invalid, mechanisms.UnknownName) as e:
+        raise _fail(str(e)) from None
+    try:
+        if epsilon_v is not None:
+            sigma_v = hooks.step_plan(module, None, delta_v, epsilon=epsilon_v, clip=clip_v,
+                                      options=options).sigma
+            if sigma_v is None:
+                raise _fail(f"{mechanism} adds no noise: --epsilon cannot be met, use --sigma")
+        result = audit_step(module, 1.0 if sigma_v is None else sigma_v, samples=samples_v, delta=delta_v,
+                            dim=dim_v, clip=clip_v, seed=seed_v, path=path, options=options)
+    except typer.Exit:
+        raise
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    except Exception as e:  # the mechanism itself failed: a runtime failure, not bad input
+        raise _fail(f"auditing {mechanism} failed: {type(e).__name__}: {e}", code=1) from None
+    record = result.as_record()
+    if epsilon_v is not None:
+        record["epsilon_target"] = epsilon_v
+    if as_json:
+        typer.echo(json.dumps(record))
+    else:
+        Console().print(_table(result))

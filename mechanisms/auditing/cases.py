@@ -53,7 +53,11 @@ class AuditCase:
         if self.statistic is not None:
             return np.asarray(self.statistic(released), dtype=np.float64).ravel()
         u = self.direction
-        return np.asarray(released, dtype=np.float64) @ u - float(self.base @ u)
+        support = np.flatnonzero(u)
+        released = np.asarray(released, dtype=np.float64)
+        if support.size * 8 < u.size:  # sparse canary (Dirac): read its columns only
+            return released[:, support] @ u[support] - float(self.base[support] @ u[support])
+        return released @ u - float(self.base @ u)
 
 
 def random_batch_sum(dim: int, clip: float, rng: np.random.Generator, batch: int = 8) -> np.ndarray:
