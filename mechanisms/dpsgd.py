@@ -5,6 +5,8 @@ The reference mechanism: its claimed epsilon is the reference accountant's, so c
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,13 +33,20 @@ def plan(spec: PrivacySpec) -> PrivacyPlan:
     )
 
 
+NoiseAdder = Callable[[Any], None]  # replaces DPOptimizer.add_noise: summed_grad -> grad, per parameter
+AfterStep = Callable[[Any, Any], None]  # (model, optimizer) after every update, e.g. a weight permutation
+
+
 def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
                  clip: float = 1.0, grad_sample_mode: str = "hooks", noise_generator: Any = None,
-                 **_: Any) -> tuple[Any, Any, Any, Any]:
+                 add_noise: NoiseAdder | None = None, after_step: AfterStep | None = None,
+                 clipping: str = "flat", **_: Any) -> tuple[Any, Any, Any, Any]:
     """Opacus' wrap: the loader Poisson-samples, the optimizer clips per sample and adds noise.
 
-    Returns (model, optimizer, loader, criterion); in Opacus' `ghost` mode the criterion is wrapped so
-    that `loss.backward()` runs the two-pass ghost clipping.
+    Mechanisms that differ from DP-SGD in one part pass that part: `add_noise(optimizer)` replaces
+    Opacus' Gaussian noise step (it reads `p.summed_grad`, writes `p.grad`, before averaging), and
+    `after_step(model, optimizer)` runs after each parameter update. Returns (model, optimizer, loader,
+    criterion); in Opacus' `ghost` mode the criterion is wrapped so `loss.backward()` runs ghost clipping.
     """
     from opacus import PrivacyEngine
 
@@ -45,12 +54,25 @@ def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, 
     wrapped = engine.make_private(
         module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=plan.sigma,
         max_grad_norm=clip, poisson_sampling=plan.sampler == "poisson", grad_sample_mode=grad_sample_mode,
-        noise_generator=noise_generator, criterion=criterion,
+        noise_generator=noise_generator, criterion=criterion, clipping=clipping,
     )
     if len(wrapped) == 4:  # ghost mode: Opacus returns (module, optimizer, criterion, loader)
-        module, optimizer, criterion, loader = wrapped
-        return module, optimizer, loader, criterion
-    return (*wrapped, criterion)
+        module, dp_optimizer, criterion, loader = wrapped
+    else:
+        module, dp_optimizer, loader = wrapped
+    if add_noise is not None:
+        dp_optimizer.add_noise = types.MethodType(add_noise, dp_optimizer)
+    if after_step is not None:
+        step = dp_optimizer.step
+
+        def step_then(closure: Any = None) -> Any:
+            result = step(closure)
+            if not dp_optimizer._is_last_step_skipped:
+                after_step(module, dp_optimizer)
+            return result
+
+        dp_optimizer.step = step_then
+    return module, dp_optimizer, loader, criterion
 
 
 def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,

@@ -33,6 +33,8 @@ class PrivacySpec:
     sampler: str = "poisson"
     sigma: float | None = None  # an explicit noise multiplier skips calibration
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    model_dim: int | None = None  # trainable parameters (e.g. d in the shuffled-DP-SGD accountant)
+    n_tensors: int | None = None  # trainable parameter tensors (per-layer clipping's sensitivity)
 
     def __post_init__(self) -> None:
         if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):

@@ -50,7 +50,8 @@ def pick_device(gpus: float) -> torch.device:
     return torch.device("cuda") if gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
 
 
-def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int) -> PrivacySpec:
+def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int,
+                 trainable: list[torch.nn.Parameter] | None = None) -> PrivacySpec:
     delta = config["delta"]
     if delta == "1/(2N)":  # resolved here, where N (the training set actually used) is known
         delta = 1 / (2 * dataset_size)
@@ -60,6 +61,8 @@ def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int) ->
         calibration=config.get("calibration", "claimed"), accountant=config.get("accountant", "pld"),
         sampler=config.get("sampler", "poisson"), sigma=config.get("sigma"),
         options=config.get("mechanism_options", {}),
+        model_dim=sum(p.numel() for p in trainable) if trainable else None,
+        n_tensors=len(trainable) if trainable else None,
     )
 
 
@@ -84,7 +87,8 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
             train_split = train_split.subset(np.sort(keep))
         bundle = models.build(config["model"], splits, config.get("model_options", {}))
         t0 = time.perf_counter()
-        plan = mechanism.plan(privacy_spec(config, cfg, len(train_split)))
+        trainable = [p for p in bundle.module.parameters() if p.requires_grad]
+        plan = mechanism.plan(privacy_spec(config, cfg, len(train_split), trainable))
         calibration_s = time.perf_counter() - t0
         outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
                         device=device, generator=generator, on_progress=on_progress,
