@@ -1,11 +1,11 @@
 """privbench's mechanism library: usable alone (no Ray, no MLflow), e.g. `from mechanisms import dpsgd`."""
 
 from mechanisms import dpsgd, nonprivate
-from mechanisms import gredp  # noqa: E402  (after dpsgd, which it composes)
+from mechanisms import dp_forward, dpsgd_gdp, gredp, shuffled_dpsgd  # noqa: E402  (after dpsgd, which they compose)
 from mechanisms.plan import PrivacyPlan, PrivacySpec
 from mechanisms.registry import UnknownName, get, names, register
 
-for _module in (nonprivate, dpsgd, gredp):
+for _module in (nonprivate, dpsgd, dpsgd_gdp, gredp, shuffled_dpsgd, dp_forward):
     register(_module)
 
 __all__ = ["PrivacyPlan", "PrivacySpec", "UnknownName", "dpsgd", "get", "names", "nonprivate", "register"]

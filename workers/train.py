@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from workers.datasets.base import Split
 from workers.measure import PeakMemory, StepTimer
 from workers.models.base import ModelBundle
+
+# Opacus' hooks on a first layer whose input needs no gradient: expected, and harmless.
+warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 
@@ -70,6 +74,7 @@ def evaluate(module: nn.Module, data: TensorDataset, batch_size: int, device: to
 class TrainOutcome:
     metrics: dict[str, float | None]
     curves: dict[str, list[float]]
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the Opacus mode actually used
 
 
 def train(
@@ -96,6 +101,7 @@ def train(
         attach(optimizer)
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = cfg.epochs * len(loader), 0
+    final: dict[str, dict[str, float]] = {}
     module.train()
     with PeakMemory() as memory:
         for epoch in range(cfg.epochs):
@@ -112,9 +118,9 @@ def train(
                 if on_progress is not None and (done % 5 == 0 or done == total_steps):
                     on_progress(done, total_steps, {"epoch": epoch + 1, "loss": running / batches})
             curves["train_loss"].append(running / max(batches, 1))
-            for name, data in evals.items():
-                curves[f"{name}_accuracy"].append(evaluate(module, data, cfg.eval_batch_size, device)["accuracy"])
-    final = {name: evaluate(module, data, cfg.eval_batch_size, device) for name, data in evals.items()}
+            for name, data in evals.items():  # the last epoch's evaluation is the final one (model unchanged)
+                final[name] = evaluate(module, data, cfg.eval_batch_size, device)
+                curves[f"{name}_accuracy"].append(final[name]["accuracy"])
     metrics: dict[str, float | None] = {
         "accuracy": final["test"]["accuracy"] if "test" in final else None,
         "test_loss": final["test"]["loss"] if "test" in final else None,
@@ -126,4 +132,4 @@ def train(
         "peak_memory_mb": memory.extra_mb,
         "steps_run": float(done),
     }
-    return TrainOutcome(metrics, curves)
+    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode})

@@ -96,6 +96,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         privacy = plan.as_record() | {
             "epsilon_target": config.get("epsilon"),
             "epsilon_audited": None,
+            "grad_sample_mode": outcome.info.get("grad_sample_mode") if config["mechanism"] != "nonprivate" else None,
             "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, None,
                                          private=config["mechanism"] != "nonprivate"),
         }

@@ -20,7 +20,9 @@ Two details keep the bound sound and useful:
 
 Opacus 1.6 order in `DPOptimizer.pre_step`: `clip_and_accumulate()` fills `p.summed_grad`,
 `add_noise()` sets `p.grad = summed_grad + noise`, `scale_grad()` divides by the batch size. The
-canaries wrap `add_noise` on the optimizer instance (not `step_hook`, which Opacus' accountant uses).
+canaries wrap `add_noise` on the optimizer instance (not `step_hook`, which Opacus' accountant uses),
+including a mechanism's own replacement of it (gredp's frequency-domain noise), so any mechanism
+whose noise step reads `p.summed_grad` and writes `p.grad` is audited through its real code.
 """
 
 from __future__ import annotations
@@ -77,11 +79,17 @@ class DiracCanaries:
         self._optimizer: Any = None
         self._layout: list[tuple[int, Any, np.ndarray]] = []  # (param index, local offsets, canary ids)
         self._data = np.zeros(m)
+        self._own_add_noise: Any = None
 
     @classmethod
     def attach_to(cls, optimizer: Any, m: int, *, sample_rate: float, seed: int = 0,
                   score: str = "residual") -> DiracCanaries:
-        """Canaries over all of `optimizer.params`, clip = its `max_grad_norm`, already attached."""
+        """Canaries over all of `optimizer.params`, clip = its `max_grad_norm`, already attached.
+
+        Under Opacus' per-layer clipping `max_grad_norm` is the total norm sqrt(sum_l C_l^2), the
+        sensitivity of the sum: against isotropic noise a Dirac canary of that norm leaks exactly as
+        much as a worst-case example with norm C_l in every tensor.
+        """
         n_params = sum(p.numel() for p in optimizer.params)
         canaries = cls(n_params, m, clip=float(optimizer.max_grad_norm), sample_rate=sample_rate, seed=seed,
                        score=score)
@@ -94,8 +102,8 @@ class DiracCanaries:
 
         if self._optimizer is not None:
             raise RuntimeError("these canaries are already attached")
-        if "add_noise" in vars(optimizer):
-            raise RuntimeError("this optimizer's add_noise is already wrapped")
+        if getattr(optimizer.add_noise, "_dirac_canaries", None) is not None:
+            raise RuntimeError("this optimizer already carries Dirac canaries")
         sizes = [p.numel() for p in optimizer.params]
         if sum(sizes) != self.n_params:
             raise ValueError(f"optimizer has {sum(sizes)} parameters, canaries were drawn for {self.n_params}")
@@ -106,6 +114,9 @@ class DiracCanaries:
             if ids.size:
                 local = torch.as_tensor(self.coordinates[ids] - starts[i], dtype=torch.long)
                 self._layout.append((i, local, ids))
+        # A mechanism may already have replaced add_noise on the instance (gredp's frequency-domain
+        # noise): wrap whatever is there, and put exactly that back on detach.
+        self._own_add_noise = vars(optimizer).get("add_noise")
         original = optimizer.add_noise
 
         def add_noise() -> None:
@@ -117,15 +128,20 @@ class DiracCanaries:
             self._read(optimizer)
             self.overhead_s += time.perf_counter() - t1
 
+        add_noise._dirac_canaries = self  # type: ignore[attr-defined]
         optimizer.add_noise = add_noise
         self._optimizer = optimizer
         return self
 
     def detach(self) -> None:
-        """Restore the optimizer's own `add_noise`; scores are kept."""
-        if self._optimizer is not None:
+        """Restore the optimizer's previous `add_noise`; scores are kept."""
+        if self._optimizer is None:
+            return
+        if self._own_add_noise is None:
             del self._optimizer.add_noise
-            self._optimizer = None
+        else:
+            self._optimizer.add_noise = self._own_add_noise
+        self._optimizer = None
 
     def _inject(self, optimizer: Any) -> None:
         import torch

@@ -38,7 +38,7 @@ from mechanisms.auditing.cases import AuditCase, dirac_case
 from mechanisms.plan import PrivacyPlan, PrivacySpec
 
 # deltas at which the fallback reads the claimed privacy profile from plan(...)
-PROFILE_DELTAS = tuple(10.0 ** -k for k in range(1, 13))
+PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
 
 
 def _dpsgd_claim(sigma: float, **_: Any) -> tradeoff.TradeOff:

@@ -4,7 +4,7 @@ Loaders register themselves with `@register(...)`; this package imports every lo
 import order never matters. `hf:<name>[:<config>]` is resolved by the Hugging Face loader.
 """
 
-from workers.datasets.base import Splits, describe, get_loader, load, names, register
 from workers.datasets import hf, images, mnist5k, text  # noqa: E402,F401  (registers its loaders)
+from workers.datasets.base import Splits, describe, get_loader, load, names, register
 
 __all__ = ["Splits", "describe", "get_loader", "load", "names", "register"]

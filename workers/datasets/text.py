@@ -7,6 +7,7 @@ Both return `Split.inputs` as `list[str]`: tokenization belongs to the model (it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 from pathlib import Path
 
@@ -31,15 +32,23 @@ def rotten_tomatoes_path() -> Path:
 
 
 def rotten_tomatoes_frame() -> tuple[list[str], np.ndarray]:
-    """Unique fresh/rotten snippets in file order (fresh = 1). `plot` rows are synopses, not reviews;
-    the 14 NaN texts are all plot rows but are dropped explicitly (pandas 3 no longer stringifies NaN)."""
+    """Unique fresh/rotten snippets in file order (fresh = 1); fresh copies of a per-process cache
+    (decompressing and parsing takes seconds, and a Ray worker runs many trials)."""
+    texts, labels = _rotten_tomatoes_cached()
+    return list(texts), labels.copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _rotten_tomatoes_cached() -> tuple[tuple[str, ...], np.ndarray]:
+    """`plot` rows are synopses, not reviews; the 14 NaN texts are all plot rows but are dropped
+    explicitly (pandas 3 no longer stringifies NaN)."""
     import pandas as pd
 
     df = pd.read_csv(rotten_tomatoes_path(), compression="bz2")
     df = df[df["category"].isin(["fresh", "rotten"])].dropna(subset=["text"])
     df = df.assign(text=df["text"].str.strip())
     df = df[df["text"].str.len() > 0].drop_duplicates("text", keep="first")
-    return df["text"].tolist(), (df["category"] == "fresh").to_numpy(np.int64)
+    return tuple(df["text"].tolist()), (df["category"] == "fresh").to_numpy(np.int64)
 
 
 @register("rotten-tomatoes", "text", "SST-2-like binary movie-review sentiment: 12,752 unique Pang & Lee "

@@ -42,10 +42,11 @@ class TextClassifier(nn.Module):
     """
 
     def __init__(self, model: nn.Module, *, num_classes: int, pooling: str | None = None,
-                 dropout: float = 0.1) -> None:
+                 dropout: float = 0.1, eval_chunk: int = 64) -> None:
         super().__init__()
         self.model = model
         self.pooling = pooling
+        self.eval_chunk = eval_chunk
         config = model.config
         params = inspect.signature(model.forward).parameters
         self.pass_positions = "position_ids" in params and config.model_type not in PADDING_OFFSET_POSITIONS
@@ -57,6 +58,21 @@ class TextClassifier(nn.Module):
             self.head = nn.Linear(config.hidden_size, num_classes)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled() and input_ids.shape[0] > self.eval_chunk:
+            return self._bucketed(input_ids, attention_mask)
+        return self._forward(input_ids, attention_mask)
+
+    def _bucketed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Evaluation only (no autograd, so no Opacus hooks see it): run length-sorted chunks, each trimmed
+        to its own longest example; on short texts this halves evaluation time."""
+        order = torch.argsort(attention_mask.sum(dim=1), stable=True)
+        parts = [self._forward(input_ids[idx], attention_mask[idx]) for idx in order.split(self.eval_chunk)]
+        logits = torch.cat(parts)
+        out = torch.empty_like(logits)
+        out[order] = logits
+        return out
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if input_ids.shape[0] > 0:  # Poisson sampling can draw an empty batch
             length = int(attention_mask.sum(dim=1).max().clamp_min(1))
             input_ids = input_ids[:, :length].contiguous()
@@ -174,6 +190,7 @@ def _text_bundle(module: TextClassifier, tokenizer: Any, max_length: int, traina
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     counts = set_trainable(module, trainable)
+    module.train()  # from_pretrained returns eval mode; Opacus only records activations in training mode
 
     def encode(split: Split) -> tuple[torch.Tensor, ...]:
         return encode_texts(tokenizer, list(split.inputs), max_length)
@@ -185,6 +202,7 @@ def _text_bundle(module: TextClassifier, tokenizer: Any, max_length: int, traina
 
 def _image_bundle(module: ImageClassifier, trainable: str, **info: Any) -> ModelBundle:
     counts = set_trainable(module, trainable)
+    module.train()
 
     def encode(split: Split) -> tuple[torch.Tensor, ...]:
         return (torch.from_numpy(split.inputs).contiguous(),)

@@ -20,11 +20,11 @@ def naive_p_value(m, r, v, eps, delta):
     return min(tail + 2 * m * delta * best, 1.0)
 
 
-@pytest.mark.parametrize("m", [10, 100, 1000])
+@pytest.mark.parametrize("m", [10, 1000])
 @pytest.mark.parametrize("r", [1, 10, 100])
 @pytest.mark.parametrize("wrong", [0, 1, 10])
-@pytest.mark.parametrize("eps", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("delta", [0.0, 1e-6, 1e-3, 0.1])
+@pytest.mark.parametrize("eps", [0.0, 1.0])
+@pytest.mark.parametrize("delta", [0.0, 1e-6, 0.1])
 def test_p_value_matches_naive_loop(m, r, wrong, eps, delta):
     if not wrong <= r <= m:
         return

@@ -73,8 +73,14 @@ def test_dpsgd_is_never_violated(sigma, delta):
         result = audit_step(DPSGD, sigma, samples=20_000, delta=delta, seed=seed)
         assert not result.violated and result.claim_status == "ok"
         assert result.epsilon_audited <= result.epsilon_certified
-    assert not audit_step(DPSGD_BARE, sigma, samples=5_000, dim=32, delta=delta).violated
     assert not audit_step(DPSGD, sigma, samples=5_000, dim=32, delta=delta, path="full").violated
+
+
+@pytest.mark.parametrize("sigma", [0.5, 2.0])
+def test_dpsgd_without_hooks_is_not_violated_under_the_plan_fallback(sigma):
+    for seed in range(3):
+        result = audit_step(DPSGD_BARE, sigma, samples=20_000, dim=32, seed=seed)
+        assert result.cases[0].path == "full" and not result.violated and result.claim_status == "ok"
 
 
 def test_support_path_has_the_same_scores_as_whole_rows():

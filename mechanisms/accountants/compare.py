@@ -1,0 +1,161 @@
+"""Every accountant, sound and claimed, for one DP-SGD setting: epsilon for a sigma, sigma for a target.
+
+Backs `privbench privacy epsilon|sigma` and the README's epsilon-by-accountant table. Sound accountants
+(`SOUND`) work on the setting's DpEvent; claimed ones (`CLAIMED`) are the seed papers' own analyses of
+the same noise, as functions of (sigma, q, T, ...). Each answer carries its provenance and caveats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mechanisms.accountants import fenton_wilkinson, gdp, moments_accountant
+from mechanisms.accountants.calibration import Calibration, calibrate, calibrate_sigma
+from mechanisms.accountants.events import SAMPLER_ADJACENCY, SAMPLERS, DpsgdEvents
+from mechanisms.accountants.reference import EpsilonReport, epsilon_report
+from mechanisms.accountants.validation import (
+    require_delta,
+    require_fraction,
+    require_positive,
+    require_sample_rate,
+    require_steps,
+)
+
+SOUND = ("pld", "rdp", "prv")
+CLAIMED = ("gdp", "ma_classic", "fenton_wilkinson")
+ACCOUNTANTS = SOUND + CLAIMED
+
+KIND = {
+    "pld": "sound: privacy loss distributions (dp-accounting), the reference for epsilon_certified",
+    "rdp": "sound: Renyi DP (dp-accounting), looser",
+    "prv": "sound: privacy random variables (Opacus port of Gopi et al. 2021), cross-check",
+    "gdp": "claimed: mu-GDP central limit theorem (seed 003, dpsgd-gdp); not a bound",
+    "ma_classic": "claimed: moments accountant with the classic conversion (Abadi et al. 2016 as published)",
+    "fenton_wilkinson": "claimed: Fenton-Wilkinson Thm 6 + advanced composition (seeds 000/001, "
+                        "shuffled-dpsgd); not a bound",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DpsgdSetting:
+    """Everything but sigma: the batch geometry, and what the claimed analyses additionally need."""
+
+    sample_rate: float
+    steps: int
+    delta: float
+    sampler: str = "poisson"
+    dataset_size: int | None = None
+    dim: float | None = None  # model dimension d (Fenton-Wilkinson)
+    batch_clip_ratio: float | None = None  # c'/c (Fenton-Wilkinson)
+    batch_size: int | None = None  # stands in for c'/c without batch clipping (Fenton-Wilkinson)
+    delta_split: float = 0.5  # advanced composition's slack share of delta (Fenton-Wilkinson)
+
+    def __post_init__(self) -> None:
+        require_sample_rate(self.sample_rate)
+        require_steps(self.steps)
+        require_delta(self.delta)
+        require_fraction("delta_split", self.delta_split)
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.sampler!r}; known: {', '.join(SAMPLERS)}")
+        if self.sampler != "poisson" and (self.dataset_size is None or self.dataset_size < 1):
+            raise ValueError(f"the {self.sampler} sampler needs dataset_size >= 1")
+        if self.dim is not None:
+            fenton_wilkinson._check_dim(self.dim)
+        if self.batch_clip_ratio is not None:
+            require_positive("batch_clip_ratio", self.batch_clip_ratio)
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+    @property
+    def adjacency(self) -> str:
+        return SAMPLER_ADJACENCY[self.sampler]
+
+    def events(self) -> DpsgdEvents:
+        return DpsgdEvents(self.sample_rate, self.steps, self.sampler, self.dataset_size)
+
+    def gdp_sampler(self) -> str:
+        return "poisson" if self.sampler == "poisson" else "uniform"
+
+
+def applicable(setting: DpsgdSetting) -> tuple[str, ...]:
+    """Accountants that can speak about this setting (the FW claim needs d and c'/c or a batch size)."""
+    names = list(SOUND) + ["gdp"]
+    if setting.sampler == "poisson":
+        names.append("ma_classic")
+    if setting.dim is not None and (setting.batch_clip_ratio is not None or setting.batch_size is not None):
+        names.append("fenton_wilkinson")
+    return tuple(names)
+
+
+def _check_name(setting: DpsgdSetting, accountant: str) -> None:
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(ACCOUNTANTS)}, all")
+    if accountant not in applicable(setting):
+        need = ("--dim and --batch-clip-ratio or --batch-size" if accountant == "fenton_wilkinson"
+                else "the poisson sampler")
+        raise ValueError(f"accountant {accountant!r} needs {need}")
+
+
+def _claimed_epsilon(setting: DpsgdSetting, sigma: float, accountant: str) -> float:
+    s = setting
+    if accountant == "gdp":
+        return gdp.epsilon(sigma, s.sample_rate, s.steps, s.delta, s.gdp_sampler())
+    if accountant == "ma_classic":
+        return moments_accountant.epsilon_classic(sigma, s.sample_rate, s.steps, s.delta)
+    return fenton_wilkinson.epsilon(sigma, s.sample_rate, s.steps, s.delta, s.dim,
+                                    batch_clip_ratio=s.batch_clip_ratio, batch_size=s.batch_size,
+                                    delta_split=s.delta_split)
+
+
+def epsilon_of(setting: DpsgdSetting, sigma: float, accountant: str = "pld") -> EpsilonReport:
+    """Epsilon of T DP-SGD steps at noise multiplier sigma under one accountant, with provenance."""
+    require_positive("sigma", sigma)
+    _check_name(setting, accountant)
+    if accountant in SOUND:
+        return epsilon_report(setting.events()(sigma), setting.delta, accountant)
+    value = _claimed_epsilon(setting, sigma, accountant)
+    note = ""
+    if accountant == "fenton_wilkinson" and value == 0:
+        note = "Theorem 6 holds at every per-step epsilon: the claim is epsilon 0 (not a bound)"
+    return EpsilonReport(value, accountant, accountant, note)
+
+
+def epsilons(setting: DpsgdSetting, sigma: float,
+             accountants: tuple[str, ...] | None = None) -> dict[str, EpsilonReport]:
+    """`epsilon_of` for every applicable accountant (or the given ones), in a stable order."""
+    names = applicable(setting) if accountants is None else accountants
+    return {name: epsilon_of(setting, sigma, name) for name in names}
+
+
+def sigma_for(setting: DpsgdSetting, epsilon: float, accountant: str = "pld",
+              rel_tol: float = 1e-3) -> Calibration:
+    """Smallest sigma on the rel_tol grid whose epsilon under `accountant` is <= epsilon.
+
+    Sound accountants go through the cached `calibrate_sigma`; claimed ones through the same grid search,
+    started from their own closed form or inverse, so every accountant obeys one contract.
+    """
+    require_positive("epsilon", epsilon)
+    _check_name(setting, accountant)
+    if accountant in SOUND:
+        return calibrate_sigma(setting.events(), epsilon, setting.delta, accountant, rel_tol)
+    s = setting
+    guess = 1.0
+    if accountant == "gdp":
+        guess = gdp.sigma_for_epsilon(epsilon, s.delta, s.sample_rate, s.steps, s.gdp_sampler())
+    elif accountant == "fenton_wilkinson":
+        guess = fenton_wilkinson.sigma_for_epsilon(
+            epsilon, s.delta, s.sample_rate, s.steps, s.dim, batch_clip_ratio=s.batch_clip_ratio,
+            batch_size=s.batch_size, delta_split=s.delta_split)
+    result = calibrate(lambda sigma: _claimed_epsilon(s, sigma, accountant), epsilon, rel_tol=rel_tol,
+                       guess=guess)
+    if accountant == "fenton_wilkinson":
+        plain = fenton_wilkinson.sigma_for_epsilon(
+            epsilon, s.delta, s.sample_rate, s.steps, 1, batch_clip_ratio=s.batch_clip_ratio,
+            batch_size=s.batch_size, delta_split=s.delta_split)
+        if plain < result.sigma:
+            note = (f"Algorithm 1 falls back to plain DP-SGD: the unshuffled sigma {plain:.6g} is smaller "
+                    "than the shuffled one")
+        else:
+            note = f"unshuffled (d = 1) sigma for the same target: {plain:.6g}"
+        result = dataclasses.replace(result, note="; ".join(n for n in (result.note, note) if n))
+    return result

@@ -1,0 +1,367 @@
+"""DP-Forward (Du et al., CCS 2023; research/seed_002_dpforward.md): noise in the forward pass, not in gradients.
+
+Each training example's hidden state at one position is normalised to Frobenius norm C and released with
+i.i.d. Gaussian noise of std sigma C (the paper's analytic matrix Gaussian mechanism with scaled-identity
+covariances, which *is* the analytic Gaussian mechanism); its label goes through randomized response once.
+The same noise is added at inference. The optimizer and loader stay ordinary (no per-example gradients).
+
+`sigma` is the noise std over C everywhere (plan, hooks, `privatize_step`), as for DP-SGD.
+
+Options (`mechanism_options: {dp-forward: {...}}`, also keyword arguments of `make_private`):
+  position          pooled (default) | embedding | encoder-<k>[-mha|-add-norm-1|-ffn|-add-norm-2] |
+                    last-encoder[-<sub>]  (forward_noise.py)
+  sensitivity       2C (paper, default) | C (the released code): the S in the claimed accounting
+  accounting        central (default: Table 5, LDP "translated" by shuffling into q = 1/N, T = kN) |
+                    local (Tables 3/4: SeqLDP per sequence)
+  local_composition epochs (default: k releases compose exactly, sigma grows by sqrt(k)) | per-release (the code)
+  calibrator        amgm (default) | gm (classical sigma = S sqrt(2 ln(1.25/delta)) / eps; local accounting only)
+  epsilon_labels    RR epsilon of the labels (default ln 9: keep probability 0.9 on binary tasks); null = clean
+  num_classes       label classes for RR (default 2; make_private checks it against the model's head)
+  normalization     normalize (paper, default) | clip (the code's max-norm clipping)
+  freeze_pre_noise  false (paper's experiments: f is trained) | true (strict local DP: f is fixed)
+  inference_noise   true (default, the paper's) | false
+  seed              noise and RR seed (default: drawn from torch's seeded global generator)
+
+Claimed vs certified (docs/readme/dp_forward.md): the claim is the paper's accounting at sensitivity S.
+The certified bound is the PLD composition of what is released per example: k Gaussian releases at ratio
+2C / (sigma C) (any two normalised states differ by up to 2C, whatever the paper's convention) and one RR
+label, under replace-one adjacency; being a local bound it is also a central one. No shuffling amplification
+is certified (no sound result covers it here). It exists only when f is frozen, labels are randomized and
+the release is the pooled vector; otherwise there is no sound bound and the plan is `uncertified`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import dp_accounting
+import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from mechanisms import label_rr
+from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
+from mechanisms.accountants.analytic_gaussian import agm_epsilon, amgm_sigma
+from mechanisms.accountants.calibration import calibrate
+from mechanisms.accountants.reference import PLD_DISCRETIZATION
+from mechanisms.forward_noise import parse_position
+from mechanisms.plan import PrivacyPlan, PrivacySpec
+
+ID = "dp-forward"
+SENSITIVITIES = {"2C": 2.0, "C": 1.0}
+ACCOUNTINGS = ("central", "local")
+LOCAL_COMPOSITIONS = ("epochs", "per-release")
+CALIBRATORS = ("amgm", "gm")
+NORMALIZATIONS = ("normalize", "clip")
+TRUE_SENSITIVITY = 2.0  # in units of C: ||f(X)|| <= C and ||f(X')|| <= C, so they differ by up to 2C
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """DP-Forward's switches (see the module docstring); validated on construction."""
+
+    position: str = "pooled"
+    sensitivity: str = "2C"
+    accounting: str = "central"
+    local_composition: str = "epochs"
+    calibrator: str = "amgm"
+    epsilon_labels: float | None = math.log(9)
+    num_classes: int | None = None
+    normalization: str = "normalize"
+    freeze_pre_noise: bool = False
+    inference_noise: bool = True
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        parse_position(self.position)
+        for name, allowed in (("sensitivity", tuple(SENSITIVITIES)), ("accounting", ACCOUNTINGS),
+                              ("local_composition", LOCAL_COMPOSITIONS), ("calibrator", CALIBRATORS),
+                              ("normalization", NORMALIZATIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"dp-forward {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.epsilon_labels is not None and not (self.epsilon_labels > 0 and math.isfinite(self.epsilon_labels)):
+            raise ValueError(f"dp-forward epsilon_labels must be a positive number or null, got {self.epsilon_labels}")
+        if self.num_classes is not None and int(self.num_classes) < 2:
+            raise ValueError(f"dp-forward num_classes must be >= 2, got {self.num_classes}")
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None, *, strict: bool = True) -> Options:
+        """From a grid's `mechanism_options`; unknown keys are an error when `strict` (typos), else ignored."""
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown and strict:
+            raise ValueError(f"unknown dp-forward option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**{k: v for k, v in options.items() if k in known})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def s(self) -> float:
+        """The claimed sensitivity in units of C."""
+        return SENSITIVITIES[self.sensitivity]
+
+    @property
+    def classes(self) -> int:
+        return int(self.num_classes or 2)
+
+
+# ---- the paper's accounting (claimed) ----------------------------------------------------------------
+
+def central_events(dataset_size: int, epochs: int, options: Options) -> DpsgdEvents:
+    """Table 5's translation: each of kN steps releases one example's noisy state, q = 1/N (Poisson)."""
+    return DpsgdEvents(1.0 / dataset_size, epochs * dataset_size, "poisson", None, 1.0 / options.s)
+
+
+def _gm_factor(delta: float) -> float:
+    return math.sqrt(2 * math.log(1.25 / delta))
+
+
+def local_epsilon(sigma: float, delta: float, options: Options, releases: int) -> float:
+    """SeqLDP epsilon of `releases` Gaussian releases at sensitivity S (k releases = ratio sqrt(k) S / sigma)."""
+    ratio = math.sqrt(releases) * options.s / sigma
+    if options.calibrator == "gm":
+        return ratio * _gm_factor(delta)
+    return agm_epsilon(1.0, delta, sensitivity=ratio)
+
+
+def local_sigma(epsilon_seq: float, delta: float, options: Options, releases: int) -> float:
+    """The noise the paper's local analysis picks for a SeqLDP budget over `releases` releases."""
+    if options.calibrator == "gm":
+        return math.sqrt(releases) * options.s * _gm_factor(delta) / epsilon_seq
+    return amgm_sigma(epsilon_seq, delta, sensitivity=options.s, releases=releases)
+
+
+def label_epsilon_central(options: Options, dataset_size: int, delta: float) -> float:
+    if options.epsilon_labels is None:
+        return 0.0
+    return label_rr.shuffled_rr_epsilon(options.epsilon_labels, options.classes, dataset_size, delta)
+
+
+def claimed_epsilons(sigma: float, spec: PrivacySpec, options: Options) -> dict[str, float]:
+    """Every number the paper's analysis gives for this sigma; `epsilon_claimed` picks one by `accounting`."""
+    k, delta = spec.epochs, spec.delta
+    labels = options.epsilon_labels or 0.0
+    per_release = local_epsilon(sigma, delta, options, 1)
+    over_epochs = local_epsilon(sigma, delta, options, k)
+    gaussian_central = epsilon(central_events(spec.dataset_size, k, options)(sigma), delta, spec.accountant)
+    labels_central = label_epsilon_central(options, spec.dataset_size, delta)
+    return {
+        "epsilon_local_per_release": per_release,
+        "epsilon_local_epochs": over_epochs,
+        "epsilon_local": (over_epochs if options.local_composition == "epochs" else per_release) + labels,
+        "epsilon_central_gaussian": gaussian_central,
+        "epsilon_central_labels": labels_central,
+        "epsilon_central": gaussian_central + labels_central,  # basic composition (Theorem 4), as the paper
+    }
+
+
+def claimed_sigma(spec: PrivacySpec, options: Options) -> float:
+    """Sigma whose claimed epsilon (the selected accounting) equals the target."""
+    target, delta, k = float(spec.epsilon), spec.delta, spec.epochs  # type: ignore[arg-type]
+    if options.accounting == "local":
+        budget = target - (options.epsilon_labels or 0.0)
+        releases = k if options.local_composition == "epochs" else 1
+    else:
+        budget = target - label_epsilon_central(options, spec.dataset_size, delta)
+    if not budget > 0:
+        raise ValueError(f"dp-forward: the label RR already costs the whole target epsilon {target}; "
+                         "lower epsilon_labels or raise epsilon")
+    if options.accounting == "local":
+        return local_sigma(budget, delta, options, releases)
+    return calibrate_sigma(central_events(spec.dataset_size, k, options), budget, delta, spec.accountant).sigma
+
+
+# ---- what is really released (certified) --------------------------------------------------------------
+
+def certification_gap(options: Options) -> str | None:
+    """Why no sound epsilon exists for these options (None when one does). See docs/readme/dp_forward.md."""
+    if not options.freeze_pre_noise:
+        return ("pre-noise layers are trained with clean per-example gradients, so the released weights of f "
+                "are a non-private function of the training data (at `embedding`, exactly the rows of the "
+                "tokens seen move); no finite epsilon holds. Set freeze_pre_noise: true")
+    if options.epsilon_labels is None:
+        return "labels are used in the clear (SeqDP only): example-level DP does not hold. Set epsilon_labels"
+    if parse_position(options.position).sequence_level:
+        return ("a sequence-level release is not private in its shape and mask: batches are trimmed to their "
+                "longest example (the n x d shape depends on other examples) and post-noise layers read each "
+                "example's attention mask (its length); only the pooled 1 x d release is certified")
+    return None
+
+
+def certified_event(sigma: float, epochs: int, options: Options) -> dp_accounting.DpEvent:
+    """k Gaussian releases at ratio 2/sigma (add/remove units: noise multiplier sigma/2) + one RR label.
+
+    The RR event needs replace-one adjacency, so an add/remove accountant reports `None` for the whole
+    event (never an under-estimate); `certified_epsilon` composes the two PLDs directly.
+    """
+    gaussian = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / TRUE_SENSITIVITY), epochs)
+    if options.epsilon_labels is None:
+        return gaussian
+    return dp_accounting.ComposedDpEvent([gaussian, label_rr.rr_event(options.epsilon_labels, options.classes)])
+
+
+def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options) -> float:
+    """PLD (pessimistic, discretisation 1e-3) of k Gaussian releases at ratio 2/sigma composed with RR."""
+    total = pld_lib.from_gaussian_mechanism(
+        standard_deviation=sigma / (TRUE_SENSITIVITY * math.sqrt(epochs)), sensitivity=1.0,
+        value_discretization_interval=PLD_DISCRETIZATION)
+    if options.epsilon_labels is not None:
+        total = total.compose(pld_lib.from_randomized_response(
+            label_rr.rr_noise_parameter(options.epsilon_labels, options.classes), options.classes,
+            value_discretization_interval=PLD_DISCRETIZATION,
+            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE))
+    return float(total.get_epsilon_for_delta(delta))
+
+
+def certified_sigma(spec: PrivacySpec, options: Options) -> float:
+    gap = certification_gap(options)
+    if gap is not None:
+        raise ValueError(f"dp-forward cannot be calibrated to a certified epsilon (calibration: certified "
+                         f"skips it): {gap}")
+    guess = amgm_sigma(float(spec.epsilon), spec.delta, TRUE_SENSITIVITY, spec.epochs)  # type: ignore[arg-type]
+    return calibrate(lambda s: certified_epsilon(s, spec.epochs, spec.delta, options), float(spec.epsilon),  # type: ignore[arg-type]
+                     guess=guess).sigma
+
+
+def plan(spec: PrivacySpec) -> PrivacyPlan:
+    options = Options.from_mapping(spec.options)
+    if spec.sigma is not None:
+        sigma = spec.sigma
+    elif spec.epsilon is None:
+        raise ValueError("dp-forward needs a target epsilon or an explicit sigma")
+    elif spec.calibration == "claimed":
+        sigma = claimed_sigma(spec, options)
+    else:
+        sigma = certified_sigma(spec, options)
+    claims = claimed_epsilons(sigma, spec, options)
+    gap = certification_gap(options)
+    certified = None if gap is not None else certified_epsilon(sigma, spec.epochs, spec.delta, options)
+    event = dp_accounting.UnsupportedDpEvent() if gap is not None else certified_event(sigma, spec.epochs, options)
+    q_note = (f"central claim: Poisson q = 1/{spec.dataset_size}, T = {spec.epochs * spec.dataset_size} "
+              f"at sensitivity {options.sensitivity} ({spec.accountant}) + shuffled RR labels")
+    notes = (f"claimed = paper's {options.accounting} accounting ({q_note if options.accounting == 'central' else 'SeqLDP'}); "
+             + (f"uncertified: {gap}" if gap else "certified = local PLD of k Gaussian releases at sensitivity 2C "
+                "+ RR labels (replace-one); no shuffling amplification is certified"))
+    return PrivacyPlan(
+        mechanism=ID, sigma=float(sigma), sample_rate=spec.sample_rate, steps=spec.steps, delta=spec.delta,
+        sampler="shuffle", accountant=spec.accountant,
+        claimed_by=f"dp-forward paper, {options.accounting} ({options.calibrator}, S={options.sensitivity})",
+        epsilon_claimed=claims[f"epsilon_{options.accounting}"], epsilon_certified=certified,
+        effective_event=event, notes=notes,
+        extra={
+            "options": options.as_dict(), "clip": spec.clip, "num_classes": options.classes,
+            "position": parse_position(options.position).name, "noise_std_over_clip": float(sigma),
+            **claims,
+            "epsilon_local_true_per_release": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
+            "epsilon_inference_per_query": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
+            "epsilon_inference_per_query_claimed": local_epsilon(sigma, spec.delta, options, 1),
+            "label_keep_probability": (None if options.epsilon_labels is None else
+                                       1 / (1 + (options.classes - 1) * math.exp(-options.epsilon_labels))),
+            "uncertified_reason": gap,
+        },
+    )
+
+
+# ---- training ---------------------------------------------------------------------------------------
+
+def _head_classes(model: Any) -> int | None:
+    """Output width of the model's last Linear layer (classification heads are registered last)."""
+    from torch import nn
+
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return linears[-1].out_features if linears else None
+
+
+def _options_for(plan: PrivacyPlan, given: Mapping[str, Any]) -> Options:
+    """The plan's options, with keyword overrides that must agree with what the plan accounted for."""
+    planned = dict(plan.extra.get("options", {}))
+    known = {f.name for f in dataclasses.fields(Options)}
+    given = {k: v for k, v in given.items() if k in known}
+    differ = sorted(k for k, v in given.items() if k in planned and Options.from_mapping({k: v}).as_dict()[k]
+                    != planned[k] and k != "seed")
+    if differ:
+        raise ValueError(f"dp-forward option(s) {', '.join(differ)} differ from the plan's; pass the same "
+                         "mechanism_options to plan() and make_private()")
+    return Options.from_mapping({**planned, **given})
+
+
+def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
+                 clip: float | None = None, **options: Any) -> tuple[Any, Any, Any, Any]:
+    """Install the noise hooks (training and inference), randomize the labels once, return the rest as is.
+
+    Options default to the plan's (`plan.extra["options"]`); `clip` (C) defaults to the plan's. The hooks
+    object is kept as `model.dp_forward` (`.remove()` undoes them; `.releases` counts released examples).
+    """
+    from mechanisms.forward_noise import install
+
+    if plan.mechanism != ID or plan.sigma is None:
+        raise ValueError(f"make_private needs a {ID} plan, got {plan.mechanism!r}")
+    opts = _options_for(plan, options)
+    planned_clip = float(plan.extra.get("clip", 1.0))
+    if clip is not None and not math.isclose(float(clip), planned_clip):
+        raise ValueError(f"clip {clip} differs from the plan's {planned_clip}: sigma is relative to C")
+    if getattr(model, "dp_forward", None) is not None:
+        raise ValueError("this model already carries dp-forward hooks")
+    seed = opts.seed
+    if seed is None:
+        import torch
+
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    noise_seed, rr_seed = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint64)
+    noise = install(model, opts.position, sigma=plan.sigma, clip=planned_clip, normalization=opts.normalization,
+                    inference_noise=opts.inference_noise, seed=int(noise_seed) >> 1)
+    if opts.freeze_pre_noise:
+        noise.freeze_pre_noise()
+    if opts.epsilon_labels is not None:
+        classes = opts.num_classes or _head_classes(model) or 2
+        if classes != plan.extra.get("num_classes"):
+            raise ValueError(f"the model predicts {classes} classes but the plan accounted RR over "
+                             f"{plan.extra.get('num_classes')}: set mechanism_options num_classes: {classes}")
+        labels = label_rr.dataset_labels(loader.dataset)
+        noisy = label_rr.randomized_response(labels, opts.epsilon_labels, classes, np.random.default_rng(rr_seed))
+        loader = label_rr.relabel_loader(loader, noisy)
+    model.dp_forward = noise
+    return model, optimizer, loader, criterion
+
+
+# ---- auditing ------------------------------------------------------------------------------------------
+
+def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
+                   normalization: str = "normalize", **_: Any) -> np.ndarray:
+    """One release per row (a flattened hidden state): bound its norm to C, add N(0, (sigma C)^2) per entry."""
+    rows = np.asarray(sums, dtype=np.float64)
+    rows = rows.reshape(rows.shape[0], -1)
+    norms = np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    scale = clip / norms
+    if normalization == "clip":
+        scale = np.minimum(scale, 1.0)
+    elif normalization != "normalize":
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    return rows * scale + rng.standard_normal(rows.shape) * (sigma * clip)
+
+
+def claimed_step_tradeoff(sigma: float, *, sensitivity: str = "2C", **_: Any) -> Any:
+    """The paper's claim for one release: the Gaussian mechanism at ratio S / sigma, i.e. G_{S/sigma}."""
+    from mechanisms.auditing import tradeoff
+
+    if sensitivity not in SENSITIVITIES:
+        raise ValueError(f"dp-forward sensitivity must be one of {', '.join(SENSITIVITIES)}, got {sensitivity!r}")
+    return tradeoff.Gaussian(mu=SENSITIVITIES[sensitivity] / sigma)
+
+
+def audit_cases(dim: int, clip: float, rng: np.random.Generator, **_: Any) -> list[Any]:
+    """The replace-one worst case: two hidden states that normalise to +C u and -C u (distance 2C).
+
+    Side A holds -C u / 2 and side B -C u / 2 + C u = +C u / 2; normalisation maps them to -C u and +C u.
+    A claim at sensitivity C (the released code) is violated by exactly this pair.
+    """
+    from mechanisms.auditing.cases import AuditCase
+
+    u = rng.standard_normal(dim)
+    u /= np.linalg.norm(u)
+    return [AuditCase("antipodal", clip * u, -0.5 * clip * u,
+                      note="states normalising to -Cu and +Cu: the 2C replace-one sensitivity")]

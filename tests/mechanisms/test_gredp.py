@@ -1,0 +1,100 @@
+"""GReDP: the noise its code adds is DP-SGD's at sigma/sqrt(2); utility and accounting follow from that."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+
+from mechanisms import PrivacySpec, dpsgd, gredp
+from mechanisms.accountants import DpsgdEvents, epsilon
+from workers.trial import run_trial
+
+SPEC = PrivacySpec(epsilon=2.0, delta=1e-5, dataset_size=1437, batch_size=64, epochs=30)
+
+
+def noise_covariance(options: dict, n: int = 16, draws: int = 200_000) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    out = gredp.privatize_step(np.zeros((draws, n)), sigma=1.0, clip=1.0, rng=rng, **options)
+    return np.cov(out, rowvar=False)
+
+
+def test_complex_noise_is_iid_gaussian_at_sigma_over_sqrt2():
+    cov = noise_covariance({"noise": "complex"})
+    assert np.allclose(np.diag(cov), 0.5, atol=0.01)
+    assert np.abs(cov - np.diag(np.diag(cov))).max() < 0.01
+
+
+def test_unnormalised_fft_has_the_same_noise_to_sensitivity_ratio():
+    assert np.allclose(np.diag(noise_covariance({"noise": "complex", "fft": "unnormalised"})), 0.5, atol=0.01)
+
+
+def test_real_noise_leaves_a_noiseless_subspace():
+    eig = np.linalg.eigvalsh(noise_covariance({"noise": "real"}))
+    assert (eig < 1e-10).sum() == 16 // 2 - 1  # the odd-symmetric vectors, minus the self-paired indices
+    assert eig.max() == pytest.approx(1.0, abs=0.02)
+
+
+def test_torch_privatize_matches_the_declared_noise():
+    g = torch.Generator().manual_seed(0)
+    released = torch.stack([gredp.privatize(torch.zeros(64), 1.0, gredp.NOISE_PARTS["complex"], "unitary", g)
+                            for _ in range(4000)])
+    assert released.std().item() == pytest.approx(1 / math.sqrt(2), rel=0.02)
+    signal = torch.arange(64, dtype=torch.float32)
+    assert torch.allclose(gredp.privatize(signal, 0.0, (0.7, 0.7), "unitary"), signal, atol=1e-4)
+
+
+@pytest.mark.parametrize("options, scale", [
+    ({}, 1 / math.sqrt(2)), ({"noise": "complex-full"}, 1.0), ({"noise_parts": [0.9, 0.3]}, 0.3),
+    ({"clipping": "per-layer"}, 1 / math.sqrt(2 * 4)),
+])
+def test_certified_event_uses_the_effective_sigma(options, scale):
+    spec = PrivacySpec(**{**SPEC.__dict__, "epsilon": None, "sigma": 2.0, "options": options, "n_tensors": 4})
+    plan = gredp.plan(spec)
+    expected = epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(2.0 * scale), spec.delta)
+    assert plan.epsilon_certified == pytest.approx(expected)
+    assert plan.epsilon_claimed == pytest.approx(epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(2.0), spec.delta))
+    if scale < 1:
+        assert plan.epsilon_certified > plan.epsilon_claimed
+
+
+def test_real_noise_is_uncertified_and_cannot_be_calibrated_to_a_certified_target():
+    plan = gredp.plan(PrivacySpec(**{**SPEC.__dict__, "options": {"noise": "real"}}))
+    assert plan.epsilon_certified is None
+    assert isinstance(plan.effective_event, dp_accounting.UnsupportedDpEvent)
+    with pytest.raises(ValueError, match="noiseless"):
+        gredp.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified", "options": {"noise": "real"}}))
+
+
+def test_certified_calibration_meets_the_target_at_the_effective_sigma():
+    plan = gredp.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified"}))
+    assert plan.epsilon_certified <= 2.0 * (1 + 1e-3)
+    assert plan.sigma == pytest.approx(math.sqrt(2) * dpsgd.plan(SPEC).sigma, rel=2e-3)
+
+
+def _accuracy(mechanism: str, sigma: float, seed: int) -> float:
+    cfg = dict(sweep="t", trial_key="k", dataset="digits", model="mlp", mechanism=mechanism, epsilon=None,
+               sigma=sigma, delta=1e-5, seed=seed, model_options={"hidden": 32},
+               train=dict(epochs=30, batch_size=64, lr=0.5))
+    record = run_trial(cfg)
+    assert record["status"] == "finished", record["error"]
+    return record["metrics"]["accuracy"]
+
+
+def test_gredp_at_sigma_trains_like_dpsgd_at_sigma_over_sqrt2():
+    """research/seed_004_gredp.md 5.7 C: 5 seeds each; sigma is PLD's for (2, 1e-5) on digits."""
+    sigma = dpsgd.plan(SPEC).sigma
+    runs = {name: [_accuracy(mech, s, seed) for seed in range(5)] for name, mech, s in [
+        ("gredp(sigma)", "gredp", sigma), ("dpsgd(sigma/sqrt2)", "dpsgd", sigma / math.sqrt(2)),
+        ("dpsgd(sigma)", "dpsgd", sigma)]}
+    mean = {k: statistics.mean(v) for k, v in runs.items()}
+    sd = {k: statistics.stdev(v) for k, v in runs.items()}
+    print({k: f"{mean[k]:.4f} +- {sd[k]:.4f}" for k in runs})
+    same = abs(mean["gredp(sigma)"] - mean["dpsgd(sigma/sqrt2)"])
+    assert same < 2 * max(sd["gredp(sigma)"], sd["dpsgd(sigma/sqrt2)"], 0.005)
+    gap = mean["gredp(sigma)"] - mean["dpsgd(sigma)"]
+    assert gap > same and gap > 0

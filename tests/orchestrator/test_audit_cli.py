@@ -1,0 +1,113 @@
+"""`privbench audit` through typer's CliRunner: JSON shape, verdicts, exit codes."""
+
+import json
+import types
+
+import pytest
+from typer.testing import CliRunner
+
+import mechanisms
+from mechanisms import dpsgd, registry
+from mechanisms.auditing import Gaussian, tradeoff
+from orchestrator.cli import app
+
+runner = CliRunner()
+DESIGN_KEYS = ("mechanism", "sigma", "epsilon_claimed", "epsilon_certified", "epsilon_audited", "mu_audited",
+               "mu_claimed", "claim_status", "samples")
+
+
+def audit(*args: str):
+    return runner.invoke(app, ["audit", *args])
+
+
+@pytest.fixture
+def half_noise(monkeypatch):
+    """A mechanism that claims sigma and adds sigma / 2, registered only for the test."""
+    module = types.ModuleType("half-noise")
+    module.ID = "half-noise"
+    module.plan = dpsgd.plan
+    module.claimed_step_tradeoff = lambda sigma, **_: Gaussian(1 / sigma)
+    module.AUDIT_COORDINATEWISE = True
+    module.privatize_step = lambda sums, sigma, clip, rng, **_: dpsgd.privatize_step(sums, sigma / 2, clip, rng)
+    monkeypatch.setitem(registry._MECHANISMS, module.ID, module)
+    return module
+
+
+def test_json_shape_for_dpsgd():
+    result = audit("dpsgd", "--sigma", "1.0", "--samples", "4000", "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    for key in DESIGN_KEYS:
+        assert key in record
+    assert record["mechanism"] == "dpsgd" and record["samples"] == 4000 and record["sigma"] == 1.0
+    assert record["epsilon_claimed"] == pytest.approx(tradeoff.gaussian_epsilon(1.0, 1e-5), rel=1e-3)
+    assert record["mu_claimed"] == pytest.approx(1.0)
+    assert 0 < record["epsilon_audited"] < record["epsilon_certified"]
+    assert record["claim_status"] == "ok" and record["violated"] is False
+    assert "one privatisation step" in record["scope"]
+
+
+def test_epsilon_picks_sigma_from_the_one_step_claim():
+    result = audit("dpsgd", "--epsilon", "4.377", "--samples", "2000", "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["sigma"] == pytest.approx(1.0, rel=0.01)
+    assert record["epsilon_claimed"] <= 4.377 and record["epsilon_target"] == 4.377
+
+
+def test_broken_mechanism_is_reported_violated(half_noise):
+    result = audit("half-noise", "--sigma", "1", "--samples", "20000", "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["claim_status"] == "violated" and record["violated"] is True
+    assert record["mu_audited"] > record["mu_claimed"]
+
+
+def test_human_output_is_a_table():
+    result = audit("dpsgd", "--samples", "2000", "--dim", "100000")
+    assert result.exit_code == 0
+    assert "claim_status" in result.stdout and "ok" in result.stdout and "dim=100000" in result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("no-such-mechanism",),
+    ("dpsgd", "--sigma", "-1"),
+    ("dpsgd", "--sigma", "abc"),
+    ("dpsgd", "--samples", "1"),
+    ("dpsgd", "--samples", "2.5"),
+    ("dpsgd", "--delta", "1.5"),
+    ("dpsgd", "--dim", "0"),
+    ("dpsgd", "--sigma", "1", "--epsilon", "2"),
+    ("dpsgd", "--epsilon", "inf"),
+    ("dpsgd", "--path", "sideways"),
+    ("dpsgd", "--option", "novalue"),
+])
+def test_invalid_input_is_one_line_on_stderr_and_exit_2(args):
+    result = audit(*args, "--json")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error")
+
+
+def test_a_failing_mechanism_exits_1(monkeypatch):
+    module = types.ModuleType("crashes")
+    module.ID, module.plan = "crashes", dpsgd.plan
+
+    def privatize_step(*_, **__):
+        raise RuntimeError("boom")
+
+    module.privatize_step = privatize_step
+    monkeypatch.setitem(registry._MECHANISMS, module.ID, module)
+    result = audit("crashes", "--samples", "100", "--json")
+    assert result.exit_code == 1 and "boom" in result.stderr
+
+
+def test_every_registered_mechanism_can_be_audited_quickly():
+    for name in mechanisms.names():
+        result = audit(name, "--samples", "500", "--dim", "64", "--json")
+        assert result.exit_code == 0, (name, result.stderr)
+        record = json.loads(result.stdout)
+        assert record["mechanism"] == name
+        if name == "dpsgd":
+            assert record["claim_status"] == "ok"

@@ -1,0 +1,172 @@
+"""Training the transformer workloads end to end: `run_trial` directly, and `privbench sweep run` on Ray
+for every (text model, text dataset) and (vit-tiny, image dataset) pair with nonprivate and dpsgd.
+
+Default tests use tiny subsets; the full matrix and the utility claim on Rotten Tomatoes are `slow`."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from orchestrator import grid as grid_spec
+from storage.store import Store
+from workers import models
+from workers.trial import run_trial
+
+ROOT = Path(__file__).resolve().parents[2]
+SYN = {"n_train": 400, "n_test": 100, "signal": 0.25}
+
+
+def trial(dataset: str, model: str, mechanism: str, *, train: dict[str, Any] | None = None,
+          model_options: dict[str, Any] | None = None, dataset_options: dict[str, Any] | None = None,
+          **extra: Any) -> dict[str, Any]:
+    config = {"sweep": "t", "trial_key": "k", "dataset": dataset, "model": model, "mechanism": mechanism,
+              "epsilon": None, "sigma": 1.0 if mechanism != "nonprivate" else None, "delta": 1e-5, "seed": 0,
+              "train": {"epochs": 1, "batch_size": 32, "lr": 1e-3, "optimizer": "adamw"} | (train or {}),
+              "model_options": model_options or {}, "dataset_options": dataset_options or {},
+              "resources": {"cpus": 2}} | extra
+    result = run_trial(config)
+    assert result["status"] == "finished", result["traceback"]
+    return result
+
+
+def test_bert_tiny_learns_synthetic_text_and_dpsgd_records_ghost_mode():
+    plain = trial("synthetic-text", "bert-tiny", "nonprivate", train={"epochs": 3}, dataset_options=SYN)
+    assert plain["metrics"]["accuracy"] > 0.75, plain["metrics"]  # chance is 0.5
+    assert plain["privacy"]["grad_sample_mode"] is None
+    private = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN, train={"batch_size": 64})
+    assert private["privacy"]["grad_sample_mode"] == "ghost" and private["privacy"]["epsilon_certified"] > 0
+    assert private["metrics"]["steps_run"] >= 1 and np.isfinite(private["metrics"]["train_loss"])
+    hooks = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN,
+                  train={"batch_size": 64, "grad_sample_mode": "hooks"})
+    assert hooks["privacy"]["grad_sample_mode"] == "hooks"  # the grid overrides the model's default
+
+
+def test_frozen_layers_do_not_move_under_dpsgd():
+    """`trainable: top-1` under DP-SGD: Opacus only privatises (and the optimizer only moves) the top."""
+    from workers import datasets
+
+    splits = datasets.load("synthetic-text", {"n_train": 64, "n_test": 16})
+    torch.manual_seed(0)
+    bundle = models.build("minilm", splits, {"trainable": "top-1"})
+    before = copy.deepcopy(bundle.module.state_dict())
+    from mechanisms import get as mechanism
+    from mechanisms.plan import PrivacySpec
+    from workers.train import TrainConfig, train
+
+    cfg = TrainConfig(epochs=1, batch_size=16, lr=1e-3, optimizer="adamw")
+    dpsgd = mechanism("dpsgd")
+    plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=64, batch_size=16, epochs=1, sigma=1.0))
+    outcome = train(bundle, splits.train, {"test": splits.test}, dpsgd, plan, cfg, device=torch.device("cpu"),
+                    generator=torch.Generator().manual_seed(0))
+    assert outcome.info["grad_sample_mode"] == "ghost"
+    after = bundle.module.state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith(("model.encoder.layer.5.", "head.")) for k in moved), sorted(moved)[:5]
+
+
+def test_vit_tiny_learns_digits():
+    result = trial("digits", "vit-tiny", "nonprivate", train={"epochs": 3, "batch_size": 64})
+    assert result["metrics"]["accuracy"] > 0.6, result["metrics"]  # chance is 0.1
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def sweep(cli, tmp_path: Path, grid: dict[str, Any]) -> list[dict[str, Any]]:
+    path = tmp_path / f"{grid['name']}.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    store = tmp_path / "store"
+    result = cli("sweep", "run", path, "--store", store)
+    records = Store(str(store)).records(grid["name"])
+    failed = [(r["config"]["dataset"], r["config"]["model"], r["config"]["mechanism"], r["error"])
+              for r in records if r["status"] != "finished"]
+    assert result.exit_code == 0 and not failed, (result.output, failed)
+    return records
+
+
+TINY_TRAIN = {"epochs": 1, "batch_size": 16, "lr": 1e-3, "optimizer": "adamw", "max_train_examples": 48}
+
+
+def test_sweep_runs_text_models_nonprivate_and_dpsgd(cli, tmp_path, local_ray):
+    grid = {"name": "text-tiny", "seeds": [0], "sigma": 1.0,
+            "grid": {"dataset": ["synthetic-text"], "model": ["bert-tiny", "gpt2-tiny", "minilm"],
+                     "mechanism": ["nonprivate", "dpsgd"]},
+            "train": TINY_TRAIN, "model_options": {"minilm": {"trainable": "top-1"}},
+            "dataset_options": {"synthetic-text": {"n_train": 64, "n_test": 16}},
+            "resources": {"cpus": 1, "gpus": 0}}
+    records = sweep(cli, tmp_path, grid)
+    assert len(records) == 6
+    dp = [r for r in records if r["config"]["mechanism"] == "dpsgd"]
+    assert {r["privacy"]["grad_sample_mode"] for r in dp} == {"ghost"}
+
+
+def test_example_text_grid_is_valid():
+    spec = grid_spec.load(ROOT / "examples" / "text.yaml")
+    pairs = {(c["dataset"], c["model"], c["mechanism"]) for c in spec.configs}
+    assert {("rotten-tomatoes", m, mech) for m in ("minilm", "bert-tiny") for mech in ("nonprivate", "dpsgd")} <= pairs
+    minilm = next(c for c in spec.configs if c["model"] == "minilm")
+    assert minilm["model_options"]["trainable"] == "top-2"
+    assert all(c["epsilon"] == 8 for c in spec.configs if c["mechanism"] == "dpsgd")
+
+
+# ---- slow: every pair, and the utility claim ---------------------------------------------------
+
+@pytest.fixture
+def local_hf_files(tmp_path: Path) -> dict[str, str]:
+    """A local CSV dataset and a local BERT checkpoint, standing in for hub names."""
+    from workers import datasets
+
+    s = datasets.load("synthetic-text", {"n_train": 80, "n_test": 20, "split_seed": 3})
+    pd.DataFrame({"text": s.train.inputs, "label": s.train.labels}).to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame({"text": s.test.inputs, "label": s.test.labels}).to_csv(tmp_path / "test.csv", index=False)
+    bundle = models.build("bert-tiny", s, {"hidden": 64})
+    bundle.module.model.save_pretrained(tmp_path / "ckpt")
+    bundle.info["tokenizer"].save_pretrained(tmp_path / "ckpt")
+    return {"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv"),
+            "ckpt": str(tmp_path / "ckpt"), "cache": str(tmp_path / "hfcache")}
+
+
+@pytest.mark.slow
+def test_sweep_every_text_and_image_pair(cli, tmp_path, local_ray, local_hf_files):
+    files = local_hf_files
+    hf_model = f"hf:{files['ckpt']}"
+    text = {"name": "text-matrix", "seeds": [0], "sigma": 1.0,
+            "grid": {"dataset": ["rotten-tomatoes", "synthetic-text", "hf:csv"],
+                     "model": ["minilm", "bert-tiny", "gpt2-tiny", hf_model], "mechanism": ["nonprivate", "dpsgd"]},
+            "train": TINY_TRAIN, "model_options": {"minilm": {"trainable": "top-2"}},
+            "dataset_options": {"rotten-tomatoes": {"test_fraction": 0.02, "val_fraction": 0.01},
+                                "synthetic-text": {"n_train": 64, "n_test": 32},
+                                "hf:csv": {"data_files": {"train": files["train"], "test": files["test"]},
+                                           "cache_dir": files["cache"]}},
+            "resources": {"cpus": 1, "gpus": 0}}
+    records = sweep(cli, tmp_path, text)
+    assert len(records) == 3 * 4 * 2
+    image = {"name": "image-matrix", "seeds": [0], "sigma": 1.0,
+             "grid": {"dataset": ["fashion-mnist", "digits", "mnist-5k", "synthetic"], "model": ["vit-tiny"],
+                      "mechanism": ["nonprivate", "dpsgd"]},
+             "train": TINY_TRAIN | {"max_train_examples": 128, "batch_size": 32},
+             "resources": {"cpus": 1, "gpus": 0}}
+    assert len(sweep(cli, tmp_path, image)) == 4 * 2
+
+
+@pytest.mark.slow
+def test_minilm_top2_reaches_075_on_rotten_tomatoes():
+    """The utility claim of docs/readme/workloads.md (about 5-10 minutes on 2 idle cores)."""
+    result = trial("rotten-tomatoes", "minilm", "nonprivate", model_options={"trainable": "top-2"},
+                   train={"epochs": 1, "batch_size": 32, "lr": 1e-4, "max_train_examples": 4000})
+    assert result["metrics"]["accuracy"] >= 0.75, result["metrics"]
