@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable
 
 import dp_accounting
 
-from mechanisms.accountants.reference import ACCOUNTANTS, epsilon_report
+from mechanisms.accountants.reference import ACCOUNTANTS, epsilon_report, poisson_dominating
 from mechanisms.accountants.validation import require_delta, require_positive
 
 EventFamily = Callable[[float], dp_accounting.DpEvent]
@@ -198,6 +198,17 @@ def _epsilon_function(events: EventFamily, delta: float, accountant: str) -> Cal
     return epsilon_of
 
 
+@dataclasses.dataclass(frozen=True)
+class _AsPldSees:
+    """The event family PLD/PRV actually analyse (fixed-size batches -> their Poisson dominating pair),
+    so that the RDP bracket is computed for the same mechanism, and with cheap add/remove RDP."""
+
+    events: Hashable
+
+    def __call__(self, sigma: float) -> dp_accounting.DpEvent:
+        return poisson_dominating(self.events(sigma))
+
+
 @functools.lru_cache(maxsize=1024)
 def calibrate_sigma(
     events: EventFamily | Hashable, epsilon: float, delta: float, accountant: str = "pld",
@@ -215,8 +226,10 @@ def calibrate_sigma(
     guess, slope, level = 1.0, DEFAULT_SLOPE, 0
     if accountant in BRACKETED_BY:
         cheap = BRACKETED_BY[accountant]
-        coarse = calibrate_sigma(events, epsilon, delta, cheap,
-                                 COARSE_REL_TOL if cheap == "rdp" else rel_tol)
+        if cheap == "rdp":
+            coarse = calibrate_sigma(_AsPldSees(events), epsilon, delta, cheap, COARSE_REL_TOL)
+        else:
+            coarse = calibrate_sigma(events, epsilon, delta, cheap, rel_tol)
         guess, slope, level = coarse.sigma, coarse.slope, level_for_slope(coarse.slope)
     return calibrate(_epsilon_function(events, delta, accountant), epsilon, rel_tol=rel_tol,
                      guess=guess, slope=slope, level=level)

@@ -26,7 +26,9 @@ Fallback = Callable[[dp_accounting.DpEvent, float], float]
 # Above this epsilon PRV is not run: failures are reported from eps ~ 7 upwards depending on q and T,
 # and our checks saw inf at eps ~ 800; 50 keeps every setting we verified (agreement with PLD < 0.5%).
 MAX_EPSILON = 50.0
-EPS_ERROR = 0.01  # Opacus' default; delta_error = delta / 1000 likewise
+# PRV's epsilon error is absolute: Opacus' 0.01 is 2% of epsilon 0.5. Use 0.5% of the PLD epsilon instead,
+# between 0.001 and Opacus' 0.01 (cost grows as 1/eps_error); delta_error = delta / 1000 as in Opacus.
+EPS_ERROR_MAX, EPS_ERROR_MIN, EPS_ERROR_REL = 0.01, 1e-3, 5e-3
 
 
 class PrvAccountant(dp_accounting.PrivacyAccountant):
@@ -64,14 +66,14 @@ class PrvAccountant(dp_accounting.PrivacyAccountant):
             self._history.append((float(sigma), float(rate), int(count)))
         return None
 
-    def _prv_epsilon(self, delta: float) -> float:
+    def _prv_epsilon(self, delta: float, eps_error: float = EPS_ERROR_MAX) -> float:
         from opacus.accountants import PRVAccountant as OpacusPRV  # lazy: importing opacus costs seconds
 
         accountant = OpacusPRV()
         accountant.history = list(self._history)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")  # q = 1 takes log(0) inside Opacus' PRV; harmless
-            return float(accountant.get_epsilon(delta, eps_error=EPS_ERROR))
+            return float(accountant.get_epsilon(delta, eps_error=eps_error))
 
     def get_epsilon(self, target_delta: float) -> float:
         if not self._history:
@@ -82,7 +84,8 @@ class PrvAccountant(dp_accounting.PrivacyAccountant):
                          "discretisation is known to fail; PLD value reported")
             return reference
         try:
-            value = self._prv_epsilon(target_delta)
+            eps_error = min(EPS_ERROR_MAX, max(EPS_ERROR_MIN, EPS_ERROR_REL * reference))
+            value = self._prv_epsilon(target_delta, eps_error)
         except (RuntimeError, ValueError, FloatingPointError, OverflowError) as e:
             self.note = f"PRV failed ({e}); PLD value reported"
             return reference

@@ -1,0 +1,177 @@
+"""Sound accountants: published/measured values (research/anchors.md §2.3), PLD vs PRV vs RDP, samplers,
+the PRV guard, and monotonicity (hypothesis)."""
+
+import math
+
+import dp_accounting
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mechanisms.accountants import dpsgd_event, epsilon, epsilon_report
+from mechanisms.accountants import prv as prv_module
+from mechanisms.accountants.events import participations
+from mechanisms.accountants.reference import _pld_epsilon, pld_accountant, rdp_accountant
+
+MNIST = (1.1, 256 / 60000, 14063)
+CIFAR = (3.0, 4096 / 50000, 2500)
+SST2 = (0.8, 1024 / 67349, 198)
+LONG = (0.6, 256 / 50000, 19532)
+
+
+@pytest.mark.parametrize("setting, delta, rdp, pld, prv", [
+    (MNIST, 1e-5, 2.597, 2.391, 2.392), (CIFAR, 1e-5, 7.099, 6.580, 6.589),
+    (SST2, 1 / (2 * 67349), 3.265, 2.636, 2.646),
+])
+def test_anchor_values(setting, delta, rdp, pld, prv):
+    event = dpsgd_event(*setting)
+    assert epsilon(event, delta, "rdp") == pytest.approx(rdp, abs=2e-3)
+    assert epsilon(event, delta, "pld") == pytest.approx(pld, abs=2e-3)
+    report = epsilon_report(event, delta, "prv")
+    assert report.computed_by == "prv" and report.note == ""
+    assert report.epsilon == pytest.approx(prv, abs=3e-3)
+
+
+@pytest.mark.slow
+def test_anchor_long_run():
+    event = dpsgd_event(*LONG)
+    assert epsilon(event, 1e-5, "rdp") == pytest.approx(17.31, abs=1e-2)
+    assert epsilon(event, 1e-5, "pld") == pytest.approx(15.72, abs=1e-2)
+    assert epsilon(event, 1e-5, "prv") == pytest.approx(15.73, abs=1e-2)
+
+
+def test_design_example_and_gdp_paper_pld_values():
+    """DESIGN.md's MNIST example and seed 003 §7.3 PLD column."""
+    assert epsilon(dpsgd_event(*MNIST), 1e-5) == pytest.approx(2.39, abs=5e-3)
+    for sigma, epochs, pld in [(1.3, 20, 1.007), (1.06, 20, 1.408), (0.7, 70, 7.095), (0.638, 70, 9.477)]:
+        steps = round(epochs * 60000 / 256)
+        assert epsilon(dpsgd_event(sigma, 256 / 60000, steps), 1e-5) == pytest.approx(pld, abs=1.5e-2)
+
+
+@settings(max_examples=12, deadline=None)
+@given(sigma=st.floats(0.7, 5), q=st.floats(1e-3, 0.3), T=st.integers(1, 600), log_delta=st.floats(-12, -3))
+def test_rdp_never_below_pld(sigma, q, T, log_delta):
+    event = dpsgd_event(sigma, q, T)
+    delta = math.exp(log_delta)
+    assert epsilon(event, delta, "rdp") >= epsilon(event, delta, "pld")
+
+
+@pytest.mark.parametrize("setting", [MNIST, CIFAR, SST2, (0.9, 0.01, 1000), (2.0, 0.0625, 10), (1.5, 0.5, 20)])
+def test_pld_and_prv_agree_within_two_percent(setting):
+    event = dpsgd_event(*setting)
+    pld, report = epsilon(event, 1e-5, "pld"), epsilon_report(event, 1e-5, "prv")
+    assert report.epsilon == pytest.approx(pld, rel=0.02)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None)
+@given(sigma=st.floats(0.8, 4), q=st.floats(1e-3, 0.1), T=st.integers(10, 1500))
+def test_pld_and_prv_agree_within_two_percent_random(sigma, q, T):
+    event = dpsgd_event(sigma, q, T)
+    report = epsilon_report(event, 1e-5, "prv")
+    if report.computed_by == "prv":
+        assert report.epsilon == pytest.approx(epsilon(event, 1e-5, "pld"), rel=0.02)
+
+
+def test_prv_guard_falls_back_beyond_its_range():
+    event = dpsgd_event(*CIFAR)
+    pld = epsilon(event, 1e-5, "pld")
+    guarded = prv_module.PrvAccountant(fallback=_pld_epsilon, max_epsilon=pld / 2).compose(event)
+    assert guarded.get_epsilon(1e-5) == pld and "PRV not run" in guarded.note
+    assert prv_module.MAX_EPSILON == 50.0
+
+
+@pytest.mark.slow
+def test_prv_guard_falls_back_at_large_epsilon():
+    report = epsilon_report(dpsgd_event(0.25, 0.1, 1000), 1e-5, "prv")
+    assert report.computed_by == "pld" and "PRV not run" in report.note
+    assert report.epsilon == pytest.approx(epsilon(dpsgd_event(0.25, 0.1, 1000), 1e-5, "pld"))
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("Discrete mean differs"), math.inf, math.nan])
+def test_prv_guard_falls_back_when_prv_breaks(monkeypatch, failure):
+    def broken(self, delta, eps_error=0.01):
+        if isinstance(failure, Exception):
+            raise failure
+        return failure
+
+    monkeypatch.setattr(prv_module.PrvAccountant, "_prv_epsilon", broken)
+    event = dpsgd_event(*CIFAR)
+    report = epsilon_report(event, 1e-5, "prv")
+    assert report.computed_by == "pld" and "PLD value reported" in report.note
+    assert report.epsilon == epsilon(event, 1e-5, "pld")
+
+
+def test_unsupported_nonprivate_and_bad_input():
+    assert epsilon(dp_accounting.NonPrivateDpEvent(), 1e-5) == math.inf
+    assert epsilon(dp_accounting.UnsupportedDpEvent(), 1e-5) is None
+    laplace = dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.LaplaceDpEvent(1.0))
+    assert epsilon(laplace, 1e-5, "prv") is None  # PRV adapter says unsupported, never guesses
+    assert epsilon(laplace, 1e-5, "pld") is not None
+    for delta in (0, 1, -1e-5, 2):
+        with pytest.raises(ValueError, match="delta"):
+            epsilon(dpsgd_event(*MNIST), delta)
+    with pytest.raises(ValueError, match="unknown accountant"):
+        epsilon(dpsgd_event(*MNIST), 1e-5, "gdp")
+
+
+@pytest.mark.parametrize("kwargs", [dict(sigma=0), dict(sigma=-1), dict(sample_rate=0), dict(sample_rate=1.5),
+                                    dict(steps=0), dict(sampler="cyclic"), dict(sampler="fixed")])
+def test_event_bad_input(kwargs):
+    args = dict(sigma=1.0, sample_rate=0.1, steps=10) | kwargs
+    with pytest.raises(ValueError):
+        dpsgd_event(args.pop("sigma"), args.pop("sample_rate"), args.pop("steps"), **args)
+
+
+def test_fixed_size_batches_replace_one():
+    """Replace-one moves the clipped sum by 2C: sigma/2 against the replace-one sensitivity; PLD uses the
+    Poisson dominating pair at rate b/n, RDP the without-replacement analysis."""
+    sigma, q, T, n = 1.1, 256 / 60000, 500, 60000
+    fixed = dpsgd_event(sigma, q, T, sampler="fixed", dataset_size=n)
+    half = dp_accounting.GaussianDpEvent(sigma / 2)
+    pld_expected = pld_accountant().compose(
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(256 / n, half), T)).get_epsilon(1e-5)
+    rdp_expected = rdp_accountant(dp_accounting.NeighboringRelation.REPLACE_ONE).compose(
+        dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(n, 256, half), T)
+    ).get_epsilon(1e-5)
+    report = epsilon_report(fixed, 1e-5, "pld")
+    assert report.epsilon == pytest.approx(pld_expected) and "fixed-size" in report.note
+    assert epsilon(fixed, 1e-5, "rdp") == pytest.approx(rdp_expected)
+    poisson = epsilon(dpsgd_event(sigma, q, T), 1e-5)
+    assert report.epsilon > poisson  # replace-one is the stronger relation: never reported below Poisson
+    assert epsilon(fixed, 1e-5, "rdp") >= report.epsilon
+
+
+def test_shuffling_gets_no_amplification():
+    sigma, q, T, n = 1.1, 256 / 60000, 2000, 60000
+    shuffle = dpsgd_event(sigma, q, T, sampler="shuffle", dataset_size=n)
+    k = participations(q, T, n)
+    assert k == math.ceil(T / (n // 256))
+    exact = dp_accounting.gaussian_mechanism.get_epsilon_gaussian(sigma / 2 / math.sqrt(k), 1e-5)
+    assert epsilon(shuffle, 1e-5) == pytest.approx(exact, rel=1e-6)
+    assert epsilon(shuffle, 1e-5) > epsilon(dpsgd_event(sigma, q, T, sampler="fixed", dataset_size=n), 1e-5)
+
+
+def test_pure_gaussian_composition_is_exact_and_fast():
+    event = dpsgd_event(0.7, 1.0, 1000)  # full batch: PLD would take ~10 s here
+    report = epsilon_report(event, 1e-5, "pld")
+    assert report.computed_by == "exact"
+    assert report.epsilon == pytest.approx(
+        dp_accounting.gaussian_mechanism.get_epsilon_gaussian(0.7 / math.sqrt(1000), 1e-5), rel=1e-9)
+    small = dpsgd_event(2.0, 1.0, 10)
+    assert epsilon(small, 1e-5) == pytest.approx(
+        pld_accountant().compose(small).get_epsilon(1e-5), rel=2e-3)
+
+
+@settings(max_examples=6, deadline=None)
+@given(s1=st.floats(0.8, 4), s2=st.floats(0.8, 4), q=st.floats(1e-3, 0.2), T=st.integers(1, 400),
+       d1=st.floats(-12, -3), d2=st.floats(-12, -3), accountant=st.sampled_from(["pld", "rdp"]))
+def test_monotone_in_sigma_q_steps_delta(s1, s2, q, T, d1, d2, accountant):
+    lo, hi = sorted((s1, s2))
+    small, large = sorted((math.exp(d1), math.exp(d2)))
+    base = epsilon(dpsgd_event(lo, q, T), small, accountant)
+    tol = 2e-3 if accountant == "pld" else 1e-9  # PLD's pessimistic discretisation of 1e-3
+    assert epsilon(dpsgd_event(hi, q, T), small, accountant) <= base + tol
+    assert epsilon(dpsgd_event(lo, q / 2, T), small, accountant) <= base + tol
+    assert base <= epsilon(dpsgd_event(lo, q, T + 50), small, accountant) + tol
+    assert epsilon(dpsgd_event(lo, q, T), large, accountant) <= base + tol
