@@ -28,12 +28,15 @@ import multiprocessing
 import statistics
 import sys
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+warnings.filterwarnings("ignore", category=UserWarning)  # Opacus' hook notices, once per step
 
 MECHANISMS = ("nonprivate", "dp-forward", "dp-forward-frozen", "dpsgd")
 WARMUP = 3

@@ -42,6 +42,9 @@ class LeaderboardRow:
     n_failed: int
     batch_size: int | None = None
     pareto: bool = False  # no other row has certified epsilon <= and utility >= (one strictly)
+    mu_claimed: float | None = None  # one-step GDP view of the claim (mechanism-level audit)
+    mu_audited: float | None = None  # one-step GDP lower bound measured by the audit
+    epsilon_audited_step: float | None = None  # one un-subsampled step; not comparable to run epsilons
 
 
 def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
@@ -56,6 +59,8 @@ def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
         "sigma": privacy.get("sigma"), "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
         "step_time_s": metrics.get("step_time_s"), "peak_memory_mb": metrics.get("peak_memory_mb"),
         "examples_per_s": metrics.get("examples_per_s"), "wall_s": metrics.get("wall_s"),
+        "mu_claimed": privacy.get("mu_claimed"), "mu_audited": privacy.get("mu_audited"),
+        "epsilon_audited_step": privacy.get("epsilon_audited_step"),
     }
 
 
@@ -118,6 +123,8 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             examples_per_s=_mean(fin.examples_per_s), wall_s=_mean(fin.wall_s),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
+            mu_claimed=_mean(fin.mu_claimed), mu_audited=_max(fin.mu_audited),
+            epsilon_audited_step=_max(fin.epsilon_audited_step),
         ))
     return rank(out, view)
 

@@ -12,9 +12,16 @@ from typing import Any
 import numpy as np
 
 from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
+from mechanisms.auditing import tradeoff
 from mechanisms.plan import PrivacyPlan, PrivacySpec
 
 ID = "dpsgd"
+AUDIT_COORDINATEWISE = True  # Gaussian noise, independent per coordinate
+
+
+def claimed_step_tradeoff(sigma: float, **_: Any) -> tradeoff.TradeOff:
+    """One un-subsampled step is the Gaussian mechanism: exactly G_{1/sigma}."""
+    return tradeoff.Gaussian(mu=1.0 / sigma)
 
 
 def events_for(spec: PrivacySpec) -> DpsgdEvents:

@@ -13,9 +13,16 @@ import numpy as np
 
 from mechanisms import dpsgd
 from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon, gdp
+from mechanisms.auditing import tradeoff
 from mechanisms.plan import PrivacyPlan, PrivacySpec
 
 ID = "dpsgd-gdp"
+AUDIT_COORDINATEWISE = True  # DP-SGD's noise
+
+
+def claimed_step_tradeoff(sigma: float, **_: Any) -> tradeoff.TradeOff:
+    """The CLT formula at q = 1, T = 1: mu = sqrt(e^{1/sigma^2} - 1) (> 1/sigma: conservative for one step)."""
+    return tradeoff.Gaussian(mu=gdp.mu_poisson(sigma, 1.0, 1))
 
 
 def _gdp_sampler(sampler: str) -> str:

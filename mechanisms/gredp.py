@@ -30,9 +30,15 @@ import torch
 
 from mechanisms import dpsgd
 from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
+from mechanisms.auditing import tradeoff
 from mechanisms.plan import PrivacyPlan, PrivacySpec
 
 ID = "gredp"
+
+
+def claimed_step_tradeoff(sigma: float, **_: Any) -> tradeoff.TradeOff:
+    """The paper's claim: sigma is DP-SGD's sigma, so one step is G_{1/sigma} (Theorems 1 and 3)."""
+    return tradeoff.Gaussian(mu=1.0 / sigma)
 NOISE_PARTS = {"complex": (1 / math.sqrt(2), 1 / math.sqrt(2)), "real": (1.0, 0.0), "complex-full": (1.0, 1.0)}
 FFTS = ("unitary", "unnormalised")
 CLIPPINGS = ("flat", "per-layer")

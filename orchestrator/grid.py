@@ -19,6 +19,7 @@ import yaml
 import mechanisms
 from mechanisms.registry import UnknownName
 from workers import datasets, models
+from workers.audit import AuditConfig
 from workers.train import TrainConfig
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
@@ -167,8 +168,10 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
         if not isinstance(v, dict) or not all(isinstance(x, dict) for x in v.values()):
             problems.append(f"{k}: must map a name to a mapping of options")
     audit = raw.get("audit") or {}
-    if not isinstance(audit, dict):
-        problems.append("audit: must be a mapping")
+    try:
+        AuditConfig(**audit)
+    except (TypeError, ValueError) as e:
+        problems.append(f"audit: {e}")
     for d, m in itertools.product(axes["dataset"], axes["model"]):
         try:
             kind = datasets.get_loader(str(d))[0].kind

@@ -71,7 +71,7 @@ def run(
 
     st = Store(location, create=True)  # schema and experiment exist before any trial starts
     st.open_sweep(spec.name, spec.text, spec.trials)
-    todo = st.pending(spec.name)
+    todo = sorted(st.pending(spec.name), key=lambda c: c["mechanism"] == "nonprivate")  # long trials first
     finished_before = len(spec.trials) - len(todo)
     for cfg in todo:
         cfg["resources"] = cfg["resources"] | {"gpus": cluster.gpus_for(cfg["resources"]["gpus"],

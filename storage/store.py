@@ -119,7 +119,8 @@ class Store:
                    ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by")}
         metrics = dict(record.get("metrics") or {})
         metrics |= {k: privacy.get(k) for k in
-                    ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "mu_audited", "mu_claimed")}
+                    ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited",
+                     "mu_claimed")}
         env = record.get("environment") or {}
         tags = {"status": record["status"], "mechanism": config["mechanism"], "device": env.get("device"),
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),

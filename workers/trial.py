@@ -22,6 +22,7 @@ import mechanisms
 from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacySpec
 from workers import datasets, models
+from workers.audit import AuditConfig, OneRun, step_audit
 from workers.result import TrialResult
 from workers.train import Progress, TrainConfig, train
 
@@ -90,15 +91,24 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         trainable = [p for p in bundle.module.parameters() if p.requires_grad]
         plan = mechanism.plan(privacy_spec(config, cfg, len(train_split), trainable))
         calibration_s = time.perf_counter() - t0
+        audit_cfg = AuditConfig(**config.get("audit", {}))
+        private = plan.sigma is not None or plan.epsilon_claimed is not None
+        one_run = OneRun(audit_cfg, plan.sample_rate, int(config["seed"])) if audit_cfg.one_run and private else None
         outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
                         device=device, generator=generator, on_progress=on_progress,
-                        mechanism_options=dict(config.get("mechanism_options", {})))
-        privacy = plan.as_record() | {
+                        mechanism_options=dict(config.get("mechanism_options", {})),
+                        attach=one_run.attach if one_run else None)
+        audits: dict[str, Any] = {"epsilon_audited": None}
+        if one_run is not None:
+            audits |= one_run.fields(plan.delta)
+        if audit_cfg.step and private:
+            audits |= step_audit(mechanism, plan, cfg.clip, audit_cfg, dict(config.get("mechanism_options", {})),
+                                 int(config["seed"]), cpus)
+        privacy = plan.as_record() | audits | {
             "epsilon_target": config.get("epsilon"),
-            "epsilon_audited": None,
-            "grad_sample_mode": outcome.info.get("grad_sample_mode") if config["mechanism"] != "nonprivate" else None,
-            "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, None,
-                                         private=config["mechanism"] != "nonprivate"),
+            "grad_sample_mode": outcome.info.get("grad_sample_mode") if private else None,
+            "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
+                                         audit_violated=bool(audits.get("audit_step_violated")), private=private),
         }
         metrics = outcome.metrics | {"wall_s": time.time() - started, "calibration_s": calibration_s,
                                      "n_train": float(len(train_split))}

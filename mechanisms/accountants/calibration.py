@@ -185,9 +185,12 @@ def calibrate(epsilon_of: Callable[[float], float | None], target: float, *, rel
     g_lo, g_hi = s.gap(lo), s.gap(hi)
     if math.isfinite(g_lo) and math.isfinite(g_hi) and g_lo != g_hi:
         local_slope = (g_hi - g_lo) / (s.log_sigma(hi) - s.log_sigma(lo))
-    note = "" if s.eps(hi) >= target * (1 - rel_tol) else (
-        f"achieved epsilon {s.eps(hi):.6g} is more than rel_tol below the target: the accountant's "
-        "resolution is coarser than the requested tolerance")
+    note = ""
+    if s.eps(hi) == 0:
+        note = "epsilon is 0 from this sigma on: delta covers the whole privacy-loss tail"
+    elif s.eps(hi) < target * (1 - rel_tol):
+        note = (f"achieved epsilon {s.eps(hi):.6g} is more than rel_tol below the target: the accountant's "
+                "resolution is coarser than the requested tolerance")
     return Calibration(sigma=math.exp(s.log_sigma(hi)), epsilon=s.eps(hi), evaluations=len(s.memo),
                        slope=local_slope, note=note)
 

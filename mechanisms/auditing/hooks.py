@@ -18,8 +18,7 @@ Adding a mechanism to the audit is one to three module-level names next to `priv
 
 Without `claimed_step_tradeoff` the claim is rebuilt from the mechanism's own `plan(...)` for one
 step: the envelope of f_{eps(delta_i), delta_i} over a grid of deltas, a sound inner approximation
-of its privacy profile. `dpsgd` and `nonprivate` predate these hooks; their values live in
-`_PREDATING` below until their modules carry them (then the module wins).
+of its privacy profile.
 """
 
 from __future__ import annotations
@@ -41,25 +40,8 @@ from mechanisms.plan import PrivacyPlan, PrivacySpec
 PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
 
 
-def _dpsgd_claim(sigma: float, **_: Any) -> tradeoff.TradeOff:
-    """One step of DP-SGD without subsampling: the Gaussian mechanism, exactly G_{1/sigma}."""
-    return tradeoff.Gaussian(mu=1.0 / sigma)
-
-
-def _no_claim(sigma: float, **_: Any) -> None:
-    return None
-
-
-_PREDATING: dict[str, dict[str, Any]] = {
-    "dpsgd": {"claimed_step_tradeoff": _dpsgd_claim, "AUDIT_COORDINATEWISE": True},
-    "nonprivate": {"claimed_step_tradeoff": _no_claim, "AUDIT_COORDINATEWISE": True},
-}
-
-
 def _hook(module: ModuleType, name: str) -> Any:
-    if hasattr(module, name):
-        return getattr(module, name)
-    return _PREDATING.get(getattr(module, "ID", ""), {}).get(name)
+    return getattr(module, name, None)
 
 
 def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None, clip: float = 1.0,
