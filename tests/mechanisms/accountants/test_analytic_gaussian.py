@@ -3,6 +3,7 @@ exact privacy-loss curve (research/seed_002_dpforward.md §2.4-2.6)."""
 
 import math
 
+import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting import gaussian_mechanism
@@ -12,8 +13,6 @@ from hypothesis import strategies as st
 
 from mechanisms.accountants import analytic_gaussian as ag
 from mechanisms.accountants.reference import pld_accountant
-
-import dp_accounting
 
 # epsilon -> (delta0, B, sigma at S = 1), delta = 1e-5 (digest §2.5 table)
 DIGEST_1E5 = {
@@ -139,7 +138,7 @@ def test_amgm_theorem6_general_covariances_is_tight():
         scale = ag.amgm_scale(row, col, eps, delta, sens)
         row_inv, col_inv = np.linalg.inv(scale**2 * row), np.linalg.inv(col)
 
-        def ratio(diff):  # ||U^-1 Delta V^-T||_F for Sigma = U U^T, Psi = V V^T
+        def ratio(diff, row_inv=row_inv, col_inv=col_inv):  # ||U^-1 Delta V^-T||_F, Sigma = UU^T, Psi = VV^T
             return math.sqrt(np.trace(col_inv @ diff.T @ row_inv @ diff))
 
         u, v = np.linalg.eigh(row)[1][:, 0], np.linalg.eigh(col)[1][:, 0]

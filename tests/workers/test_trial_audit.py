@@ -1,0 +1,48 @@
+"""A trial runs its audits: the reference is never violated, GReDP's per-step claim is refuted."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.trial import run_trial
+
+
+def trial(mechanism: str, **over) -> dict:
+    cfg = dict(sweep="t", trial_key="k", dataset="digits", model="mlp", mechanism=mechanism, epsilon=2.0,
+               delta=1e-5, seed=0, train=dict(epochs=2, batch_size=64, lr=0.5),
+               audit={"mode": "both", "canaries": 300, "samples": 20000, "dim": 200}) | over
+    record = run_trial(cfg)
+    assert record["status"] == "finished", record["traceback"]
+    return record["privacy"]
+
+
+def test_dpsgd_trial_is_audited_and_ok():
+    p = trial("dpsgd")
+    assert p["claim_status"] == "ok" and p["audit_step_violated"] is False
+    assert 0 <= p["epsilon_audited"] <= p["epsilon_certified"]
+    assert p["mu_audited"] < p["mu_claimed"]
+
+
+def test_gredp_trial_is_violated_by_the_step_audit():
+    p = trial("gredp")
+    assert p["audit_step_violated"] is True and p["claim_status"] == "violated"
+    assert p["epsilon_certified"] > p["epsilon_claimed"]
+
+
+def test_nonprivate_and_audit_off_record_no_audit():
+    assert trial("nonprivate", epsilon=None)["epsilon_audited"] is None
+    p = trial("dpsgd", audit={"mode": "off"})
+    assert p["epsilon_audited"] is None and "mu_audited" not in p and p["claim_status"] == "ok"
+
+
+def test_bad_audit_mode_fails_the_trial_with_a_reason():
+    record = run_trial(dict(sweep="t", trial_key="k", dataset="digits", model="mlp", mechanism="dpsgd",
+                            epsilon=2.0, delta=1e-5, seed=0, train=dict(epochs=1), audit={"mode": "sometimes"}))
+    assert record["status"] == "failed" and "audit mode" in record["error"]
+
+
+@pytest.mark.parametrize("mode", ["step", "one-run"])
+def test_single_modes(mode):
+    p = trial("dpsgd", audit={"mode": mode, "canaries": 300, "dim": 200})
+    assert (p["epsilon_audited"] is not None) == (mode == "one-run")
+    assert ("mu_audited" in p) == (mode == "step")
