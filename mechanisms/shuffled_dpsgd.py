@@ -9,8 +9,9 @@ DP-SGD plus two parts, composed onto `dpsgd.make_private` rather than copied:
 
 Claimed epsilon: the paper's Fenton-Wilkinson condition (Thm 6) per step, advanced composition and
 amplification by subsampling across steps (`accountants/fenton_wilkinson.py`), with d = the model's
-trainable parameter count (option `num_params`). When that sigma is not below the same pipeline's
-unshuffled sigma_0, Alg. 1 falls back to plain DP-SGD at sigma_0 (no batch clip, no permutation).
+trainable parameter count (`spec.model_dim`, which the worker fills, or option `num_params`). When that
+sigma is not below the same pipeline's unshuffled sigma_0, Alg. 1 falls back to plain DP-SGD at sigma_0
+(no batch clip, no permutation).
 
 Certified epsilon: a permutation drawn independently of the data is post-processing of the noisy
 update, so it proves nothing; the reference accountant composes plain subsampled Gaussian steps.
@@ -44,6 +45,7 @@ from mechanisms.plan import PrivacyPlan, PrivacySpec
 ID = "shuffled-dpsgd"
 CLAIMED_BY = "fenton-wilkinson (Thm 6 + advanced composition + subsampling)"
 DEFAULT_BATCH_CLIP_RATIO = 16.0  # not reported by the paper; fits its Fig. 3 for ViT/GPT-2 (digest 3.6)
+AUDIT_DIM = 1000  # = `privbench audit --dim` and the trial audit's default dimension
 CLAIM_DELTAS = (0.5, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
 
 
@@ -51,8 +53,9 @@ CLAIM_DELTAS = (0.5, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k 
 class Options:
     """The grid's `mechanism_options[shuffled-dpsgd]`, validated once (unknown keys are errors).
 
-    num_params: d of Thm 6, the number of trainable parameters (the paper's choice; required, since
-        a plan never sees the model; `make_private` checks it against the model it wraps).
+    num_params: d of Thm 6, the number of trainable parameters (the paper's choice). Only needed when
+        the spec has no `model_dim` (a standalone plan, or a one-step audit of a vector of that many
+        coordinates; default AUDIT_DIM); `make_private` checks it against the model it wraps.
     batch_clip_ratio: c'/c of the batch clip (the paper never reports c').
     delta_split: share of delta given to advanced composition's slack (the paper does not say).
     shuffle: False runs Alg. 1's unshuffled branch: plain DP-SGD claimed at d = 1.
@@ -99,14 +102,24 @@ class Options:
             options["num_params"] = int(options["num_params"])
         return cls(**options)
 
-    def claim_dim(self) -> int:
-        """d in Thm 6: the trainable parameter count when shuffling, 1 (the Gaussian) otherwise."""
+    def claim_dim(self, model_dim: int | None = None) -> tuple[int, str]:
+        """(d in Thm 6, where it came from): 1 without shuffling (the Gaussian), else the model's size.
+
+        Precedence: the spec's `model_dim` (counted from the model by the worker), option `num_params`
+        (which must agree with it when both are given), else AUDIT_DIM, the auditor's default dimension:
+        a one-step audit releases an AUDIT_DIM-coordinate vector, and Thm 6 at that d is the paper's
+        claim for it. `make_private` refuses a d that differs from the model's trainable parameters.
+        """
         if not self.shuffle:
-            return 1
-        if self.num_params is None:
-            raise ValueError(f"{ID} needs option num_params (d in Thm 6: the model's trainable parameter "
-                             "count), e.g. mechanism_options: {shuffled-dpsgd: {num_params: 4400000}}")
-        return self.num_params
+            return 1, "no shuffle"
+        if model_dim is not None:
+            if self.num_params is not None and self.num_params != model_dim:
+                raise ValueError(f"option num_params={self.num_params} contradicts the model's {model_dim} "
+                                 "trainable parameters; drop the option")
+            return int(model_dim), "model_dim"
+        if self.num_params is not None:
+            return self.num_params, "num_params"
+        return AUDIT_DIM, "audit default"
 
 
 def sensitivity(batch_clip_ratio: float | None) -> float:
@@ -120,16 +133,17 @@ def certified_events(spec: PrivacySpec, batch_clip_ratio: float | None) -> Dpsgd
                        sigma_scale=1.0 / sensitivity(batch_clip_ratio))
 
 
-def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, shuffled: bool) -> float:
-    return fw.epsilon(sigma, spec.sample_rate, spec.steps, spec.delta, opts.claim_dim() if shuffled else 1,
+def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -> float:
+    return fw.epsilon(sigma, spec.sample_rate, spec.steps, spec.delta, dim,
                       batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
 
 
 def plan(spec: PrivacySpec) -> PrivacyPlan:
     """Sigma (explicit, or for the target under `claimed` / `certified`), and the two epsilons."""
     opts = Options.parse(spec.options)
-    dim = opts.claim_dim()
-    extra: dict[str, Any] = {"num_params": opts.num_params, "delta_split": opts.delta_split}
+    dim, source = opts.claim_dim(spec.model_dim)
+    extra: dict[str, Any] = {"num_params": dim if dim > 1 else opts.num_params, "num_params_source": source,
+                             "delta_split": opts.delta_split}
     if spec.sigma is not None:
         sigma, shuffled = spec.sigma, opts.shuffle
     elif spec.calibration == "claimed":
@@ -143,7 +157,7 @@ def plan(spec: PrivacySpec) -> PrivacyPlan:
         shuffled = opts.shuffle
     ratio = opts.batch_clip_ratio if shuffled else None  # the fallback branch does not batch-clip
     events = certified_events(spec, ratio)
-    claimed = _claimed_epsilon(sigma, spec, opts, shuffled)
+    claimed = _claimed_epsilon(sigma, spec, opts, dim if shuffled else 1)
     certified = epsilon(events(sigma), spec.delta, spec.accountant)
     extra |= {"shuffled": shuffled, "batch_clip_ratio": ratio, "sensitivity": sensitivity(ratio),
               "claim_dim": dim if shuffled else 1}
@@ -227,10 +241,11 @@ def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, 
     if "batch_clip_ratio" in mine and extra.get("shuffled") and opts.batch_clip_ratio != extra["batch_clip_ratio"]:
         raise ValueError(f"batch_clip_ratio {opts.batch_clip_ratio} differs from the plan's "
                          f"{extra['batch_clip_ratio']}")
-    claimed_d = extra.get("num_params")
-    if extra.get("claim_dim", 1) > 1 and claimed_d != trainable_params(model):
-        raise ValueError(f"the plan claims epsilon for num_params={claimed_d}, but the model trains "
-                         f"{trainable_params(model)} parameters: set mechanism option num_params to that")
+    claimed_d = extra.get("claim_dim", 1)
+    if claimed_d > 1 and claimed_d != trainable_params(model):
+        raise ValueError(f"the plan claims epsilon for num_params={claimed_d} ({extra.get('num_params_source')}), "
+                         f"but the model trains {trainable_params(model)} parameters: plan with "
+                         "PrivacySpec(model_dim=...) or option num_params")
     common = dict(criterion=criterion, clip=clip, grad_sample_mode=grad_sample_mode,
                   noise_generator=noise_generator, **passthrough)
     if not extra.get("shuffled", False):  # Alg. 1 fallback (or shuffle: false): plain DP-SGD
@@ -277,12 +292,13 @@ def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.G
 def claimed_step_tradeoff(sigma: float, **options: Any) -> Any:
     """The paper's per-step claim: f_{eps(delta), delta} from Thm 6 at each delta, as one envelope.
 
-    d is option `num_params` (for an audit of a d-dimensional step pass num_params = --dim).
+    d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
+    audited d-coordinate vector. Auditing another dimension, pass num_params = that dimension.
     """
     from mechanisms.auditing import tradeoff
 
     opts = Options.parse(options)
-    dim = opts.claim_dim()
+    dim, _ = opts.claim_dim()
     curves = []
     for delta in CLAIM_DELTAS:
         eps = fw.per_step_epsilon(sigma, delta, dim, opts.batch_clip_ratio)
