@@ -241,11 +241,12 @@ def plan(spec: PrivacySpec) -> PrivacyPlan:
     gap = certification_gap(options)
     certified = None if gap is not None else certified_epsilon(sigma, spec.epochs, spec.delta, options)
     event = dp_accounting.UnsupportedDpEvent() if gap is not None else certified_event(sigma, spec.epochs, options)
-    q_note = (f"central claim: Poisson q = 1/{spec.dataset_size}, T = {spec.epochs * spec.dataset_size} "
-              f"at sensitivity {options.sensitivity} ({spec.accountant}) + shuffled RR labels")
-    notes = (f"claimed = paper's {options.accounting} accounting ({q_note if options.accounting == 'central' else 'SeqLDP'}); "
-             + (f"uncertified: {gap}" if gap else "certified = local PLD of k Gaussian releases at sensitivity 2C "
-                "+ RR labels (replace-one); no shuffling amplification is certified"))
+    claim = (f"Poisson q = 1/{spec.dataset_size}, T = {spec.epochs * spec.dataset_size} at sensitivity "
+             f"{options.sensitivity} ({spec.accountant}) + shuffled RR labels"
+             if options.accounting == "central" else f"SeqLDP at sensitivity {options.sensitivity}")
+    verdict = (f"uncertified: {gap}" if gap else "certified = local PLD of k Gaussian releases at sensitivity 2C "
+               "+ RR labels (replace-one); no shuffling amplification is certified")
+    notes = f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}"
     return PrivacyPlan(
         mechanism=ID, sigma=float(sigma), sample_rate=spec.sample_rate, steps=spec.steps, delta=spec.delta,
         sampler="shuffle", accountant=spec.accountant,

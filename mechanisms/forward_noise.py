@@ -3,15 +3,16 @@ BERT-style model's hidden states by forward hooks at one position (seed 002, sec
 
 Positions (the paper's Table 5 / Figure 3, and the released code's `noise_position`):
 
-| position                 | tensor noised                                                 | shape |
-|--------------------------|---------------------------------------------------------------|-------|
-| `embedding`              | output of the embeddings (LayerNorm(token+position+type), after dropout) | n x d |
-| `encoder-<k>-mha`        | attention output projection after dropout, BEFORE the residual; the Add&Norm then runs without the residual | n x d |
-| `encoder-<k>-add-norm-1` | LayerNorm(attention + input): output of the first Add&Norm    | n x d |
-| `encoder-<k>-ffn`        | second FFN dense output, BEFORE dropout and residual; Add&Norm then runs without the residual | n x d |
-| `encoder-<k>-add-norm-2` | output of encoder layer k (= `encoder-<k>`, the paper's "Encoder k") | n x d |
-| `last-encoder[-<sub>]`   | the same for the last layer                                   | n x d |
-| `pooled` (alias `output`)| the vector fed to the task head: BertPooler's tanh(W h_CLS) or a mean-pooling head's input | 1 x d |
+| position                 | tensor noised (shape n x d, or 1 x d for `pooled`)                            |
+|--------------------------|--------------------------------------------------------------------------------|
+| `embedding`              | embeddings output: LayerNorm(token + position + type), after dropout          |
+| `encoder-<k>-mha`        | attention output projection after dropout, BEFORE the residual; the Add&Norm  |
+|                          | then runs without the residual                                                 |
+| `encoder-<k>-add-norm-1` | LayerNorm(attention + input): output of the first Add&Norm                    |
+| `encoder-<k>-ffn`        | second FFN dense output, BEFORE dropout and residual; Add&Norm without residual |
+| `encoder-<k>-add-norm-2` | output of encoder layer k (= `encoder-<k>`, the paper's "Encoder k")          |
+| `last-encoder[-<sub>]`   | the same for the last layer                                                    |
+| `pooled` (alias `output`)| the task head's input: BertPooler's tanh(W h_CLS), or a mean-pooling head's   |
 
 k is 1-based, as in the paper's tables (the released code's `--noise_layer` is 0-based). At `mha` and
 `ffn` the residual must be dropped: otherwise the post-noise layers re-read the clean input X.

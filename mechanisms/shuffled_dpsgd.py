@@ -37,6 +37,8 @@ import torch
 from mechanisms import dpsgd
 from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
 from mechanisms.accountants import fenton_wilkinson as fw
+from mechanisms.auditing import tradeoff
+from mechanisms.auditing.cases import AuditCase
 from mechanisms.permutation import BlockLayout, CanonicalFrame, permute_
 from mechanisms.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
 from mechanisms.permutation_hf import find_blocks
@@ -289,14 +291,12 @@ def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.G
     return permute_rows(released, rng, opts.flat_permutation, FlatBlock(*opts.flat_block))
 
 
-def claimed_step_tradeoff(sigma: float, **options: Any) -> Any:
+def claimed_step_tradeoff(sigma: float, **options: Any) -> tradeoff.TradeOff | None:
     """The paper's per-step claim: f_{eps(delta), delta} from Thm 6 at each delta, as one envelope.
 
     d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
     audited d-coordinate vector. Auditing another dimension, pass num_params = that dimension.
     """
-    from mechanisms.auditing import tradeoff
-
     opts = Options.parse(options)
     dim, _ = opts.claim_dim()
     curves = []
@@ -307,14 +307,12 @@ def claimed_step_tradeoff(sigma: float, **options: Any) -> Any:
     return tradeoff.Envelope(tuple(curves)) if curves else None
 
 
-def audit_cases(dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[Any]:
+def audit_cases(dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[AuditCase]:
     """Lemma 2's worst case, attacked with the permutation-invariant max statistic (digest 4.3).
 
     u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
     with clipped gradient c u); both lie inside the batch-clip ball, so the clip keeps their gap c.
     """
-    from mechanisms.auditing.cases import AuditCase
-
     opts = Options.parse(options)
     if dim < 2:
         return []

@@ -307,7 +307,8 @@ def test_noise_is_present_at_inference_with_the_planned_std(bert, batch):
     noise.remove()
     off = install(bert, "encoder-2", sigma=p.sigma, clip=0.5, inference_noise=False)
     with torch.no_grad():
-        assert torch.equal(bert(input_ids=ids, attention_mask=mask).logits, bert(input_ids=ids, attention_mask=mask).logits)
+        assert torch.equal(bert(input_ids=ids, attention_mask=mask).logits,
+                           bert(input_ids=ids, attention_mask=mask).logits)
         bert.train()
         assert not torch.equal(bert(input_ids=ids, attention_mask=mask).logits,
                                bert(input_ids=ids, attention_mask=mask).logits)
@@ -392,7 +393,7 @@ def test_labels_are_randomized_once_per_example():
     seen = {}
     for _ in range(2):  # two epochs: same noisy label for every example, new order
         for ids, _, y in loader:
-            for row, label in zip(ids, y):
+            for row, label in zip(ids, y, strict=True):
                 seen.setdefault(tuple(row.tolist()), set()).add(int(label))
     assert max(len(v) for v in seen.values()) == 1
 
