@@ -140,7 +140,7 @@ def sigma_for(setting: DpsgdSetting, epsilon: float, accountant: str = "pld",
         return calibrate_sigma(setting.events(), epsilon, setting.delta, accountant, rel_tol)
     s = setting
     guess = 1.0
-    if accountant == "gdp":
+    if accountant in ("gdp", "ma_classic"):  # the CLT's closed form is a good start for the MA too
         guess = gdp.sigma_for_epsilon(epsilon, s.delta, s.sample_rate, s.steps, s.gdp_sampler())
     elif accountant == "fenton_wilkinson":
         guess = fenton_wilkinson.sigma_for_epsilon(

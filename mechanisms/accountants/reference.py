@@ -20,20 +20,22 @@ import math
 from collections.abc import Callable
 
 import dp_accounting
-from dp_accounting import dp_event, pld, rdp
+from dp_accounting import dp_event, rdp
 
+from mechanisms.accountants import adaptive_pld
 from mechanisms.accountants.analytic_gaussian import gaussian_epsilon
 from mechanisms.accountants.prv import PrvAccountant
 from mechanisms.accountants.validation import require_delta
 
-# PLD discretisation: 1e-3 is within 0.13% of 1e-4 on sigma (research/pitfalls.md) and 3-10x faster.
-PLD_DISCRETIZATION = 1e-3
+# PLD discretisation: 1e-3 is within 0.13% of 1e-4 on sigma (research/pitfalls.md) and 3-10x faster;
+# refined automatically where small epsilons would otherwise be over-reported (see adaptive_pld.py).
+PLD_DISCRETIZATION = adaptive_pld.COARSE
 NeighborRel = dp_accounting.NeighboringRelation
 ACCOUNTANTS = ("pld", "rdp", "prv")
 
 
 def pld_accountant() -> dp_accounting.PrivacyAccountant:
-    return pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+    return adaptive_pld.AdaptivePldAccountant()
 
 
 def rdp_accountant(neighboring_relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE,

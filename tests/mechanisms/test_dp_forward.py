@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import dp_accounting
@@ -442,3 +443,44 @@ def test_audit_refutes_the_sensitivity_c_claim():
     assert code.violated and code.claim_status == "violated"
     assert not paper.violated
     assert code.mu_audited > 1.0  # the true mu is 2 / sigma; the code claims 1 / sigma
+
+
+# ---- end to end ---------------------------------------------------------------------------------------
+
+def test_run_trial_trains_with_dp_forward_and_reports_both_epsilons():
+    from workers.trial import run_trial
+
+    config = dict(sweep="t", trial_key="k", dataset="synthetic-text", model="bert-tiny", mechanism="dp-forward",
+                  epsilon=8.0, delta=1e-5, seed=0, dataset_options={"n_train": 96, "n_test": 32},
+                  model_options={"layers": 1, "hidden": 32, "max_length": 16},
+                  train=dict(epochs=2, batch_size=32, lr=1e-3, optimizer="adamw"),
+                  mechanism_options={"position": "pooled", "epsilon_labels": 2.2, "freeze_pre_noise": True})
+    record = run_trial(config)
+    assert record["status"] == "finished", record.get("traceback")
+    privacy = record["privacy"]
+    assert privacy["epsilon_claimed"] == pytest.approx(8.0, rel=2e-3)
+    assert privacy["epsilon_certified"] > privacy["epsilon_claimed"]  # no amplification is certified
+    assert privacy["claim_status"] == "overclaimed"
+    assert privacy["extra"]["epsilon_central_labels"] == pytest.approx(
+        label_rr.shuffled_rr_epsilon(2.2, 2, 96, 1e-5))
+    assert record["metrics"]["steps_run"] == 6
+
+
+@pytest.mark.slow
+def test_example_grid_runs_through_privbench_sweep(cli, tmp_path):
+    """The shipped grid, shrunk to one epsilon and a few examples, through Ray, MLflow and the leaderboard."""
+    import yaml
+
+    grid = yaml.safe_load(open("examples/dp_forward.yaml"))
+    grid["grid"]["epsilon"] = [8]
+    grid["train"] |= {"epochs": 1, "max_train_examples": 64}
+    grid["model_options"] = {"minilm": {"trainable": "head", "max_length": 16}}
+    grid["dataset_options"] = {"rotten-tomatoes": {"test_fraction": 0.02, "val_fraction": 0.0}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    store = tmp_path / "store"
+    assert cli("sweep", "run", path, "--store", store).exit_code == 0
+    rows = json.loads(cli("leaderboard", grid["name"], "--store", store, "--format", "json").output)
+    by_mech = {r["mechanism"]: r for r in rows}
+    assert set(by_mech) == {"nonprivate", "dpsgd", "dp-forward"}
+    assert by_mech["dp-forward"]["epsilon_claimed"] == pytest.approx(8.0, rel=2e-3)
