@@ -20,6 +20,8 @@ v with |v| <= c; projection onto the ball of radius c' is 1-Lipschitz, so the pr
 by at most c, and both lie in that ball, so by at most 2c' (tight: S = c'u, S' = (c' - c)u with
 c >= 2c'). Sensitivity = min(c, 2c') and the effective noise multiplier is
 sigma / min(1, 2 batch_clip_ratio): batch clipping with ratio >= 1/2 gives no certified gain.
+With fixed-size batches (replace-one neighbours) the true factor relative to plain DP-SGD is
+min(1, ratio) <= min(1, 2 ratio), so using the add/remove factor there is conservative.
 """
 
 from __future__ import annotations

@@ -61,6 +61,23 @@ def leaderboard(
         out_file.write_text(text)
 
 
+@app.command("report")
+def report(
+    sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
+    store: StoreOpt = None,
+    metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
+    out_file: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
+) -> None:
+    """A self-contained HTML report: the leaderboard and a privacy/utility plot per dataset/model."""
+    from dashboards import leaderboard as lb
+    from dashboards.report import report as build_report
+
+    st = _open_store(store)
+    name = resolve_sweep(st, sweep)
+    out_file.write_text(build_report(lb.rows(st.records(name), metric=metric), name))
+    out.print(f"wrote {out_file}")
+
+
 @app.command("export")
 def export(
     sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,

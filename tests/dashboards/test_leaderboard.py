@@ -64,3 +64,16 @@ def test_no_baseline_means_null_ratios():
 def test_every_format_renders(fmt):
     text = render(rows(RECORDS), fmt, title="t")
     assert "gredp" in text and "dpsgd" in text
+
+
+def test_report_is_self_contained_html_with_a_plot_per_group():
+    import xml.etree.ElementTree as ET
+
+    from dashboards.report import report, scatter
+
+    page = report(rows(RECORDS), "s")
+    assert page.startswith("<!doctype html>") and "<svg" in page and "http" not in page.replace(
+        "http://www.w3.org/2000/svg", "")
+    svg = ET.fromstring(scatter(rows(RECORDS), "d / m"))
+    circles = [c for c in svg.iter() if c.tag.endswith("circle")]
+    assert len(circles) == 4  # dpsgd and gredp, each at its certified and claimed epsilon
