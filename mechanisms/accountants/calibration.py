@@ -1,18 +1,20 @@
 """One generic, cached root-finder: the smallest sigma whose epsilon stays at or below a target.
 
-Answers live on a fixed geometric grid, sigma_k = (1 + rel_tol)^k (refined by halving the exponent step
-when needed), so the result is a well-defined number, the smallest grid sigma with epsilon <= target,
-whatever path the search took, and two processes calibrating the same setting agree exactly.
-The achieved epsilon is never above the target (only evaluated, private points are ever returned) and,
-unless the accountant is too coarse, within `rel_tol` of it: when the epsilon slack at the grid answer
-exceeds `rel_tol` (epsilon moves 1-5x faster than sigma), the grid is refined, up to `MAX_LEVEL` times.
+Answers live on a fixed geometric grid, sigma = exp(k log(1 + rel_tol) / 2^L), so the result is a
+well-defined number, the smallest grid sigma with epsilon <= target, whatever path the search took:
+two processes calibrating the same setting agree exactly. The achieved epsilon is never above the target
+(only evaluated, private points are ever returned) and, unless the accountant is too coarse, within
+`rel_tol` below it: epsilon moves 1-5x faster than sigma, so the search starts on level
+L = ceil(log2 |slope|) (the slope from the bracketing stage, itself deterministic) and refines L while
+the slack exceeds `rel_tol`, up to `MAX_LEVEL`.
 
-Why not `dp_accounting.calibrate_dp_mechanism` with PLD: its bracket search starts at small sigma,
-where one PLD evaluation takes minutes (sigma = 0.01, q = 0.004: 360 s for a 702-step calibration), and
-Brent's method then needs ~10 more PLD evaluations. Here a cheap accountant brackets first (RDP for
-PLD, PLD for PRV): its answer is already private or nearly so under the tighter one, and its slope
-d log(eps)/d log(sigma) predicts where the tighter root is. The refinement interpolates log epsilon
-linearly in log sigma on grid indices, so typically 3-5 evaluations of the expensive accountant suffice.
+Why not `dp_accounting.calibrate_dp_mechanism` with PLD: its bracket search starts at small sigma, where
+PLD evaluations are very slow (the shipped calibration spent 360 s on eps 8, q 256/60000, 702 steps),
+and Brent's method then needs ~10 more. Here a cheap accountant brackets first (RDP for PLD, PLD for
+PRV): its answer is private or nearly so under the tighter one, and its slope d log(eps)/d log(sigma)
+predicts where the tighter root is. The refinement interpolates log epsilon against log sigma (secant,
+then inverse quadratic) on grid indices, with bisection as a safeguard: typically 4-5 evaluations of the
+expensive accountant.
 """
 
 from __future__ import annotations

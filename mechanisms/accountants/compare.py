@@ -60,7 +60,7 @@ class DpsgdSetting:
         if self.sampler != "poisson" and (self.dataset_size is None or self.dataset_size < 1):
             raise ValueError(f"the {self.sampler} sampler needs dataset_size >= 1")
         if self.dim is not None:
-            fenton_wilkinson._check_dim(self.dim)
+            fenton_wilkinson.check_dim(self.dim)
         if self.batch_clip_ratio is not None:
             require_positive("batch_clip_ratio", self.batch_clip_ratio)
         if self.batch_size is not None and self.batch_size < 1:

@@ -53,7 +53,7 @@ def _logaddexp0(x: float) -> float:
     return x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))
 
 
-def _check_dim(dim: float) -> float:
+def check_dim(dim: float) -> float:
     if not isinstance(dim, (int, float)) or math.isnan(dim) or dim < 1 or math.isinf(dim):
         raise ValueError(f"dim must be a finite number >= 1, got {dim}")
     return float(dim)
@@ -73,7 +73,7 @@ def batch_clip_ratio_of(batch_clip_ratio: float | None = None, batch_size: int |
 def per_step_delta(sigma: float, epsilon: float, dim: float, batch_clip_ratio: float = 1.0) -> float:
     """Theorem 6's h (may be negative): the delta the paper claims for one shuffled Gaussian step."""
     require_positive("sigma", sigma)
-    dim = _check_dim(dim)
+    dim = check_dim(dim)
     ratio = require_positive("batch_clip_ratio", batch_clip_ratio)
     x = 1.0 / (sigma * sigma)
     log_expm1_x = x + math.log(-math.expm1(-x))  # log(e^x - 1)

@@ -51,9 +51,10 @@ def test_design_example_and_gdp_paper_pld_values():
 
 
 @settings(max_examples=8, deadline=None)
-@given(sigma=st.floats(0.7, 5), q=st.floats(1e-3, 0.3), T=st.integers(1, 600), log_delta=st.floats(-12, -3))
-def test_rdp_never_below_pld(sigma, q, T, log_delta):
-    event = dpsgd_event(sigma, q, T)
+@given(log_sigma=st.floats(math.log(0.7), math.log(100)), q=st.floats(1e-3, 0.3), T=st.integers(1, 600),
+       log_delta=st.floats(-12, -3))
+def test_rdp_never_below_pld(log_sigma, q, T, log_delta):
+    event = dpsgd_event(math.exp(log_sigma), q, T)
     delta = math.exp(log_delta)
     assert epsilon(event, delta, "rdp") >= epsilon(event, delta, "pld")
 
