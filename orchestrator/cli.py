@@ -131,10 +131,9 @@ def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|mod
     elif what == "models":
         rows = [(n, f"{kinds}: {desc}") for n, kinds, desc in models.describe()]
     elif what == "accountants":
-        rows = [("pld", "privacy loss distributions (dp-accounting): the reference for certified epsilon"),
-                ("rdp", "Renyi DP (dp-accounting): a looser, sound cross-check"),
-                ("prv", "privacy random variables (prv-accountant): cross-check, guarded at large epsilon"),
-                ("gdp", "mu-GDP central limit theorem: an approximation, never used to certify")]
+        from mechanisms.accountants.compare import KIND
+
+        rows = list(KIND.items())
     else:
         fail(f"unknown list {what!r}; known: mechanisms, datasets, models, accountants")
     table = Table(title=what)
