@@ -56,6 +56,28 @@ def tensor_dataset(bundle: ModelBundle, split: Split) -> TensorDataset:
     return TensorDataset(*bundle.encode(split), torch.from_numpy(split.labels))
 
 
+class FixedSizeBatches(torch.utils.data.Sampler[list[int]]):
+    """Every step an independent batch of exactly `batch_size` examples drawn without replacement."""
+
+    def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
+        self.n, self.batch_size, self.generator = n, batch_size, generator
+
+    def __len__(self) -> int:
+        return max(1, round(self.n / self.batch_size))
+
+    def __iter__(self):
+        for _ in range(len(self)):
+            yield torch.randperm(self.n, generator=self.generator)[: self.batch_size].tolist()
+
+
+def batch_loader(data: TensorDataset, batch_size: int, sampler: str, generator: torch.Generator) -> DataLoader:
+    """`shuffle`: an epoch is a random permutation cut into batches; `fixed`: independent fixed-size
+    batches; `poisson`: the same loader, which Opacus replaces by its Poisson sampler."""
+    if sampler == "fixed":
+        return DataLoader(data, batch_sampler=FixedSizeBatches(len(data), batch_size, generator))
+    return DataLoader(data, batch_size=batch_size, shuffle=True, generator=generator)
+
+
 @torch.no_grad()
 def evaluate(module: nn.Module, data: TensorDataset, batch_size: int, device: torch.device) -> dict[str, float]:
     module.eval()
@@ -90,7 +112,7 @@ def train(
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
-    loader = DataLoader(train_data, batch_size=cfg.batch_size, shuffle=True, generator=generator)
+    loader = batch_loader(train_data, cfg.batch_size, getattr(plan, "sampler", "shuffle"), generator)
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
     mode = cfg.grad_sample_mode or bundle.info.get("grad_sample_mode", "hooks")
