@@ -193,7 +193,7 @@ def batch_clip_noise(batch_clip_ratio: float | None, frame: CanonicalFrame | Non
         sums = [p.summed_grad for p in params]
         for s in sums:
             _check_processed_flag(s)
-        scale: torch.Tensor | float = 1.0
+        scale: torch.Tensor | None = None
         if batch_clip_ratio is not None and sums:
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(s) for s in sums]))
             scale = (batch_clip_ratio * self.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
@@ -202,7 +202,9 @@ def batch_clip_noise(batch_clip_ratio: float | None, frame: CanonicalFrame | Non
             noise = _generate_noise(std=std, reference=s, generator=self.generator, secure_mode=self.secure_mode)
             if frame is not None:
                 noise = frame.to_current(p, noise)
-            p.grad = (s * scale + noise).view_as(p)
+            # in place on the fresh noise tensor: no gradient-sized temporary (peak memory as Opacus')
+            grad = noise.add_(s) if scale is None else noise.addcmul_(s, scale)
+            p.grad = grad.view_as(p)
             _mark_as_processed(s)
 
     return add_noise

@@ -21,7 +21,7 @@ from workers import models
 from workers.trial import run_trial
 
 ROOT = Path(__file__).resolve().parents[2]
-SYN = {"n_train": 400, "n_test": 100, "signal": 0.25}
+SYN = {"n_train": 320, "n_test": 100, "signal": 0.3}
 
 
 def trial(dataset: str, model: str, mechanism: str, *, train: dict[str, Any] | None = None,
@@ -38,14 +38,15 @@ def trial(dataset: str, model: str, mechanism: str, *, train: dict[str, Any] | N
 
 
 def test_bert_tiny_learns_synthetic_text_and_dpsgd_records_ghost_mode():
-    plain = trial("synthetic-text", "bert-tiny", "nonprivate", train={"epochs": 3}, dataset_options=SYN)
+    plain = trial("synthetic-text", "bert-tiny", "nonprivate", train={"epochs": 2, "lr": 2e-3}, dataset_options=SYN)
     assert plain["metrics"]["accuracy"] > 0.75, plain["metrics"]  # chance is 0.5
     assert plain["privacy"]["grad_sample_mode"] is None
-    private = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN, train={"batch_size": 64})
+    tiny = {"batch_size": 32, "max_train_examples": 96}
+    private = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN, train=tiny)
     assert private["privacy"]["grad_sample_mode"] == "ghost" and private["privacy"]["epsilon_certified"] > 0
     assert private["metrics"]["steps_run"] >= 1 and np.isfinite(private["metrics"]["train_loss"])
     hooks = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN,
-                  train={"batch_size": 64, "grad_sample_mode": "hooks"})
+                  train=tiny | {"grad_sample_mode": "hooks"})
     assert hooks["privacy"]["grad_sample_mode"] == "hooks"  # the grid overrides the model's default
 
 
@@ -73,8 +74,8 @@ def test_frozen_layers_do_not_move_under_dpsgd():
 
 
 def test_vit_tiny_learns_digits():
-    result = trial("digits", "vit-tiny", "nonprivate", train={"epochs": 3, "batch_size": 64})
-    assert result["metrics"]["accuracy"] > 0.6, result["metrics"]  # chance is 0.1
+    result = trial("digits", "vit-tiny", "nonprivate", train={"epochs": 2, "lr": 2e-3, "max_train_examples": 640})
+    assert result["metrics"]["accuracy"] > 0.5, result["metrics"]  # chance is 0.1
 
 
 @pytest.fixture(scope="module")
