@@ -322,6 +322,9 @@ def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, 
         if classes != plan.extra.get("num_classes"):
             raise ValueError(f"the model predicts {classes} classes but the plan accounted RR over "
                              f"{plan.extra.get('num_classes')}: set mechanism_options num_classes: {classes}")
+        if not hasattr(loader, "dataset") or not hasattr(loader, "batch_sampler"):
+            raise ValueError("label RR relabels a DataLoader over a map-style dataset; with another loader pass "
+                             "epsilon_labels: null and apply label_rr.randomized_response to the labels once")
         labels = label_rr.dataset_labels(loader.dataset)
         noisy = label_rr.randomized_response(labels, opts.epsilon_labels, classes, np.random.default_rng(rr_seed))
         loader = label_rr.relabel_loader(loader, noisy)

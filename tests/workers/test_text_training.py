@@ -118,11 +118,11 @@ def test_sweep_runs_text_models_nonprivate_and_dpsgd(cli, tmp_path, local_ray):
 
 def test_example_text_grid_is_valid():
     spec = grid_spec.load(ROOT / "examples" / "text.yaml")
-    pairs = {(c["dataset"], c["model"], c["mechanism"]) for c in spec.configs}
+    pairs = {(c["dataset"], c["model"], c["mechanism"]) for c in spec.trials}
     assert {("rotten-tomatoes", m, mech) for m in ("minilm", "bert-tiny") for mech in ("nonprivate", "dpsgd")} <= pairs
-    minilm = next(c for c in spec.configs if c["model"] == "minilm")
+    minilm = next(c for c in spec.trials if c["model"] == "minilm")
     assert minilm["model_options"]["trainable"] == "top-2"
-    assert all(c["epsilon"] == 8 for c in spec.configs if c["mechanism"] == "dpsgd")
+    assert all(c["epsilon"] == 8 for c in spec.trials if c["mechanism"] == "dpsgd")
 
 
 # ---- slow: every pair, and the utility claim ---------------------------------------------------
