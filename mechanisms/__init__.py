@@ -1,6 +1,6 @@
 """privbench's mechanism library: usable alone (no Ray, no MLflow), e.g. `from mechanisms import dpsgd`."""
 
-from mechanisms import dp_forward, dpsgd, dpsgd_gdp, gredp, nonprivate, shuffled_dpsgd  # noqa: E402  (after dpsgd, which they compose)
+from mechanisms import dp_forward, dpsgd, dpsgd_gdp, gredp, nonprivate, shuffled_dpsgd
 from mechanisms.plan import PrivacyPlan, PrivacySpec
 from mechanisms.registry import UnknownName, get, names, register
 
