@@ -24,7 +24,7 @@ from workers.train import TrainConfig
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train"}
+             "mechanism_train", "model_train"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 ACCOUNTANTS = ("pld", "rdp")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -135,12 +135,18 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         problems.append(f"seeds: must be a list of integers, got {raw.get('seeds')!r}")
     train = raw.get("train") or {}
-    mechanism_train = raw.get("mechanism_train") or {}  # per-mechanism overrides, e.g. nonprivate's lr
-    if not isinstance(mechanism_train, dict) or not all(isinstance(v, dict) for v in mechanism_train.values()):
-        problems.append("mechanism_train: must map a mechanism to a mapping of train settings")
-        mechanism_train = {}
-    for where, settings in [("train", train)] + [(f"mechanism_train.{m}", train | v)
-                                                 for m, v in mechanism_train.items()]:
+    # Overrides: a model's (a from-scratch model wants a larger lr than a pretrained one), then a
+    # mechanism's (DP-SGD wants larger batches), each on top of `train`.
+    overrides: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, what in (("model_train", "model"), ("mechanism_train", "mechanism")):
+        value = raw.get(key) or {}
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            problems.append(f"{key}: must map a {what} to a mapping of train settings")
+            value = {}
+        overrides[key] = value
+    model_train, mechanism_train = overrides["model_train"], overrides["mechanism_train"]
+    for where, settings in [("train", train)] + [(f"{key}.{name}", train | v) for key, table in overrides.items()
+                                                 for name, v in table.items()]:
         try:
             TrainConfig(**settings)
         except TypeError as e:
@@ -188,7 +194,7 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     for d, m, mech, seed in itertools.product(axes["dataset"], axes["model"], axes["mechanism"], seeds):
         targets: list[float | None] = [None] if mech == "nonprivate" or not epsilons else list(epsilons)
         for eps in targets:
-            cfg = base | {"train": train | mechanism_train.get(mech, {}),
+            cfg = base | {"train": train | model_train.get(m, {}) | mechanism_train.get(mech, {}),
                           "dataset": str(d), "model": str(m), "mechanism": str(mech), "epsilon": eps,
                           "seed": seed, "sigma": sigma if mech != "nonprivate" and eps is None else None,
                           "mechanism_options": options["mechanism_options"].get(mech, {}),

@@ -29,7 +29,7 @@ trials = sa.Table(
     "privbench_trials", metadata,
     sa.Column("sweep", sa.String(200), primary_key=True),
     sa.Column("trial_key", sa.String(64), primary_key=True),
-    sa.Column("status", sa.String(16), nullable=False),  # pending | running | finished | failed
+    sa.Column("status", sa.String(16), nullable=False),  # pending | running | finished | failed | superseded
     sa.Column("run_id", sa.String(64)),
     sa.Column("attempts", sa.Integer, nullable=False, default=0),
     sa.Column("dataset", sa.String(200)),
@@ -85,11 +85,29 @@ class Ledger:
             return [r[0] for r in c.execute(sa.select(sweeps.c.name).order_by(sweeps.c.updated_at.desc()))]
 
     # trials -------------------------------------------------------------------------------------
-    def add_trials(self, sweep: str, configs: Iterable[Mapping[str, Any]]) -> None:
-        """Insert trials not yet known (status pending); known trials keep their status."""
+    def sync_trials(self, sweep: str, configs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Make the sweep's trials those of its current grid: insert new ones (pending), mark known ones
+        that left the grid `superseded` (an edited grid must not mix old settings into the leaderboard as
+        extra seeds, nor retry them), and give a trial that came back the status its result says.
+        Returns the MLflow run ids that became superseded."""
         now = time.time()
+        configs = list(configs)
+        current = {cfg["trial_key"] for cfg in configs}
+        superseded: list[str] = []
         with self.engine.begin() as c:
-            known = {r[0] for r in c.execute(sa.select(trials.c.trial_key).where(trials.c.sweep == sweep))}
+            known = {r.trial_key: r for r in c.execute(
+                sa.select(trials.c.trial_key, trials.c.status, trials.c.run_id, trials.c.result_json)
+                .where(trials.c.sweep == sweep))}
+            for key, row in known.items():
+                if key not in current and row.status != "superseded":
+                    status = "superseded"
+                    superseded += [row.run_id] if row.run_id else []
+                elif key in current and row.status == "superseded":
+                    status = json.loads(row.result_json)["status"] if row.result_json else "pending"
+                else:
+                    continue
+                c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == key))
+                          .values(status=status, updated_at=now))
             rows = [dict(sweep=sweep, trial_key=cfg["trial_key"], status="pending", attempts=0,
                          dataset=cfg["dataset"], model=cfg["model"], mechanism=cfg["mechanism"],
                          epsilon=cfg.get("epsilon"), seed=cfg["seed"], config_json=json.dumps(cfg),
@@ -97,6 +115,7 @@ class Ledger:
                     for cfg in configs if cfg["trial_key"] not in known]
             if rows:
                 c.execute(trials.insert(), rows)
+        return superseded
 
     def mark_running(self, sweep: str, trial_key: str) -> None:
         with self.engine.begin() as c:

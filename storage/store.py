@@ -18,6 +18,7 @@ from storage.location import StoreLocation, resolve
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
 RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
+SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 MAX_PARAM_LEN = 6000
 
 
@@ -65,7 +66,8 @@ class Store:
         else:
             experiment_id = experiment.experiment_id
         self.ledger.upsert_sweep(name, experiment_id, grid_yaml)
-        self.ledger.add_trials(name, configs)
+        for run_id in self.ledger.sync_trials(name, configs):  # kept for history, flagged in the UI
+            self.client.set_tag(run_id, SUPERSEDED_TAG, "true")
         self._reconcile(name, experiment_id)
         return experiment_id
 
@@ -76,7 +78,8 @@ class Store:
         (the driver died between creating it and writing the ledger row): it is deleted, and the
         trial is redone.
         """
-        recorded = {t["run_id"] for t in self.ledger.trials(sweep) if t["status"] in ("finished", "failed")}
+        kept = ("finished", "failed", "superseded")
+        recorded = {t["run_id"] for t in self.ledger.trials(sweep) if t["status"] in kept}
         for run in self._runs(experiment_id):
             if run.info.run_id not in recorded:
                 self.client.delete_run(run.info.run_id)
@@ -93,7 +96,8 @@ class Store:
     # trials -------------------------------------------------------------------------------------
     def pending(self, sweep: str) -> list[dict[str, Any]]:
         """Configs of trials not finished (pending, running when the driver died, or failed)."""
-        return [json.loads(t["config_json"]) for t in self.ledger.trials(sweep) if t["status"] != "finished"]
+        return [json.loads(t["config_json"]) for t in self.ledger.trials(sweep)
+                if t["status"] not in ("finished", "superseded")]
 
     def mark_running(self, sweep: str, trial_key: str) -> None:
         self.ledger.mark_running(sweep, trial_key)
@@ -147,7 +151,9 @@ class Store:
 
     # reading ------------------------------------------------------------------------------------
     def records(self, sweep: str) -> list[dict[str, Any]]:
-        return [json.loads(t["result_json"]) for t in self.ledger.trials(sweep) if t["result_json"]]
+        """Results of the sweep's current grid (not of trials an edited grid superseded)."""
+        return [json.loads(t["result_json"]) for t in self.ledger.trials(sweep)
+                if t["result_json"] and t["status"] != "superseded"]
 
     def sweep_names(self) -> list[str]:
         return self.ledger.sweep_names() if self.ledger.has_schema() else []

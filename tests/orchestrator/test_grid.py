@@ -32,6 +32,15 @@ def test_mechanism_train_overrides_only_that_mechanism():
     assert lrs == {"nonprivate": 0.01, "dpsgd": 0.5}
 
 
+def test_model_train_overrides_that_model_and_mechanism_train_wins():
+    spec = parse({"grid": TINY["grid"] | {"model": ["mlp", "cnn-small"]},
+                  "model_train": {"cnn-small": {"lr": 0.05, "epochs": 3}},
+                  "mechanism_train": {"dpsgd": {"lr": 0.2}}})
+    got = {(t["model"], t["mechanism"]): (t["train"]["lr"], t["train"]["epochs"]) for t in spec.trials}
+    assert got == {("mlp", "nonprivate"): (0.5, 1), ("mlp", "dpsgd"): (0.2, 1),
+                   ("cnn-small", "nonprivate"): (0.05, 3), ("cnn-small", "dpsgd"): (0.2, 3)}
+
+
 @pytest.mark.parametrize("overrides, fragment", [
     ({"grid": TINY["grid"] | {"dataset": ["cifar-99"]}}, "unknown dataset 'cifar-99'"),
     ({"grid": TINY["grid"] | {"model": ["resnet-9000"]}}, "unknown model 'resnet-9000'"),
@@ -43,6 +52,8 @@ def test_mechanism_train_overrides_only_that_mechanism():
     ({"train": {"epochs": 1, "batch_size": 64, "lr": 0.5, "bogus": 1}}, "train:"),
     ({"resources": {"cpus": 1, "gpus": "many"}}, "resources.gpus"),
     ({"colour": "blue"}, "unknown top-level keys"),
+    ({"model_train": {"mlp": {"lr": -1}}}, "model_train.mlp: lr must be > 0"),
+    ({"model_train": ["mlp"]}, "model_train: must map a model"),
 ])
 def test_bad_grids_name_the_problem(overrides, fragment):
     with pytest.raises(grid.GridError) as e:

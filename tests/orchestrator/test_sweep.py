@@ -68,6 +68,28 @@ def test_sweep_records_runs_and_leaderboard_then_rerun_adds_nothing(cli, write_g
         assert "dpsgd" in cli("leaderboard", "--store", store, "--format", fmt).stdout
 
 
+def test_edited_grid_supersedes_old_trials_and_reverting_restores_them(cli, write_grid, store):
+    """Changing dpsgd's lr makes a new trial; the old one must not count as a second seed, nor be rerun."""
+    first = write_grid({"name": "edited"})
+    assert cli("sweep", "run", first, "--store", store).exit_code == 0
+    edited = write_grid({"name": "edited", "mechanism_train": {"dpsgd": {"lr": 0.2}}})
+    result = cli("sweep", "run", edited, "--store", store)
+    assert result.exit_code == 0 and "1 already finished, 1 to run" in result.output.replace("\n", " ")
+    status = json.loads(cli("sweep", "status", "edited", "--store", store, "--json").stdout)
+    assert status["counts"] == {"finished": 2, "superseded": 1}
+    board = json.loads(cli("leaderboard", "edited", "--store", store, "--format", "json").stdout)
+    assert {r["mechanism"]: r["n_finished"] for r in board} == {"nonprivate": 1, "dpsgd": 1}
+    runs = active_runs(store, "edited")
+    assert len(runs) == 3  # the superseded run is kept for history, and flagged
+    old = [r for r in runs if r.data.tags.get("privbench.superseded") == "true"]
+    assert len(old) == 1 and old[0].data.params["train.lr"] == "0.5"
+
+    again = cli("sweep", "run", first, "--store", store)  # back to the first grid: nothing to run
+    assert again.exit_code == 0 and "2 already finished, 0 to run" in again.output.replace("\n", " ")
+    status = json.loads(cli("sweep", "status", "edited", "--store", store, "--json").stdout)
+    assert status["counts"] == {"finished": 2, "superseded": 1}
+
+
 def test_failing_trial_is_recorded_and_the_rest_finish(cli, write_grid, store):
     grid = write_grid({"name": "withfail", "grid": {"dataset": ["digits", "synthetic"], "model": ["mlp"],
                                                     "mechanism": ["nonprivate"]},

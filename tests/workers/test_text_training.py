@@ -165,9 +165,23 @@ def test_sweep_every_text_and_image_pair(cli, tmp_path, local_ray, local_hf_file
     assert len(sweep(cli, tmp_path, image)) == 4 * 2
 
 
+# The README's utility numbers on Rotten Tomatoes: each trial of examples/text.yaml, run as the sweep runs it
+# (both cores, full training set). Bounds sit below the measured accuracies (README, Workloads), above
+# the majority class (0.576) where the model learns.
+TEXT_EXAMPLE_FLOORS = {("minilm", "nonprivate"): 0.75, ("minilm", "dpsgd"): None,
+                       ("bert-tiny", "nonprivate"): None, ("bert-tiny", "dpsgd"): None}
+
+
 @pytest.mark.slow
-def test_minilm_top2_reaches_075_on_rotten_tomatoes():
-    """The utility claim of docs/readme/workloads.md (about 5-10 minutes on 2 idle cores)."""
-    result = trial("rotten-tomatoes", "minilm", "nonprivate", model_options={"trainable": "top-2"},
-                   train={"epochs": 1, "batch_size": 32, "lr": 1e-4, "max_train_examples": 4000})
-    assert result["metrics"]["accuracy"] >= 0.75, result["metrics"]
+@pytest.mark.parametrize("model, mechanism", list(TEXT_EXAMPLE_FLOORS))
+def test_text_example_utility_on_rotten_tomatoes(model, mechanism):
+    spec = grid_spec.load(ROOT / "examples" / "text.yaml")
+    config = next(c for c in spec.trials if (c["model"], c["mechanism"]) == (model, mechanism))
+    result = run_trial(config | {"resources": {"cpus": 2, "gpus": 0}})
+    assert result["status"] == "finished", result["traceback"]
+    metrics = result["metrics"]
+    assert metrics["accuracy"] >= TEXT_EXAMPLE_FLOORS[model, mechanism], metrics
+    if (model, mechanism) == ("minilm", "nonprivate"):
+        assert metrics["train_s"] < 600, metrics  # the issue's budget: 10 minutes of training on 2 cores
+    if mechanism == "dpsgd":
+        assert result["privacy"]["epsilon_certified"] <= 8 + 1e-9 and result["privacy"]["grad_sample_mode"] == "ghost"
