@@ -21,20 +21,27 @@ from mechanisms.accountants.analytic_gaussian import gaussian_epsilon
 
 COARSE = 1e-3  # research/pitfalls.md: within 0.13% of 1e-4 on sigma at moderate epsilon, 3-10x faster
 FINEST = 1e-5
+# A Gaussian's privacy loss spans about 1/sigma^2 + 20/sigma (tails to ~10 sigma): at sigma 1e-4 and h = 1e-3
+# that is 5e10 grid points (a 373 GiB allocation). Past MAX_POINTS the interval is coarsened: values are
+# still rounded up (sound), only looser, and only where epsilon is in the hundreds or more.
+MAX_POINTS = 2e6
 SMALL_EPSILON = 3.0  # below this (CLT estimate), refine h to the per-step loss scale
 SCALE_FRACTION = 0.25
 
 
-def _step_scales(event: dp_accounting.DpEvent, count: int = 1) -> list[tuple[float, int]] | None:
-    """(per-step privacy-loss scale, repetitions) for each Gaussian leaf; None if something else occurs."""
+def _step_scales(event: dp_accounting.DpEvent, count: int = 1) -> list[tuple[float, int, float]] | None:
+    """(per-step privacy-loss scale, repetitions, noise multiplier) for each Gaussian leaf; None if
+    something else occurs."""
     if isinstance(event, dp_event.NoOpDpEvent):
         return []
     if isinstance(event, dp_event.GaussianDpEvent):
-        return [(math.inf if event.noise_multiplier == 0 else 1 / event.noise_multiplier, count)]
+        sigma = event.noise_multiplier
+        return [(math.inf if sigma == 0 else 1 / sigma, count, sigma)]
     if isinstance(event, dp_event.PoissonSampledDpEvent) and isinstance(event.event, dp_event.GaussianDpEvent):
-        inv_sq = 1 / event.event.noise_multiplier**2 if event.event.noise_multiplier > 0 else math.inf
+        sigma = event.event.noise_multiplier
+        inv_sq = 1 / sigma**2 if sigma > 0 else math.inf
         scale = math.inf if inv_sq > 700 else event.sampling_probability * math.sqrt(math.expm1(inv_sq))
-        return [(scale, count)]
+        return [(scale, count, sigma)]
     if isinstance(event, dp_event.SelfComposedDpEvent):
         return _step_scales(event.event, count * event.count)
     if isinstance(event, dp_event.ComposedDpEvent):
@@ -44,14 +51,21 @@ def _step_scales(event: dp_accounting.DpEvent, count: int = 1) -> list[tuple[flo
 
 
 def discretization_for(event: dp_accounting.DpEvent, delta: float) -> float:
-    """COARSE, or a quarter of the smallest per-step loss scale when the CLT expects a small epsilon."""
+    """COARSE, or a quarter of the smallest per-step loss scale when the CLT expects a small epsilon;
+    coarser than COARSE only when a tiny noise multiplier would need more than MAX_POINTS values."""
     scales = _step_scales(event)
     if not scales:
         return COARSE
-    mu_sq = sum(count * scale * scale for scale, count in scales)
+    positive = [sigma for _, _, sigma in scales if sigma > 0]
+    if positive:
+        sigma = min(positive)
+        floor = (1 / sigma**2 + 20 / sigma) / MAX_POINTS
+        if floor > COARSE:
+            return floor
+    mu_sq = sum(count * scale * scale for scale, count, _ in scales)
     if not math.isfinite(mu_sq) or gaussian_epsilon(math.sqrt(mu_sq), delta) >= SMALL_EPSILON:
         return COARSE
-    finest_step = min(scale for scale, _ in scales)
+    finest_step = min(scale for scale, _, _ in scales)
     return min(COARSE, max(FINEST, SCALE_FRACTION * finest_step))
 
 
