@@ -120,7 +120,7 @@ class Store:
         privacy = record.get("privacy") or {}
         params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
         params |= {f"privacy.{k}": privacy.get(k) for k in
-                   ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by")}
+                   ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by", "grad_sample_mode")}
         metrics = dict(record.get("metrics") or {})
         metrics |= {k: privacy.get(k) for k in
                     ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited",

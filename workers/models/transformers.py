@@ -30,7 +30,11 @@ from workers.models.tokenize import DEFAULT_TOKENIZER, encode_texts, load_tokeni
 # index), so passing 0..L-1 would be wrong; their default is already (B, L) and fine for Opacus.
 PADDING_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "data2vec-text", "longformer", "mpnet",
                             "xlm-roberta-xl", "roberta-prelayernorm", "ibert"}
-DEFAULT_GRAD_SAMPLE_MODE = "ghost"  # measured faster than hooks on these models (docs/readme/workloads.md)
+# Opacus modes measured with benchmarks/mechanism_overhead.py (README, Workloads): ghost clipping is 1.3-3.2x
+# faster than hooks on the text models (whose 30k-token embeddings make per-sample gradients costly), but
+# slower on ViT, whose patch Conv2d and LayerNorms fall back to per-sample gradients in ghost mode anyway.
+TEXT_GRAD_SAMPLE_MODE = "ghost"
+IMAGE_GRAD_SAMPLE_MODE = "hooks"
 
 
 class TextClassifier(nn.Module):
@@ -196,7 +200,7 @@ def _text_bundle(module: TextClassifier, tokenizer: Any, max_length: int, traina
         return encode_texts(tokenizer, list(split.inputs), max_length)
 
     return ModelBundle(module, encode, {
-        "grad_sample_mode": DEFAULT_GRAD_SAMPLE_MODE, "tokenizer": tokenizer, "max_length": max_length,
+        "grad_sample_mode": TEXT_GRAD_SAMPLE_MODE, "tokenizer": tokenizer, "max_length": max_length,
         "trainable": trainable, "blocks": transformer_blocks(module), **counts, **info})
 
 
@@ -207,7 +211,7 @@ def _image_bundle(module: ImageClassifier, trainable: str, **info: Any) -> Model
     def encode(split: Split) -> tuple[torch.Tensor, ...]:
         return (torch.from_numpy(split.inputs).contiguous(),)
 
-    return ModelBundle(module, encode, {"grad_sample_mode": DEFAULT_GRAD_SAMPLE_MODE, "trainable": trainable,
+    return ModelBundle(module, encode, {"grad_sample_mode": IMAGE_GRAD_SAMPLE_MODE, "trainable": trainable,
                                         "blocks": transformer_blocks(module), **counts, **info})
 
 
