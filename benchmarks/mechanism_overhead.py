@@ -5,7 +5,7 @@
                                             [--model-options '{"trainable": "top-2"}'] [--threads 1]
 
 A mechanism may name its Opacus mode, `dpsgd:hooks,dpsgd:ghost`, to compare per-sample gradient modes
-(the text and ViT models default to ghost; this is how that default was chosen). `dpsgd` without a mode
+(this is how the defaults were chosen: ghost for the text models, hooks for ViT). `dpsgd` without a mode
 uses the model's default and is the reference column.
 
 Every mechanism wraps its own copy of one model (same initial weights); they take turns in ONE process,

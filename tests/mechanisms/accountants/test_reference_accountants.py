@@ -34,7 +34,6 @@ def test_anchor_values(setting, delta, rdp, pld, prv):
     assert report.epsilon == pytest.approx(prv, abs=3e-3)
 
 
-
 def test_tiny_sigma_gets_a_coarser_grid_that_only_loosens_epsilon():
     """At sigma 1e-4, PLD at h = 1e-3 would allocate 373 GiB. Past 2e6 grid points the interval grows;
     values are still rounded up, so epsilon can only be looser than dp-accounting's at h = 1e-3."""
