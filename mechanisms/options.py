@@ -101,8 +101,23 @@ def problems(cls: type, options: Mapping[str, Any] | None, owner: str) -> list[s
     return []
 
 
+def _value_problem(key: str, value: Any) -> str | None:
+    """The value rules builder options share: seeds >= 0, other integers (sizes, counts) >= 1,
+    fractions in [0, 1)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int) and key.endswith("seed") and value < 0:
+        return f"option {key} must be >= 0, got {value}"
+    if isinstance(value, int) and not key.endswith("seed") and value < 1:
+        return f"option {key} must be >= 1, got {value}"
+    if isinstance(value, float) and key.endswith("fraction") and not 0 <= value < 1:
+        return f"option {key} must lie in [0, 1), got {value}"
+    return None
+
+
 def from_signature(fn: Callable[..., Any], skip: int, name: str) -> type:
-    """A frozen dataclass of `fn`'s keyword parameters after the first `skip` (their types and defaults).
+    """A frozen dataclass of `fn`'s keyword parameters after the first `skip` (their types and defaults),
+    checking the shared value rules (`_value_problem`) on construction.
 
     Registries of builders (models, datasets) use it so that a builder's signature is its options' schema.
     """
@@ -114,7 +129,13 @@ def from_signature(fn: Callable[..., Any], skip: int, name: str) -> type:
         annotation = hints.get(param.name, Any)
         default = param.default if param.default is not param.empty else dataclasses.MISSING
         fields.append((param.name, annotation, dataclasses.field(default=default)))
-    return dataclasses.make_dataclass(name, fields, frozen=True)
+
+    def __post_init__(self: Any) -> None:
+        found = [p for f in dataclasses.fields(self) if (p := _value_problem(f.name, getattr(self, f.name)))]
+        if found:
+            raise ValueError("; ".join(found))
+
+    return dataclasses.make_dataclass(name, fields, frozen=True, namespace={"__post_init__": __post_init__})
 
 
 __all__ = ["OptionsError", "from_signature", "parse", "problems"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -24,7 +25,7 @@ from workers.train import TrainConfig
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train", "model_train"}
+             "mechanism_train", "model_train", "secure_rng"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 ACCOUNTANTS = ("pld", "rdp")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -82,6 +83,30 @@ def _check_names(kind: str, values: list[Any], lookup: Any, problems: list[str])
             lookup(str(v))
         except UnknownName as e:
             problems.append(f"grid.{kind}: {e}")
+
+
+def _option_problems(axes: dict[str, list[Any]], options: dict[str, Any]) -> list[str]:
+    """Every mechanism, model and dataset option checked against its frozen schema (unknown keys, types,
+    values), for the names the grid uses; options for names outside the grid are an error too."""
+    problems: list[str] = []
+    lookups = (("mechanism", "mechanism_options", lambda n, o: mechanisms.get(n).option_problems(o)),
+               ("model", "model_options", models.option_problems),
+               ("dataset", "dataset_options", datasets.option_problems))
+    for axis, key, check in lookups:
+        table = options.get(key)
+        if not isinstance(table, dict):
+            continue
+        for name in sorted(set(table) - {str(v) for v in axes[axis]}):
+            problems.append(f"{key}: {name!r} is not in grid.{axis}")
+        for name in axes[axis]:
+            given = table.get(str(name), {})
+            if not isinstance(given, dict):
+                continue
+            try:
+                problems += [f"{key}.{p}" for p in check(str(name), given)]
+            except UnknownName:
+                pass  # reported with the grid axis
+    return problems
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:
@@ -173,6 +198,12 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     for k, v in options.items():
         if not isinstance(v, dict) or not all(isinstance(x, dict) for x in v.values()):
             problems.append(f"{k}: must map a name to a mapping of options")
+    problems += _option_problems(axes, options)
+    secure_rng = raw.get("secure_rng", False)
+    if not isinstance(secure_rng, bool):
+        problems.append(f"secure_rng: must be true or false, got {secure_rng!r}")
+    elif secure_rng and importlib.util.find_spec("torchcsprng") is None:
+        problems.append("secure_rng: true needs torchcsprng (Opacus' secure generator), which is not installed")
     audit = raw.get("audit") or {}
     try:
         AuditConfig(**audit)
@@ -188,7 +219,8 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     if problems:
         raise GridError(problems)
 
-    base = {"delta": delta, "accountant": accountant, "calibration": calibration, "sampler": sampler,
+    base = {"secure_rng": True} if secure_rng is True else {}
+    base |= {"delta": delta, "accountant": accountant, "calibration": calibration, "sampler": sampler,
             "resources": {"cpus": cpus, "gpus": gpus}, "audit": audit}
     configs: list[dict[str, Any]] = []
     for d, m, mech, seed in itertools.product(axes["dataset"], axes["model"], axes["mechanism"], seeds):

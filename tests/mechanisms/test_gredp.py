@@ -12,6 +12,7 @@ import torch
 
 from mechanisms import PrivacySpec, dpsgd, gredp
 from mechanisms.accountants import DpsgdEvents, epsilon
+from mechanisms.noise_addition import FrequencyNoise
 from workers.trial import run_trial
 
 SPEC = PrivacySpec(epsilon=2.0, delta=1e-5, dataset_size=1437, batch_size=64, epochs=30)
@@ -41,11 +42,11 @@ def test_real_noise_leaves_a_noiseless_subspace():
 
 def test_torch_privatize_matches_the_declared_noise():
     g = torch.Generator().manual_seed(0)
-    released = torch.stack([gredp.privatize(torch.zeros(64), 1.0, gredp.NOISE_PARTS["complex"], "unitary", g)
-                            for _ in range(4000)])
+    noise = FrequencyNoise(1.0, gredp.NOISE_PARTS["complex"], "unitary")
+    released = noise.release([torch.zeros(4000, 64)], 1.0, g)[0]
     assert released.std().item() == pytest.approx(1 / math.sqrt(2), rel=0.02)
-    signal = torch.arange(64, dtype=torch.float32)
-    assert torch.allclose(gredp.privatize(signal, 0.0, (0.7, 0.7), "unitary"), signal, atol=1e-4)
+    signal = torch.arange(64, dtype=torch.float32).unsqueeze(0)
+    assert torch.allclose(FrequencyNoise(1.0, (0.7, 0.7), "unitary").release([signal], 0.0, g)[0], signal, atol=1e-4)
 
 
 @pytest.mark.parametrize("options, scale", [
@@ -62,11 +63,14 @@ def test_certified_event_uses_the_effective_sigma(options, scale):
         assert plan.epsilon_certified > plan.epsilon_claimed
 
 
-def test_real_noise_is_uncertified_and_cannot_be_calibrated_to_a_certified_target():
+def test_real_noise_is_certified_infinite_and_cannot_be_calibrated_to_a_certified_target():
+    """A direction without noise is provably unprotected: certified inf (not `uncertified`, which is kept
+    for settings without a known sound analysis)."""
     plan = gredp.plan(PrivacySpec(**{**SPEC.__dict__, "options": {"noise": "real"}}))
-    assert plan.epsilon_certified is None
-    assert isinstance(plan.effective_event, dp_accounting.UnsupportedDpEvent)
-    with pytest.raises(ValueError, match="noiseless"):
+    assert plan.epsilon_certified == math.inf
+    assert isinstance(plan.effective_event, dp_accounting.NonPrivateDpEvent)
+    assert "noiseless" in plan.notes
+    with pytest.raises(ValueError, match="without noise"):
         gredp.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified", "options": {"noise": "real"}}))
 
 

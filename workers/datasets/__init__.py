@@ -5,6 +5,6 @@ import order never matters. `hf:<name>[:<config>]` is resolved by the Hugging Fa
 """
 
 from workers.datasets import hf, images, mnist5k, text  # noqa: E402,F401  (registers its loaders)
-from workers.datasets.base import Splits, describe, get_loader, load, names, register
+from workers.datasets.base import Splits, describe, get_loader, load, names, option_problems, register
 
-__all__ = ["Splits", "describe", "get_loader", "load", "names", "register"]
+__all__ = ["Splits", "describe", "get_loader", "load", "names", "option_problems", "register"]

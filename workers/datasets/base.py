@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from mechanisms.options import from_signature, problems
 from mechanisms.registry import UnknownName
 
 KINDS = ("image", "text")
@@ -92,6 +93,13 @@ def describe() -> list[tuple[str, str, str]]:
     rows = [(e.name, e.kind, e.description) for e in _DATASETS.values()]
     rows += [(f"{e.name}:<name>", e.kind, e.description) for e in _PREFIXES.values()]
     return sorted(rows)
+
+
+def option_problems(name: str, options: Mapping[str, Any] | None) -> list[str]:
+    """Problems with a dataset's options: the loader's signature is the schema."""
+    entry, rest = get_loader(name)
+    schema = from_signature(entry.loader, 1 if rest is not None else 0, f"{name}-options")
+    return problems(schema, options, name)
 
 
 def load(name: str, options: Mapping[str, Any] | None = None) -> Splits:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from mechanisms.options import from_signature, problems
 from mechanisms.registry import UnknownName
 from workers.datasets.base import Split, Splits
 
@@ -73,6 +74,14 @@ def describe() -> list[tuple[str, str, str]]:
 
 def supports(name: str, kind: str) -> bool:
     return kind in get_entry(name)[0].kinds
+
+
+def option_problems(name: str, options: Mapping[str, Any] | None) -> list[str]:
+    """Problems with a model's options (unknown keys, wrong types, bad values): the builder's signature
+    is the schema (`mechanisms.options.from_signature`)."""
+    entry, rest = get_entry(name)
+    schema = from_signature(entry.builder, 2 if rest is not None else 1, f"{name}-options")
+    return problems(schema, options, name)
 
 
 def build(name: str, splits: Splits, options: dict[str, Any] | None = None) -> ModelBundle:
