@@ -13,10 +13,11 @@ the seeds that really ran.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,24 @@ def _colours(labels: Iterable[str]) -> dict[str, str]:
     return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
 
 
-def _new_figure(n_panels: int, width_per: float = 3.4, height: float = 2.8, nrows: int = 1) -> tuple[Figure, list]:
-    from matplotlib import rc_context
+def _styled(builder: Callable[..., Figure]) -> Callable[..., Figure]:
+    """Build inside `rc_context(RC)`: text sizes are fixed when artists are made, and the caller's
+    rcParams are restored afterwards (no global state changes)."""
+    @functools.wraps(builder)
+    def wrapped(*args: Any, **kwargs: Any) -> Figure:
+        from matplotlib import rc_context
 
-    with rc_context(RC):
-        fig = Figure(figsize=(max(width_per * n_panels / nrows, 3.4), height * nrows), layout="constrained")
-        axes = fig.subplots(nrows, max(1, math.ceil(n_panels / nrows)), squeeze=False).ravel().tolist()
+        with rc_context(RC):
+            return builder(*args, **kwargs)
+
+    return wrapped
+
+
+def _new_figure(n_panels: int, width_per: float = 3.4, height: float = 2.8, nrows: int = 1,
+                extra_width: float = 0.0) -> tuple[Figure, list]:
+    width = max(width_per * math.ceil(n_panels / nrows), 3.4) + extra_width
+    fig = Figure(figsize=(width, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, max(1, math.ceil(n_panels / nrows)), squeeze=False).ravel().tolist()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
     return fig, axes[:n_panels]
@@ -78,6 +91,7 @@ def _empty(fig: Figure, message: str) -> Figure:
     return fig
 
 
+@_styled
 def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accuracy") -> Figure:
     """Utility against certified epsilon (log x), one line per mechanism, one panel per dataset/model.
 
@@ -90,10 +104,11 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     board = rows(records, metric=metric)
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
-    fig, axes = _new_figure(max(1, len(groups)))
+    fig, axes = _new_figure(max(1, len(groups)), width_per=3.2, extra_width=2.0)
     if not groups:
         return _empty(fig, "no finished trials")
     colours = _colours(_label(r, multi) for r in board if r.mechanism != "nonprivate")
+    legend: dict[str, Any] = {}
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
         xs = [e for r in part for e in (r.epsilon_certified, r.epsilon_claimed) if _finite(e) and e > 0]
@@ -117,8 +132,8 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                             capsize=2.5, zorder=3)
             for r in members:
                 if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
-                    ax.plot([r.epsilon_claimed], [r.utility_mean], marker="o", ms=6, mfc="white", mec=c,
-                            mew=1.4, ls="none", zorder=4)
+                    ax.plot([r.epsilon_claimed], [r.utility_mean], marker="o", ms=8, mfc="white", mec=c,
+                            mew=1.4, ls="none", zorder=2.5)  # a ring around the certified dot
                     if _finite(r.epsilon_certified):
                         ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c,
                                 ls=":", lw=1, zorder=2)
@@ -131,12 +146,14 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.set_ylabel(metric)
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
-        handles = [Line2D([], [], color=colours[label], marker="o", lw=1.4, label=label) for label in sorted(lines)]
-        handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls=":", label="claimed epsilon"),
-                    Line2D([], [], color="0.3", lw=6, alpha=0.22, label="audited .. certified")]
+        for label in sorted(lines):
+            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4, label=label)
         if any(r.mechanism == "nonprivate" for r in part):
-            handles.append(Patch(facecolor="0.85", edgecolor="0.4", ls="--", label="non-private (mean ± std)"))
-        ax.legend(handles=handles, loc="lower right", frameon=False)
+            legend["~np"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--", label="non-private (mean ± std)")
+    handles = [legend[k] for k in sorted(legend)] + [
+        Line2D([], [], color="0.3", marker="o", mfc="white", ls=":", label="claimed epsilon"),
+        Line2D([], [], color="0.3", lw=6, alpha=0.22, label="audited to certified")]
+    fig.legend(handles=handles, loc="outside right upper", frameon=False)
     return fig
 
 
@@ -153,6 +170,7 @@ def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+@_styled
 def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
     """Step time relative to non-private (left) and extra peak memory in MB (right), per mechanism.
 
@@ -204,6 +222,7 @@ def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
 CURVE_TITLES = {"train_loss": "training loss", "test_accuracy": "test accuracy", "val_accuracy": "validation accuracy"}
 
 
+@_styled
 def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
     """Per-epoch learning curves every trial records, mean over seeds with a +- std band.
 
@@ -255,6 +274,7 @@ def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
     return fig
 
 
+@_styled
 def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
     """Mechanism x target epsilon grid coloured by `claim_status`; each cell shows claimed / certified.
 
