@@ -29,7 +29,7 @@ CAPTIONS = {
 STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}"
          "td,th{padding:3px 8px;text-align:right;white-space:nowrap}th{border-bottom:1px solid #888}"
          "table{border-collapse:collapse;font-size:13px}tr:nth-child(even){background:#f4f4f4}"
-         "figure{margin:16px 0}figure svg{max-width:100%;height:auto}figcaption{font-size:13px;color:#444}"
+         "figure{margin:16px 0}figure svg{width:min(100%,760px);height:auto}figcaption{font-size:13px;color:#444}"
          "pre{background:#f6f6f6;padding:8px;overflow:auto}li{margin:3px 0}"
          ".ok{color:#007a55}.overclaimed{color:#a86a00}.violated{color:#c03a00}.uncertified{color:#666}")
 
