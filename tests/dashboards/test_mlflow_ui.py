@@ -69,10 +69,11 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
     trials = [r for r in found if "privbench.trial_key" in tags(r)]
     parent = [r for r in found if tags(r).get("privbench.sweep_run") == "true"]
     assert len(trials) == 10 and len(parent) == 1
+    durations = []
     for run in trials:
         wall_ms = next(m["value"] for m in run["data"]["metrics"] if m["key"] == "wall_s") * 1000
-        duration = run["info"]["end_time"] - run["info"]["start_time"]
-        assert duration > 1000 and abs(duration - wall_ms) < 1000  # the trial's time, not the logging's
+        durations.append(run["info"]["end_time"] - run["info"]["start_time"])
+        assert abs(durations[-1] - wall_ms) < 500  # the trial's own time, not the time logging took
         t = tags(run)
         assert t["mlflow.source.name"] == "privbench" and t["mlflow.parentRunId"] == parent[0]["info"]["run_id"]
         assert re.fullmatch(r"[0-9a-f]{40}", t["mlflow.source.git.commit"])
@@ -80,7 +81,7 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
         assert inp["dataset"]["name"] == "digits" and len(inp["dataset"]["digest"]) == 8
         assert json.loads(inp["dataset"]["profile"])["num_rows"] > 1000
         assert {"key": "mlflow.data.context", "value": "training"} in inp["tags"]
-
+    assert max(durations) > 3000  # a DP-SGD trial calibrates, trains and audits for seconds
 
 def test_parent_run_holds_grid_leaderboard_and_figures(api, runs):
     _, found = runs
