@@ -136,3 +136,12 @@ def test_help_texts_point_nowhere_outside():
     walk(root_command(), [])
     assert len(texts) > 10
     assert not [p for p, text in texts.items() if OUTSIDE.search(text)]
+
+
+def test_readme_is_a_front_page_starting_with_the_two_setup_commands():
+    text = (ROOT / "README.md").read_text()
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert text.startswith("# privbench\n\n```bash\n")
+    assert first_block == ("bash scripts/setup.sh && privbench sweep run examples/quickstart.yaml && privbench "
+                           "leaderboard quickstart\nbash scripts/setup.sh && python3 -m pytest\n")
+    assert len(text.splitlines()) < 250
