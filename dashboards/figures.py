@@ -24,6 +24,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import NullFormatter
 
 from dashboards.leaderboard import LeaderboardRow, rows
 
@@ -112,7 +113,8 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
         xs = [e for r in part for e in (r.epsilon_certified, r.epsilon_claimed) if _finite(e) and e > 0]
-        floor = min(xs) / 3 if xs else 0.1
+        audited = [r.epsilon_audited for r in part if _finite(r.epsilon_audited) and r.epsilon_audited > 0]
+        floor = min(xs + audited) / 2 if xs else 0.1  # an audited bound of 0 starts the bar at the axis edge
         for r in part:
             if r.mechanism != "nonprivate":
                 continue
@@ -142,6 +144,10 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                     ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
                             solid_capstyle="butt", zorder=2)
         ax.set_xscale("log")
+        ticks = sorted({float(f"{x:.2g}") for x in xs})
+        if 0 < len(ticks) <= 8:  # label the epsilons that occur; log minor labels overlap on short ranges
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("epsilon (certified; hollow: claimed)")
         ax.set_ylabel(metric)
         ax.set_title(f"{dataset} / {model}")
@@ -269,8 +275,8 @@ def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
             ax.set_title(f"{dataset} / {model}")
             ax.grid(True, alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
-            if ki == 0:
-                ax.legend(frameon=False, loc="best")
+            if ki == 0 and gi == 0:
+                ax.legend(frameon=False, loc="best", fontsize=6.5)
     return fig
 
 
@@ -284,8 +290,8 @@ def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
     board = [r for r in rows(records) if r.mechanism != "nonprivate"]
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
-    fig, axes = _new_figure(max(1, len(groups)), width_per=4.2, height=max(2.2, 0.2 + 0.55 * len(
-        {_label(r, multi) for r in board}) + 1.0))
+    fig, axes = _new_figure(max(1, len(groups)), width_per=4.2,
+                            height=1.2 + 0.45 * len({_label(r, multi) for r in board}))
     if not board:
         return _empty(fig, "no private trials")
     for ax, (dataset, model) in zip(axes, groups, strict=True):
