@@ -144,7 +144,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                     ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
                             solid_capstyle="butt", zorder=2)
         ax.set_xscale("log")
-        ticks = sorted({float(f"{x:.2g}") for x in xs})
+        ticks = sorted({float(f"{x:.2g}") for x in xs + audited})
         if 0 < len(ticks) <= 8:  # label the epsilons that occur; log minor labels overlap on short ranges
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.xaxis.set_minor_formatter(NullFormatter())
