@@ -15,6 +15,10 @@ import pandas as pd
 
 STATUS_ORDER = {"violated": 3, "overclaimed": 2, "uncertified": 1, "ok": 0}
 VIEWS = ("certified", "claimed")
+# The memory sampler resolves about 15 MB, and a small model's non-private step needs almost no extra
+# memory (a 20k-parameter CNN: ~1 MB, which made a "297x" ratio). Below this baseline the ratio is noise
+# and is left null; the absolute `peak_memory_mb` is always there.
+MEMORY_RATIO_MIN_BASELINE_MB = 50.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +49,14 @@ class LeaderboardRow:
     mu_claimed: float | None = None  # one-step GDP view of the claim (mechanism-level audit)
     mu_audited: float | None = None  # one-step GDP lower bound measured by the audit
     epsilon_audited_step: float | None = None  # one un-subsampled step; not comparable to run epsilons
+    peak_memory_mb: float | None = None  # extra peak memory of the training loop, mean over seeds
+    sweep: str | None = None  # rows of several sweeps are kept apart (`leaderboard A B`)
 
 
 def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
     cfg, privacy, metrics = record["config"], record.get("privacy") or {}, record.get("metrics") or {}
     return {
-        "dataset": cfg["dataset"], "model": cfg["model"], "mechanism": cfg["mechanism"],
+        "sweep": record.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"], "mechanism": cfg["mechanism"],
         "epsilon_target": cfg.get("epsilon"), "seed": cfg["seed"], "status": record["status"],
         "batch_size": (cfg.get("train") or {}).get("batch_size"),
         "delta": privacy.get("delta"), "utility": metrics.get(metric),
@@ -88,25 +94,28 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
     frame = pd.DataFrame([_flat(r, metric) for r in records])
     if frame.empty:
         return []
-    keys = ["dataset", "model", "mechanism", "epsilon_target"]
+    keys = ["sweep", "dataset", "model", "mechanism", "epsilon_target"]
+    frame["sweep"] = frame["sweep"].fillna("")
     frame["epsilon_target"] = frame["epsilon_target"].astype(object).where(frame["epsilon_target"].notna(), None)
     ok = frame[frame.status == "finished"]
-    base = ok[ok.mechanism == "nonprivate"].groupby(["dataset", "model", "batch_size"])[
+    base = ok[ok.mechanism == "nonprivate"].groupby(["sweep", "dataset", "model", "batch_size"])[
         ["step_time_s", "peak_memory_mb"]].mean()
     out: list[LeaderboardRow] = []
     for key, group in frame.groupby(keys, dropna=False, sort=True):
-        dataset, model, mechanism, eps = key
+        sweep, dataset, model, mechanism, eps = key
         eps = None if eps is None or (isinstance(eps, float) and math.isnan(eps)) else float(eps)
         fin = group[group.status == "finished"]
         util = pd.to_numeric(fin.utility, errors="coerce").dropna()
         statuses = [s for s in fin.claim_status if isinstance(s, str)]
         batch = fin.batch_size.iloc[0] if len(fin) else None
-        ref = base.loc[(dataset, model, batch)] if (dataset, model, batch) in base.index else None
+        at = (sweep, dataset, model, batch)
+        ref = base.loc[at] if at in base.index else None
 
-        def ratio(col: str, ref: pd.Series | None = ref, fin: pd.DataFrame = fin) -> float | None:
+        def ratio(col: str, ref: pd.Series | None = ref, fin: pd.DataFrame = fin,
+                  floor: float = 0.0) -> float | None:
             mine = _mean(fin[col])
             den = None if ref is None else _num(ref[col])
-            return mine / den if mine is not None and den else None
+            return mine / den if mine is not None and den and den >= floor else None
 
         out.append(LeaderboardRow(
             dataset=dataset, model=model, mechanism=mechanism, epsilon_target=eps,
@@ -119,12 +128,14 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             claim_status=max(statuses, key=STATUS_ORDER.__getitem__) if statuses else None,
             sigma=_mean(fin.sigma), accountant=next(iter(fin.accountant.dropna()), None),
             sampler=next(iter(fin.sampler.dropna()), None),
-            step_time_ratio=ratio("step_time_s"), peak_memory_ratio=ratio("peak_memory_mb"),
+            step_time_ratio=ratio("step_time_s"),
+            peak_memory_ratio=ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB),
             examples_per_s=_mean(fin.examples_per_s), wall_s=_mean(fin.wall_s),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
             mu_claimed=_mean(fin.mu_claimed), mu_audited=_max(fin.mu_audited),
-            epsilon_audited_step=_max(fin.epsilon_audited_step),
+            epsilon_audited_step=_max(fin.epsilon_audited_step), peak_memory_mb=_mean(fin.peak_memory_mb),
+            sweep=sweep or None,
         ))
     return rank(out, view)
 

@@ -1,71 +1,99 @@
-"""`privbench report`: one self-contained HTML page, the leaderboard plus a privacy/utility plot per
-dataset/model (inline SVG: no plotting library, no external files)."""
+"""`privbench report`: one self-contained HTML page for one or more sweeps.
+
+The page holds the four figures of `dashboards.figures` as inline SVG (no external file, script or
+font: it can be mailed or archived as one file), the leaderboard, one sentence per verdict saying why
+the row got its `claim_status`, and the grid files that produced the sweeps.
+"""
 
 from __future__ import annotations
 
 import html
 import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from dashboards.leaderboard import LeaderboardRow
+from dashboards import figures
+from dashboards.leaderboard import LeaderboardRow, rows
 from dashboards.render import text_table
 
-W, H, PAD = 560, 320, 48
-COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+CAPTIONS = {
+    "privacy-utility": "Utility against certified epsilon (log scale), mean and std over seeds. Hollow markers: "
+                       "the claimed epsilon of the same runs, joined to the certified one; shaded bars: from the "
+                       "audited lower bound to the certified upper bound; grey band: non-private mean ± std.",
+    "verdicts": "Claim verdict per mechanism and target epsilon (cells: claimed / certified epsilon).",
+    "overhead": "Cost per training step against non-private (left) and extra peak memory in MB (right); dots are "
+                "trials, bars mean ± std.",
+    "curves": "Per-epoch learning curves, mean over seeds with a ± std band.",
+}
+STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}"
+         "td,th{padding:3px 8px;text-align:right;white-space:nowrap}th{border-bottom:1px solid #888}"
+         "table{border-collapse:collapse;font-size:13px}tr:nth-child(even){background:#f4f4f4}"
+         "figure{margin:16px 0}figure svg{width:min(100%,760px);height:auto}figcaption{font-size:13px;color:#444}"
+         "pre{background:#f6f6f6;padding:8px;overflow:auto}li{margin:3px 0}"
+         ".ok{color:#007a55}.overclaimed{color:#a86a00}.violated{color:#c03a00}.uncertified{color:#666}")
 
 
-def scatter(rows: list[LeaderboardRow], title: str) -> str:
-    """Utility against epsilon: filled marker at the certified epsilon, hollow at the claimed one."""
-    pts = [(r, e) for r in rows for e in (r.epsilon_certified, r.epsilon_claimed)
-           if r.utility_mean is not None and e is not None and math.isfinite(e)]
-    if not pts:
-        return ""
-    xs = [math.log10(e) for _, e in pts]
-    ys = [r.utility_mean for r, _ in pts]
-    x0, x1 = min(xs) - 0.1, max(xs) + 0.1
-    y0, y1 = min(ys) - 0.02, max(ys) + 0.02
-
-    def sx(x: float) -> float:
-        return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD)
-
-    def sy(y: float) -> float:
-        return H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD)
-
-    mechanisms = sorted({r.mechanism for r, _ in pts})
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}'>",
-             f"<text x='{W / 2}' y='16' text-anchor='middle' font-size='13'>{html.escape(title)}</text>",
-             f"<line x1='{PAD}' y1='{H - PAD}' x2='{W - PAD}' y2='{H - PAD}' stroke='black'/>",
-             f"<line x1='{PAD}' y1='{PAD}' x2='{PAD}' y2='{H - PAD}' stroke='black'/>",
-             f"<text x='{W / 2}' y='{H - 12}' text-anchor='middle' font-size='11'>epsilon (log scale; filled: "
-             "certified, hollow: claimed)</text>",
-             f"<text x='12' y='{H / 2}' font-size='11' transform='rotate(-90 12 {H / 2})'>utility</text>"]
-    for k in range(math.floor(x0), math.ceil(x1) + 1):
-        if x0 <= k <= x1:
-            parts.append(f"<text x='{sx(k)}' y='{H - PAD + 14}' text-anchor='middle' font-size='10'>{10**k:g}</text>")
-    for y in (y0 + 0.02, (y0 + y1) / 2, y1 - 0.02):
-        parts.append(f"<text x='{PAD - 4}' y='{sy(y) + 3}' text-anchor='end' font-size='10'>{y:.3f}</text>")
-    for r in rows:
-        if r.utility_mean is None:
-            continue
-        colour = COLOURS[mechanisms.index(r.mechanism) % len(COLOURS)] if r.mechanism in mechanisms else "grey"
-        for eps, fill in ((r.epsilon_certified, colour), (r.epsilon_claimed, "white")):
-            if eps is not None and math.isfinite(eps):
-                parts.append(f"<circle cx='{sx(math.log10(eps)):.1f}' cy='{sy(r.utility_mean):.1f}' r='5' "
-                             f"fill='{fill}' stroke='{colour}' stroke-width='2'><title>{html.escape(r.mechanism)} "
-                             f"target {r.epsilon_target}: {r.utility_mean:.4f} at eps {eps:.3g}</title></circle>")
-    for i, m in enumerate(mechanisms):
-        parts.append(f"<text x='{W - PAD}' y='{PAD + 14 * i}' text-anchor='end' font-size='11' "
-                     f"fill='{COLOURS[i % len(COLOURS)]}'>{html.escape(m)}</text>")
-    return "".join(parts) + "</svg>"
+def _e(x: float | None) -> str:
+    if x is None:
+        return "none"
+    return "infinite" if math.isinf(x) else f"{x:.3g}"
 
 
-def report(board: list[LeaderboardRow], sweep: str) -> str:
-    groups = sorted({(r.dataset, r.model) for r in board})
-    plots = "".join(scatter([r for r in board if (r.dataset, r.model) == g], f"{g[0]} / {g[1]}") for g in groups)
-    table = text_table(board).to_html(index=False, escape=True, border=0)
-    return (f"<!doctype html><meta charset='utf-8'><title>privbench report: {html.escape(sweep)}</title>"
-            "<style>body{font-family:sans-serif;margin:24px}td,th{padding:3px 8px;text-align:right}"
-            "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}</style>"
-            f"<h1>privbench report: {html.escape(sweep)}</h1>"
-            "<p>Ranked by utility at equal certified epsilon. claimed: the mechanism's own analysis; certified: "
-            "PLD on the noise the code adds; audited: a 95% empirical lower bound.</p>"
-            f"{table}<h2>Privacy / utility</h2>{plots}")
+def verdict_sentence(r: LeaderboardRow) -> str:
+    """Why this row has its claim_status, in one sentence with its numbers."""
+    target = "" if r.epsilon_target is None else f" at target epsilon {r.epsilon_target:g}"
+    where = f"{r.mechanism}{target} ({r.dataset} / {r.model}{', ' + r.sweep if r.sweep else ''})"
+    claimed, certified, audited = _e(r.epsilon_claimed), _e(r.epsilon_certified), _e(r.epsilon_audited)
+    if r.claim_status == "ok":
+        return (f"{where}: ok. The sound bound ({certified}) and the audited lower bound ({audited}) are both "
+                f"at most the claimed epsilon {claimed}.")
+    if r.claim_status == "overclaimed":
+        factor = (f", {r.epsilon_certified / r.epsilon_claimed:.2g} times the claim" if r.epsilon_claimed and
+                  r.epsilon_certified is not None and math.isfinite(r.epsilon_certified) else "")
+        return (f"{where}: overclaimed. Its own analysis claims epsilon {claimed}, but a sound accountant (PLD) on "
+                f"the noise the code really adds gives {certified}{factor}.")
+    if r.claim_status == "violated":
+        step = (f"; one audited step measured mu {r.mu_audited:.3g} against the claimed {r.mu_claimed:.3g}"
+                if r.mu_audited is not None and r.mu_claimed is not None else "")
+        return (f"{where}: violated. An experiment refutes the claim of epsilon {claimed}: the audited lower "
+                f"bound is {audited}{step}; the sound bound is {certified}.")
+    if r.claim_status == "uncertified":
+        return (f"{where}: uncertified. No sound analysis of what the code does is known, so only the claim "
+                f"({claimed}) is reported; the audited lower bound is {audited}.")
+    return f"{where}: no verdict (no finished private trial)."
+
+
+def _svg(fig: Any, salt: str) -> str:
+    """Inline SVG without its metadata block; each figure gets its own id salt so ids cannot collide."""
+    from matplotlib import rc_context
+
+    with rc_context({"svg.hashsalt": salt}):
+        text = figures.svg_text(fig)
+    return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+
+
+def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: Mapping[str, str] | None = None,
+           *, metric: str = "accuracy") -> str:
+    board = rows(records, metric=metric)
+    title = "privbench report: " + ", ".join(sweeps)
+    parts = [f"<!doctype html><html lang='en'><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{STYLE}</style><h1>{html.escape(title)}</h1>",
+             f"<p>{len(records)} trials ({sum(r.get('status') == 'finished' for r in records)} finished). Rows are "
+             "ranked by utility at equal certified epsilon. <b>claimed</b>: the mechanism's own published analysis; "
+             "<b>certified</b>: a sound upper bound (PLD) on the noise the code adds; <b>audited</b>: an empirical "
+             "95% lower bound from canaries.</p>", "<h2>Figures</h2>"]
+    for kind in ("privacy-utility", "verdicts", "overhead", "curves"):
+        fig = figures.build(kind, records, metric)
+        parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
+                     f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")
+    table = text_table(board).to_html(index=False, escape=True, border=0, classes="leaderboard")
+    parts += ["<h2>Leaderboard</h2>", table, "<h2>Verdicts</h2><ul class='verdicts'>"]
+    for r in board:
+        if r.mechanism != "nonprivate":
+            parts.append(f"<li class='{html.escape(r.claim_status or 'none')}'>{html.escape(verdict_sentence(r))}</li>")
+    parts.append("</ul><h2>Grid files</h2>")
+    for name in sweeps:
+        text = (grids or {}).get(name) or "(grid not stored)"
+        parts.append(f"<h3>{html.escape(name)}</h3><pre class='grid'>{html.escape(text)}</pre>")
+    return "".join(parts) + "</html>\n"

@@ -23,9 +23,20 @@ app.add_typer(privacy_cli.app, name="privacy")
 app.command("audit")(audit_cli.audit)
 
 
+SweepsArg = Annotated[list[str] | None, typer.Argument(help="Sweep names; several are compared side by side "
+                                                           "(default: the latest).", show_default=False)]
+
+
+def _records(st, sweeps: list[str] | None) -> tuple[list[str], list[dict]]:
+    """The named sweeps (or the latest) and their result records, in the order given."""
+    names = [resolve_sweep(st, s) for s in sweeps] if sweeps else [resolve_sweep(st, None)]
+    names = list(dict.fromkeys(names))
+    return names, [r for n in names for r in st.records(n)]
+
+
 @app.command("leaderboard")
 def leaderboard(
-    sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
+    sweeps: SweepsArg = None,
     store: StoreOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     by: Annotated[str, typer.Option(help="Comma-separated grouping shown as separate tables "
@@ -46,8 +57,11 @@ def leaderboard(
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
     st = _open_store(store)
-    name = resolve_sweep(st, sweep)
-    board = lb.rows(st.records(name), metric=metric, view=view)
+    names, records = _records(st, sweeps)
+    name = " + ".join(names)
+    board = lb.rows(records, metric=metric, view=view)
+    if len(names) > 1 and "sweep" not in groups:
+        groups = ["sweep", *groups]
     if fmt == "table" and out_file is None:
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
         for key in keys or [()]:
@@ -63,18 +77,40 @@ def leaderboard(
 
 @app.command("report")
 def report(
-    sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
+    sweeps: SweepsArg = None,
     store: StoreOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     out_file: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
 ) -> None:
-    """A self-contained HTML report: the leaderboard and a privacy/utility plot per dataset/model."""
-    from dashboards import leaderboard as lb
+    """A self-contained HTML report: figures (inline SVG), leaderboard, verdicts and the grid files."""
     from dashboards.report import report as build_report
 
     st = _open_store(store)
-    name = resolve_sweep(st, sweep)
-    out_file.write_text(build_report(lb.rows(st.records(name), metric=metric), name))
+    names, records = _records(st, sweeps)
+    grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
+    out_file.write_text(build_report(records, names, grids, metric=metric))
+    out.print(f"wrote {out_file}")
+
+
+@app.command("plot")
+def plot(
+    sweeps: SweepsArg = None,
+    kind: Annotated[str, typer.Option(help="privacy-utility|overhead|curves|verdicts")] = "privacy-utility",
+    out_file: Annotated[Path, typer.Option("--out", help="Figure file; the suffix picks the format: "
+                                                         ".pdf, .svg, .png or .pgf (needs LaTeX).")] = Path("fig.pdf"),
+    store: StoreOpt = None,
+    metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
+) -> None:
+    """One publication figure (matplotlib) from one or more sweeps."""
+    from dashboards import figures  # matplotlib: imported only when a figure is made
+
+    if kind not in figures.KINDS:
+        fail(f"unknown figure kind {kind!r}; known: {', '.join(figures.KINDS)}")
+    if out_file.suffix.lstrip(".").lower() not in figures.FORMATS:
+        fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
+    st = _open_store(store)
+    _, records = _records(st, sweeps)
+    figures.save(figures.build(kind, records, metric), out_file)
     out.print(f"wrote {out_file}")
 
 

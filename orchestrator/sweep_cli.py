@@ -85,12 +85,23 @@ def run(
         failures = _run_with_progress(st, spec.name, todo, limit, retries)
     counts = st.ledger.status_counts(spec.name)
     err.print(f"sweep [bold]{spec.name}[/]: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    _log_sweep_summary(st, spec.name)
     if failures:
         err.print(f"[bold red]{len(failures)} trial(s) failed:[/]")
         for rec in failures:
             err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(code=1)
+
+
+def _log_sweep_summary(st: Any, sweep: str) -> None:
+    """Leaderboard and figures onto the sweep's parent MLflow run (matplotlib is imported only here)."""
+    from dashboards.summary import sweep_files
+
+    try:
+        st.log_sweep_files(sweep, sweep_files(st.records(sweep)))
+    except Exception as e:  # noqa: BLE001 - the trials are recorded; a summary problem must not fail the sweep
+        err.print(f"[yellow]warning:[/] could not store the sweep summary: {e}", highlight=False, soft_wrap=True)
 
 
 def _run_with_progress(st: Any, sweep: str, todo: list[dict[str, Any]], limit: int,

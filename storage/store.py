@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,6 +22,9 @@ TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
 RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
+SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
+# MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 MAX_PARAM_LEN = 6000
 
 
@@ -62,14 +68,48 @@ class Store:
         if experiment is None:
             experiment_id = self.client.create_experiment(
                 name, artifact_location=f"{self.location.artifact_root}/{name}" if self.location.artifact_root
-                else None, tags={"privbench.kind": "sweep"})
+                else None, tags={"privbench.kind": "sweep"} | EXPERIMENT_KIND)
         else:
             experiment_id = experiment.experiment_id
+            for key, value in EXPERIMENT_KIND.items():  # experiments made by older privbench versions
+                if experiment.tags.get(key) != value:
+                    self.client.set_experiment_tag(experiment_id, key, value)
         self.ledger.upsert_sweep(name, experiment_id, grid_yaml)
         for run_id in self.ledger.sync_trials(name, configs):  # kept for history, flagged in the UI
             self.client.set_tag(run_id, SUPERSEDED_TAG, "true")
         self._reconcile(name, experiment_id)
+        self._sweep_run(name, experiment_id, grid_yaml)
         return experiment_id
+
+    def _sweep_run(self, sweep: str, experiment_id: str, grid_yaml: str | None = None) -> str:
+        """The sweep's parent run (created once): trial runs nest under it in the UI, and it holds the
+        grid file and, after each `sweep run`, the leaderboard and figures (`log_sweep_files`)."""
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_RUN_TAG}` = 'true'",
+                                        max_results=1)
+        if found:
+            run_id = found[0].info.run_id
+        else:
+            run_id = self.client.create_run(experiment_id, run_name=f"{sweep} (sweep)",
+                                            tags={SWEEP_RUN_TAG: "true", SWEEP_TAG: sweep} | _source_tags()).info.run_id
+        if grid_yaml is not None:
+            self.client.log_text(run_id, grid_yaml, "grid.yaml")
+        return run_id
+
+    def log_sweep_files(self, sweep: str, files: Mapping[str, str | bytes]) -> str:
+        """Store summary files (leaderboard CSV, figures; path -> content) on the sweep's parent run and
+        mark it finished. Returns its run id."""
+        import tempfile
+        from pathlib import Path
+
+        run_id = self._sweep_run(sweep, self.ledger.sweep(sweep)["experiment_id"])
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel, content in files.items():
+                path = Path(tmp) / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content.encode() if isinstance(content, str) else content)
+            self.client.log_artifacts(run_id, tmp)
+        self.client.set_terminated(run_id, "FINISHED")
+        return run_id
 
     def _reconcile(self, sweep: str, experiment_id: str) -> None:
         """Make MLflow agree with the ledger after a killed driver: exactly one run per recorded trial.
@@ -81,7 +121,7 @@ class Store:
         kept = ("finished", "failed", "superseded")
         recorded = {t["run_id"] for t in self.ledger.trials(sweep) if t["status"] in kept}
         for run in self._runs(experiment_id):
-            if run.info.run_id not in recorded:
+            if run.info.run_id not in recorded and run.data.tags.get(SWEEP_RUN_TAG) != "true":
                 self.client.delete_run(run.info.run_id)
 
     def _runs(self, experiment_id: str) -> list[Any]:
@@ -113,10 +153,14 @@ class Store:
         eps = config.get("epsilon")
         run_name = f"{config['mechanism']}-{config['dataset']}-{config['model']}" + (
             f"-eps{eps:g}" if eps is not None else "") + f"-seed{config['seed']}"
-        run = self.client.create_run(info["experiment_id"], run_name=run_name,
-                                     tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep})
+        env = record.get("environment") or {}
+        started, ended = _ms(env.get("started_at")), _ms(env.get("finished_at"))  # the trial's own wall clock
+        run = self.client.create_run(
+            info["experiment_id"], run_name=run_name, start_time=started,
+            tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep,
+                  "mlflow.parentRunId": self._sweep_run(sweep, info["experiment_id"])} | _source_tags())
         run_id = run.info.run_id
-        now = int(time.time() * 1000)
+        now = ended or int(time.time() * 1000)
         privacy = record.get("privacy") or {}
         params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
         params |= {f"privacy.{k}": privacy.get(k) for k in
@@ -125,7 +169,6 @@ class Store:
         metrics |= {k: privacy.get(k) for k in
                     ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited",
                      "mu_claimed")}
-        env = record.get("environment") or {}
         tags = {"status": record["status"], "mechanism": config["mechanism"], "device": env.get("device"),
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
                 "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
@@ -138,11 +181,13 @@ class Store:
             params=[Param(k, _param(v)) for k, v in params.items() if v is not None],
             tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items() if v is not None],
         )
+        self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
         self.client.log_dict(run_id, dict(record), "result.json")
         if record.get("traceback"):
             self.client.log_text(run_id, record["traceback"], "traceback.txt")
         self.client.set_tag(run_id, RECORDED_TAG, "true")
-        self.client.set_terminated(run_id, "FINISHED" if record["status"] == "finished" else "FAILED")
+        self.client.set_terminated(run_id, "FINISHED" if record["status"] == "finished" else "FAILED",
+                                   end_time=ended)
         self.ledger.record(record, run_id)
         for old in previous:  # a retried trial keeps one run: the latest attempt
             if old != run_id:
@@ -157,6 +202,46 @@ class Store:
 
     def sweep_names(self) -> list[str]:
         return self.ledger.sweep_names() if self.ledger.has_schema() else []
+
+
+def _ms(seconds: Any) -> int | None:
+    return int(seconds * 1000) if _is_number(seconds) else None
+
+
+@functools.lru_cache(maxsize=1)
+def _source_tags() -> dict[str, str]:
+    """MLflow's Source column: the privbench program, and the git commit of its checkout when it is one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    tags = {"mlflow.source.name": "privbench", "mlflow.source.type": "LOCAL"}
+    try:
+        tags["privbench.version"] = version("privbench")
+    except PackageNotFoundError:
+        pass
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if len(commit) == 40:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+def _dataset_input(config: Mapping[str, Any], n_train: Any) -> Any:
+    """The trial's training set as an MLflow input (the UI's Dataset column): its registry name, the
+    number of training examples used, and a digest of what identifies the data (name, options, size)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    ident = {"dataset": config["dataset"], "options": config.get("dataset_options") or {},
+             "max_train_examples": (config.get("train") or {}).get("max_train_examples"),
+             "n_train": int(n_train) if _is_number(n_train) else None}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    profile = {"num_rows": ident["n_train"]} if ident["n_train"] is not None else {}
+    return DatasetInput(Dataset(name=config["dataset"], digest=digest, source_type="privbench",
+                                source=json.dumps(ident, sort_keys=True, default=str), profile=json.dumps(profile)),
+                        tags=[InputTag("mlflow.data.context", "training")])
 
 
 def _is_number(v: Any) -> bool:

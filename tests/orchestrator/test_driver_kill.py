@@ -43,7 +43,8 @@ def test_kill_driver_then_rerun_completes_each_trial_once(write_grid, store):
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert finished_count(store / "ledger.db") == 6
     client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("killme").experiment_id])
+    runs = [r for r in client.search_runs([client.get_experiment_by_name("killme").experiment_id])
+            if "privbench.sweep_run" not in r.data.tags]  # the trials (not the sweep's parent run)
     keys = [r.data.tags["privbench.trial_key"] for r in runs]
     assert len(keys) == 6 and len(set(keys)) == 6
     assert all(r.info.status == "FINISHED" for r in runs)

@@ -29,7 +29,7 @@ def local_ray():
 def active_runs(store: Path, sweep: str) -> list:
     client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
     exp = client.get_experiment_by_name(sweep)
-    return client.search_runs([exp.experiment_id])
+    return [r for r in client.search_runs([exp.experiment_id]) if "privbench.sweep_run" not in r.data.tags]  # trials
 
 
 def test_sweep_records_runs_and_leaderboard_then_rerun_adds_nothing(cli, write_grid, store):

@@ -118,7 +118,7 @@ def test_sweep_runs_text_models_nonprivate_and_dpsgd(cli, tmp_path, local_ray):
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("text-tiny").experiment_id])
-    assert {r.data.params.get("privacy.grad_sample_mode") for r in runs if r.data.params["mechanism"] == "dpsgd"} \
+    assert {r.data.params.get("privacy.grad_sample_mode") for r in runs if r.data.params.get("mechanism") == "dpsgd"} \
         == {"ghost"}  # the mode is visible in the MLflow UI too
 
 

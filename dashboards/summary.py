@@ -1,0 +1,26 @@
+"""The files a sweep's parent MLflow run holds after `privbench sweep run`: the leaderboard (CSV and
+Markdown) and the four figures (PDF for papers, PNG for the MLflow artifact viewer)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dashboards import figures
+from dashboards.leaderboard import rows
+from dashboards.render import render
+
+
+def sweep_files(records: Sequence[Mapping[str, Any]], metric: str = "accuracy") -> dict[str, bytes | str]:
+    board = rows(records, metric=metric)
+    files: dict[str, bytes | str] = {"leaderboard.csv": render(board, "csv"),
+                                     "leaderboard.md": render(board, "markdown")}
+    for kind in figures.KINDS:
+        fig = figures.build(kind, records, metric)
+        for fmt in ("pdf", "png"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else {},
+                        dpi=150 if fmt == "png" else "figure")
+            files[f"figures/{kind}.{fmt}"] = buf.getvalue()
+    return files

@@ -1,0 +1,104 @@
+"""What a user sees in `privbench ui`, read through the MLflow REST API of a real server subprocess:
+the runs table opens (experiment kind), durations are the trials' wall time, Source and Dataset are
+filled, and the sweep's parent run holds the grid, the leaderboard and the figures."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.dashboards.test_ui import free_port
+
+
+@pytest.fixture(scope="module")
+def api(figure_store):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", "--store", str(figure_store),
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def call(path: str, body: dict | None = None, raw: bool = False):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as answer:
+            payload = answer.read()
+        return payload if raw else json.loads(payload)
+
+    deadline = time.monotonic() + 120
+    while True:  # wait until the server answers (it imports MLflow and migrates nothing: a few seconds)
+        assert server.poll() is None, "the UI server exited"
+        assert time.monotonic() < deadline, "the UI did not answer within 120 s"
+        try:
+            call("/api/2.0/mlflow/experiments/search", {"max_results": 10})
+            break
+        except OSError:
+            time.sleep(0.2)
+    try:
+        yield call
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def tags(run: dict) -> dict[str, str]:
+    return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+@pytest.fixture(scope="module")
+def runs(api):
+    exp = api("/api/2.0/mlflow/experiments/get-by-name?experiment_name=figs")["experiment"]
+    found = api("/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 1000})
+    return exp, found["runs"]
+
+
+def test_experiment_opens_on_the_runs_table(runs):
+    exp, _ = runs
+    assert {t["key"]: t["value"] for t in exp["tags"]}["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_trial_runs_carry_wall_time_source_and_dataset(runs):
+    _, found = runs
+    trials = [r for r in found if "privbench.trial_key" in tags(r)]
+    parent = [r for r in found if tags(r).get("privbench.sweep_run") == "true"]
+    assert len(trials) == 10 and len(parent) == 1
+    durations = []
+    for run in trials:
+        wall_ms = next(m["value"] for m in run["data"]["metrics"] if m["key"] == "wall_s") * 1000
+        durations.append(run["info"]["end_time"] - run["info"]["start_time"])
+        assert abs(durations[-1] - wall_ms) < 500  # the trial's own time, not the time logging took
+        t = tags(run)
+        assert t["mlflow.source.name"] == "privbench" and t["mlflow.parentRunId"] == parent[0]["info"]["run_id"]
+        assert re.fullmatch(r"[0-9a-f]{40}", t["mlflow.source.git.commit"])
+        (inp,) = run["inputs"]["dataset_inputs"]
+        assert inp["dataset"]["name"] == "digits" and len(inp["dataset"]["digest"]) == 8
+        assert json.loads(inp["dataset"]["profile"])["num_rows"] > 1000
+        assert {"key": "mlflow.data.context", "value": "training"} in inp["tags"]
+    assert max(durations) > 3000  # a DP-SGD trial calibrates, trains and audits for seconds
+
+def test_parent_run_holds_grid_leaderboard_and_figures(api, runs):
+    _, found = runs
+    parent = next(r for r in found if tags(r).get("privbench.sweep_run") == "true")
+    run_id = parent["info"]["run_id"]
+    assert parent["info"]["status"] == "FINISHED"
+    top = {f["path"] for f in api(f"/api/2.0/mlflow/artifacts/list?run_id={run_id}")["files"]}
+    assert {"grid.yaml", "leaderboard.csv", "leaderboard.md", "figures"} <= top
+    figs = {f["path"] for f in api(f"/api/2.0/mlflow/artifacts/list?run_id={run_id}&path=figures")["files"]}
+    assert figs == {f"figures/{k}.{x}" for k in ("privacy-utility", "overhead", "curves", "verdicts")
+                    for x in ("pdf", "png")}
+
+    def artifact(path: str) -> bytes:
+        query = urllib.parse.urlencode({"path": path, "run_uuid": run_id})
+        return api(f"/get-artifact?{query}", raw=True)
+
+    assert b"name: figs" in artifact("grid.yaml")
+    csv = artifact("leaderboard.csv").decode()
+    assert csv.startswith("dataset,") and csv.count("\n") == 6  # header + 5 rows (nonprivate, 2 x 2 private)
+    assert artifact("figures/verdicts.png").startswith(b"\x89PNG")

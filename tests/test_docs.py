@@ -1,0 +1,147 @@
+"""The documentation stays true to the program: every `privbench` command and option that README.md and
+docs/ show exists (its `--help` answers and lists the option), relative links resolve, and nothing in the
+repository (code, docs, `--help`) points to documents outside the project."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Pages other parts of the project write; links to them are checked once they exist.
+PAGES_WRITTEN_ELSEWHERE = {"store.md", "clipping.md", "auditing.md"}
+OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe digest\b|\bdigest('s)? (section )?\d", re.I)
+
+
+def command_lines(text: str) -> list[str]:
+    """`privbench ...` invocations: lines of code blocks (with their `[--option]` continuation lines),
+    and inline code spans."""
+    found: list[str] = []
+    in_block = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_block = not in_block
+            continue
+        if in_block:
+            stripped = line.strip().removeprefix("$ ")
+            if stripped.startswith("privbench "):
+                found.append(stripped.split("#")[0])
+            elif found and stripped.startswith("[") and line.startswith(" "):
+                found[-1] += " " + stripped
+        else:
+            found += [m for m in re.findall(r"`(privbench [^`]+)`", line)]
+    return found
+
+
+def help_of(path: list[str]):
+    from orchestrator.cli import app
+
+    return CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
+
+
+def root_command() -> Any:
+    from orchestrator.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _is_group(cmd: Any) -> bool:
+    """Typer vendors its own click, so groups are recognised by their sub-commands."""
+    return hasattr(cmd, "commands")
+
+
+def resolve(words: list[str]) -> tuple[list[str], Any, list[str]]:
+    """Walk sub-commands as far as the words name them; alternatives `a|b` must all exist."""
+    cmd: Any = root_command()
+    path: list[str] = []
+    rest = list(words)
+    while rest and _is_group(cmd):
+        word = rest[0]
+        names = word.split("|")
+        if not all(n in cmd.commands for n in names):
+            break
+        path.append(names[0])
+        cmd = cmd.commands[names[0]]
+        rest.pop(0)
+    return path, cmd, rest
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    return [(doc.relative_to(ROOT).as_posix(), line) for doc in DOCS for line in command_lines(doc.read_text())]
+
+
+def test_the_docs_show_commands_at_all():
+    shown = {line.split()[1] for _, line in shown_commands()}
+    assert {"sweep", "leaderboard", "plot", "report", "privacy", "audit", "ui", "list"} <= shown
+
+
+@pytest.mark.parametrize(("doc", "line"), shown_commands())
+def test_every_shown_command_and_option_exists(doc, line):
+    words = line.split()[1:]
+    path, cmd, rest = resolve(words)
+    if _is_group(cmd) and rest and not rest[0].startswith(("-", "[", "...")):
+        pytest.fail(f"{doc}: `{line}`: `privbench {' '.join(path)}` has no command {rest[0]!r}")
+    result = help_of(path)
+    assert result.exit_code == 0, result.output
+    known = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", " ".join(rest)):
+        assert option in known, f"{doc}: `privbench {' '.join(path)}` has no option {option}"
+        assert option in result.output, f"{doc}: {option} missing from `privbench {' '.join(path)} --help`"
+
+
+def test_relative_links_resolve():
+    missing = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path = (doc.parent / target).resolve()
+            if not path.exists() and path.name not in PAGES_WRITTEN_ELSEWHERE:
+                missing.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not missing
+
+
+def test_nothing_points_outside_the_project():
+    """Code, docs and examples explain in the project's own words or cite papers by arXiv id."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    hits = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix not in {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt", ""} or path == Path(__file__):
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        hits += [f"{name}:{i}: {ln.strip()[:100]}" for i, ln in enumerate(text.splitlines(), 1) if OUTSIDE.search(ln)]
+    assert not hits, f"{len(hits)} references to documents outside the project:\n" + "\n".join(hits)
+
+
+def test_help_texts_point_nowhere_outside():
+    texts = {}
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        texts[" ".join(path)] = help_of(path).output
+        if _is_group(cmd):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+
+    walk(root_command(), [])
+    assert len(texts) > 10
+    assert not [p for p, text in texts.items() if OUTSIDE.search(text)]
+
+
+def test_readme_is_a_front_page_starting_with_the_two_setup_commands():
+    text = (ROOT / "README.md").read_text()
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert text.startswith("# privbench\n\n```bash\n")
+    assert first_block == ("bash scripts/setup.sh && privbench sweep run examples/quickstart.yaml && privbench "
+                           "leaderboard quickstart\nbash scripts/setup.sh && python3 -m pytest\n")
+    assert len(text.splitlines()) < 250
