@@ -103,11 +103,13 @@ def train(
     bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
     mechanism_options: dict[str, Any] | None = None, on_progress: Progress | None = None,
-    attach: Callable[[Any], None] | None = None,
+    attach: Callable[[Any], Callable[[], float] | None] | None = None,
 ) -> TrainOutcome:
     """Train `bundle.module` with `mechanism`; evaluate every epoch on `eval_splits` (name -> split).
 
-    `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step.
+    `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step; it
+    may return a clock of its own seconds inside steps, which the step timer leaves out (the one-run
+    canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
     """
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
@@ -119,8 +121,7 @@ def train(
     module, optimizer, loader, criterion = mechanism.make_private(
         module, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=cfg.clip,
         grad_sample_mode=mode, **(mechanism_options or {}))
-    if attach is not None:
-        attach(optimizer)
+    audit_clock = attach(optimizer) if attach is not None else None
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = cfg.epochs * len(loader), 0
     final: dict[str, dict[str, float]] = {}
@@ -130,12 +131,13 @@ def train(
             running, batches = 0.0, 0
             for *xs, y in loader:
                 xs, y = [x.to(device) for x in xs], y.to(device)
+                audit_before = audit_clock() if audit_clock else 0.0
                 timer.start()
                 optimizer.zero_grad(set_to_none=True)
                 loss = criterion(module(*xs), y)
                 loss.backward()
                 optimizer.step()
-                timer.stop(len(y))
+                timer.stop(len(y), excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
                 running, batches, done = running + float(loss.item()), batches + 1, done + 1
                 if on_progress is not None and (done % 5 == 0 or done == total_steps):
                     on_progress(done, total_steps, {"epoch": epoch + 1, "loss": running / batches})
