@@ -167,6 +167,12 @@ class OneRunBounds:
         return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
 
 
+def top(scores: np.ndarray, r: int) -> Explicit:
+    """The threshold rule "guess in for the r highest scores", read off the pooled scores (no labels)."""
+    scores = np.asarray(scores)
+    return Explicit(float(np.partition(scores, scores.size - min(r, scores.size))[scores.size - min(r, scores.size)]))
+
+
 def guess_counts_around(r: int, m: int) -> tuple[int, ...]:
     """The short list of guess counts tried on a real run: r, r/2 and 2r (clipped to [1, m])."""
     return tuple(sorted({max(1, min(m, int(round(x)))) for x in (r / 2, r, 2 * r)}))
@@ -193,13 +199,12 @@ def one_run_bounds(scores: np.ndarray, included: np.ndarray, delta: float, *, si
         gdp = auditor.epsilon_one_run_fdp(significance, delta) if with_gdp else None
         best_r = 0
     else:
-        order = np.sort(scores)[::-1]
         k = len(guess_counts)
         steinke = fdp = 0.0
         gdp = 0.0 if with_gdp else None
         best_r = 0
         for r in guess_counts:
-            strategy = Explicit(float(order[min(r, m) - 1]))
+            strategy = top(scores, r)
             s_r = auditor.epsilon_one_run(half / k, delta, threshold_strategy=strategy)
             f_r = auditor.epsilon_one_run_fdp(half / k, delta, threshold_strategy=strategy, family="approx-dp")
             if max(s_r, f_r) > max(steinke, fdp):
