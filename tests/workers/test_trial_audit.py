@@ -66,3 +66,15 @@ def test_single_modes(mode):
     p = trial("dpsgd", audit={"mode": mode, "canaries": 300, "dim": 200})
     assert (p["epsilon_audited"] is not None) == (mode == "one-run")
     assert ("mu_audited" in p) == (mode == "step")
+
+
+def test_step_timer_leaves_out_the_audit_seconds():
+    import time
+
+    from workers.measure import StepTimer
+
+    timer = StepTimer(warmup=0)
+    timer.start()
+    time.sleep(0.05)
+    timer.stop(1, excluded_s=0.04)
+    assert 0.005 < timer.times[0] < 0.03
