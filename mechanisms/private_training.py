@@ -67,6 +67,9 @@ class PrivateOptimizerMixin:
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
 
+    def stop_observing(self, observer: ReleaseObserver) -> None:
+        self.observers.remove(observer)
+
     def add_noise(self) -> None:
         params = self.params  # type: ignore[attr-defined]
         for observer in self.observers:

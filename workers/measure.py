@@ -53,8 +53,9 @@ class StepTimer:
     def start(self) -> None:
         self._t0 = time.perf_counter()
 
-    def stop(self, n_examples: int) -> None:
-        self.times.append(time.perf_counter() - self._t0)
+    def stop(self, n_examples: int, excluded_s: float = 0.0) -> None:
+        """`excluded_s`: time inside the step that belongs to an audit, not to the mechanism."""
+        self.times.append(time.perf_counter() - self._t0 - excluded_s)
         self.examples += n_examples
 
     @property

@@ -82,13 +82,15 @@ def train(
     bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
     noise_generator: torch.Generator | None = None, secure_mode: bool = False,
-    on_progress: Progress | None = None, attach: Callable[[Any], None] | None = None,
+    on_progress: Progress | None = None, attach: Callable[[Any], Callable[[], float] | None] | None = None,
 ) -> TrainOutcome:
     """Train `bundle.module` with `mechanism` under `plan`; evaluate every epoch on `eval_splits`.
 
     The loader, the clipping and the noise come from the plan (`mechanism.make_private`), so the trial runs
     exactly `plan.steps` updates; the count is checked at the end and recorded as `steps_run`.
-    `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step.
+    `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step; it
+    may return a clock of its own seconds inside steps, which the step timer leaves out (the one-run
+    canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
     """
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
@@ -100,8 +102,7 @@ def train(
                                      generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
                                      secure_mode=secure_mode)
     module, optimizer, loader, criterion = private.module, private.optimizer, private.loader, private.criterion
-    if attach is not None:
-        attach(optimizer)
+    audit_clock = attach(optimizer) if attach is not None else None
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = plan.steps, 0
     final: dict[str, dict[str, float]] = {}
@@ -111,12 +112,13 @@ def train(
             running, batches = 0.0, 0
             for *xs, y in loader:
                 xs, y = [x.to(device) for x in xs], y.to(device)
+                audit_before = audit_clock() if audit_clock else 0.0
                 timer.start()
                 optimizer.zero_grad(set_to_none=True)
                 loss = criterion(module(*xs), y)
                 loss.backward()
                 optimizer.step()
-                timer.stop(len(y))
+                timer.stop(len(y), excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
                 value = float(loss.item())
                 if not math.isfinite(value):
                     raise Diverged(f"diverged: training loss is {value} at step {done + 1} (epoch {epoch + 1})")

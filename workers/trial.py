@@ -22,7 +22,7 @@ import mechanisms
 from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacySpec
 from workers import datasets, models
-from workers.audit import AuditConfig, OneRun, step_audit
+from workers.audit import AuditConfig, OneRun, audit_cost, mia_fields, step_audit
 from workers.environment import configure
 from workers.result import TrialResult
 from workers.train import Progress, TrainConfig, train
@@ -112,7 +112,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         calibration_s = time.perf_counter() - t0
         audit_cfg = AuditConfig(**config.get("audit", {}))
         private = plan.sigma is not None or plan.epsilon_claimed is not None
-        one_run = OneRun(audit_cfg, plan.sample_rate, int(config["seed"])) if audit_cfg.one_run and private else None
+        one_run = OneRun(audit_cfg, plan, int(config["seed"])) if audit_cfg.one_run and private else None
         secure = bool(config.get("secure_rng", False))
         outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
                         device=device, generator=generator, on_progress=on_progress,
@@ -121,6 +121,8 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         audits: dict[str, Any] = {"epsilon_audited": None}
         if one_run is not None:
             audits |= one_run.fields(plan.delta)
+        audits |= mia_fields(bundle, train_split, splits.test, audit_cfg, device=device, seed=int(config["seed"]))
+        audits |= audit_cost(audits, outcome.metrics.get("train_s"))
         if audit_cfg.step and private:
             audits |= step_audit(mechanism, plan, cfg.clip, audit_cfg, dict(config.get("mechanism_options", {})),
                                  int(config["seed"]), cpus)

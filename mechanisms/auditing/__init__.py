@@ -2,7 +2,8 @@
 
 - `tradeoff`: claims as curves (G_mu, f_{eps,delta}), Eq. 45, GDP conversions.
 - `canary`: `CanaryScoreAuditor`, scores in, estimates out (mirrors jax_privacy's auditor).
-- `one_run`: Steinke, Nasr & Jagielski (2023) one-run estimator from correct guesses.
+- `one_run`: Steinke, Nasr & Jagielski (2023) and f-DP (Mahloujifar et al. 2024) one-run estimators.
+- `white_box`: likelihood-ratio scores of gradient canaries, planned guesses, the ceiling, simulation.
 - `step_audit`: `audit_step`, the mechanism-level audit behind `privbench audit`.
 - `dirac_canaries`: `DiracCanaries`, white-box gradient canaries inside an Opacus training run.
 - `hooks`: what a mechanism module provides to be audited (`claimed_step_tradeoff`, `audit_cases`,

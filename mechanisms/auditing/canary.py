@@ -226,9 +226,38 @@ class CanaryScoreAuditor:
             raise ValueError(f"delta must lie in (0, 1], got {delta}")
         if not one_sided:
             raise ValueError("one_sided must be True")
-        m = self.n_in + self.n_out
+        return self._one_run(one_run.epsilon_one_run, significance, delta, threshold_strategy)
+
+    def epsilon_one_run_fdp(self, significance: float, delta: float, one_sided: bool = True, *,
+                            threshold_strategy: ThresholdStrategy = Bonferroni(), family: str = "gdp") -> float:
+        """Mahloujifar, Melis & Chaudhuri (2024, arXiv 2410.22235): the same guesses tested against a curve.
+
+        With `family="gdp"` (jax_privacy's `epsilon_one_run_fdp`, same name, arguments and numbers)
+        the rejected claim is "G_mu-DP with respect to every canary" for the mu whose Gaussian
+        (epsilon, delta) profile passes through (epsilon, delta): a lower bound on the epsilon of a
+        Gaussian-shaped mechanism, and on any mechanism whose own curve lies above that G_mu (checked
+        for a trial's certified event before it is used, `gaussian_envelope`). `family="approx-dp"`
+        tests the curve f_{epsilon, delta} itself: sound for every (epsilon, delta)-DP mechanism.
+        """
+        _check_significance(significance, upper=1.0)
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must lie in (0, 1), got {delta}")
+        if not one_sided:
+            raise ValueError("one_sided must be True")
+        if family not in one_run.FDP_FAMILIES:
+            raise ValueError(f"family must be one of {one_run.FDP_FAMILIES}, got {family!r}")
+
+        def audit(m: int, r: int, v: int, s: float, d: float, epsilon_floor: float = 0.0) -> float:
+            return one_run.epsilon_one_run_fdp(m, r, v, s, d, epsilon_floor=epsilon_floor, family=family)
+
+        return self._one_run(audit, significance, delta, threshold_strategy)
+
+    def _one_run(self, audit: Callable[..., float], significance: float, delta: float,
+                 threshold_strategy: ThresholdStrategy) -> float:
+        """Threshold search shared by both one-run estimators (m counts every canary of the auditor)."""
 
         def all_t(a: CanaryScoreAuditor, s: float) -> tuple[float, float]:
+            m = a.n_in + a.n_out
             tp = a.n_in - a._fn
             guesses = tp + (a.n_out - a._tn)
             # Visit thresholds by decreasing precision lower bound: later ones rarely beat the best.
@@ -239,7 +268,7 @@ class CanaryScoreAuditor:
                 r, v = int(guesses[i]), int(tp[i])
                 if r == 0 or v / r <= float(scipy.special.expit(best_eps)):
                     continue
-                eps = one_run.epsilon_one_run(m, r, v, s, delta, epsilon_floor=best_eps)
+                eps = audit(m, r, v, s, delta, epsilon_floor=best_eps)
                 if eps > best_eps:
                     best_eps, best_t = eps, float(a._thresholds[i])
             return best_eps, best_t
@@ -247,7 +276,7 @@ class CanaryScoreAuditor:
         def one_t(a: CanaryScoreAuditor, s: float, t: float) -> float:
             fp, fn = a.error_counts(t)
             tp = a.n_in - fn
-            return one_run.epsilon_one_run(m, tp + fp, tp, s, delta)
+            return audit(a.n_in + a.n_out, tp + fp, tp, s, delta)
 
         return self._with_strategy(threshold_strategy, all_t, one_t, significance)
 

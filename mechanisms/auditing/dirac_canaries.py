@@ -8,6 +8,11 @@ privatised value at every canary coordinate is accumulated over the run as that 
 `estimate(delta)` turns the scores into the one-run epsilon lower bound (guess "in" for the
 highest scores, abstain on the rest).
 
+The score of a canary is, by default, the likelihood-ratio statistic of the subsampled Gaussian
+across steps (`white_box`), and `estimate` reports the Steinke and the f-DP bound (each at half the
+significance) and their maximum as the run's `epsilon`. More canaries than coordinates share
+coordinates with random signs (`white_box.CanaryLayout`).
+
 Two details keep the bound sound and useful:
 - A canary must not leak more than a real example does. Under Poisson sampling at rate q an
   example joins a step with probability q, so an included canary joins each step independently
@@ -18,11 +23,11 @@ Two details keep the bound sound and useful:
   (subsampled) Gaussian mechanism in the canary, so the guarantee holds for the residual too, and
   the data's gradient no longer drowns the canary. `score="update"` uses the privatised value as is.
 
-Opacus 1.6 order in `DPOptimizer.pre_step`: `clip_and_accumulate()` fills `p.summed_grad`,
-`add_noise()` sets `p.grad = summed_grad + noise`, `scale_grad()` divides by the batch size. The
-canaries wrap `add_noise` on the optimizer instance (not `step_hook`, which Opacus' accountant uses),
-including a mechanism's own replacement of it (gredp's frequency-domain noise), so any mechanism
-whose noise step reads `p.summed_grad` and writes `p.grad` is audited through its real code.
+The canaries observe every release through the private optimizer's public hook
+(`PrivateOptimizerMixin.observe_releases`): `before_noise` sees `p.summed_grad` (the clipped sum)
+and injects the canaries, `after_noise` reads `p.grad` (the privatised sum, before scaling by the
+batch size). The noise in between is the mechanism's own noise part (gredp's frequency-domain noise,
+shuffled DP-SGD's batch clip), so every mechanism is audited through the code that trains.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.auditing import one_run
+from mechanisms.auditing import one_run, white_box
 from mechanisms.auditing.canary import CanaryScoreAuditor
 
 SCORES = ("residual", "update")
@@ -41,7 +46,8 @@ SCORES = ("residual", "update")
 
 @dataclasses.dataclass(frozen=True)
 class OneRunEstimate:
-    """epsilon: lower bound at `delta` holding with probability 1 - significance."""
+    """epsilon: lower bound at `delta` holding with probability 1 - significance (the larger of the
+    Steinke and f-DP bounds, each at significance / 2)."""
 
     epsilon: float
     delta: float
@@ -49,7 +55,13 @@ class OneRunEstimate:
     canaries: int
     included: int
     steps: int
-    overhead_s: float  # time spent in canary injection and scoring
+    overhead_s: float  # time spent in canary injection and scoring during training
+    epsilon_steinke: float = 0.0
+    epsilon_fdp: float = 0.0
+    epsilon_fdp_gdp: float | None = None  # jax_privacy's Gaussian family: informative, not a bound on (eps, delta)
+    guesses: int = 0
+    statistic: str = "lr"
+    estimate_s: float = 0.0  # time spent turning scores into bounds
 
     def as_record(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -59,31 +71,42 @@ class DiracCanaries:
     """m Dirac gradient canaries over a model's flattened trainable parameters."""
 
     def __init__(self, n_params: int, m: int, *, clip: float, sample_rate: float, seed: int = 0,
-                 score: str = "residual") -> None:
-        if not 1 <= m <= n_params:
-            raise ValueError(f"need 1 <= m <= n_params ({n_params}) canaries, got {m}")
+                 score: str = "residual", statistic: str = "lr",
+                 guess_counts: tuple[int, ...] | None = None) -> None:
+        if not 1 <= m:
+            raise ValueError(f"need at least one canary, got {m}")
         if not clip > 0:
             raise ValueError(f"clip must be > 0, got {clip}")
         if not 0 < sample_rate <= 1:
             raise ValueError(f"sample_rate must lie in (0, 1], got {sample_rate}")
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        if statistic not in white_box.SCORES:
+            raise ValueError(f"statistic must be one of {white_box.SCORES}, got {statistic!r}")
         rng = np.random.default_rng([seed, 0xD1AC])
         self.n_params, self.m, self.clip, self.sample_rate, self.score_kind = n_params, m, clip, sample_rate, score
-        self.coordinates = np.sort(rng.choice(n_params, size=m, replace=False))
+        self.layout = white_box.CanaryLayout.draw(n_params, m, rng)
+        self.coordinates, self.signs = self.layout.coordinates, self.layout.signs
         self.included = rng.random(m) < 0.5
-        self.scores = np.zeros(m)
+        self.statistic, self.guess_counts = statistic, guess_counts
+        self.scores = np.zeros(m)  # sum over steps of the observation, in units of C
+        self._lr = white_box.ScoreAccumulator(m, sample_rate, "lr")
         self.steps = 0
         self.overhead_s = 0.0
         self._participation = np.random.default_rng([seed, 0x5A3F])
         self._optimizer: Any = None
         self._layout: list[tuple[int, Any, np.ndarray]] = []  # (param index, local offsets, canary ids)
         self._data = np.zeros(m)
-        self._own_add_noise: Any = None
+        self._step_obs = np.zeros(m)
+
+    @property
+    def lr_scores(self) -> np.ndarray:
+        return self._lr.scores
 
     @classmethod
     def attach_to(cls, optimizer: Any, m: int, *, sample_rate: float, seed: int = 0,
-                  score: str = "residual") -> DiracCanaries:
+                  score: str = "residual", statistic: str = "lr",
+                  guess_counts: tuple[int, ...] | None = None) -> DiracCanaries:
         """Canaries over all of `optimizer.params`, clip = its `max_grad_norm`, already attached.
 
         Under Opacus' per-layer clipping `max_grad_norm` is the total norm sqrt(sum_l C_l^2), the
@@ -92,7 +115,7 @@ class DiracCanaries:
         """
         n_params = sum(p.numel() for p in optimizer.params)
         canaries = cls(n_params, m, clip=float(optimizer.max_grad_norm), sample_rate=sample_rate, seed=seed,
-                       score=score)
+                       score=score, statistic=statistic, guess_counts=guess_counts)
         return canaries.attach(optimizer)
 
     # -- Opacus plumbing ----------------------------------------------------------------------
@@ -102,7 +125,9 @@ class DiracCanaries:
 
         if self._optimizer is not None:
             raise RuntimeError("these canaries are already attached")
-        if getattr(optimizer.add_noise, "_dirac_canaries", None) is not None:
+        if not hasattr(optimizer, "observe_releases"):
+            raise ValueError("Dirac canaries need a privbench private optimizer (mechanisms.private_training)")
+        if any(isinstance(o, DiracCanaries) for o in optimizer.observers):
             raise RuntimeError("this optimizer already carries Dirac canaries")
         sizes = [p.numel() for p in optimizer.params]
         if sum(sizes) != self.n_params:
@@ -114,33 +139,25 @@ class DiracCanaries:
             if ids.size:
                 local = torch.as_tensor(self.coordinates[ids] - starts[i], dtype=torch.long)
                 self._layout.append((i, local, ids))
-        # A mechanism may already have replaced add_noise on the instance (gredp's frequency-domain
-        # noise): wrap whatever is there, and put exactly that back on detach.
-        self._own_add_noise = vars(optimizer).get("add_noise")
-        original = optimizer.add_noise
-
-        def add_noise() -> None:
-            t0 = time.perf_counter()
-            self._inject(optimizer)
-            self.overhead_s += time.perf_counter() - t0
-            original()
-            t1 = time.perf_counter()
-            self._read(optimizer)
-            self.overhead_s += time.perf_counter() - t1
-
-        add_noise._dirac_canaries = self  # type: ignore[attr-defined]
-        optimizer.add_noise = add_noise
+        optimizer.observe_releases(self)
         self._optimizer = optimizer
         return self
 
+    def before_noise(self, optimizer: Any) -> None:
+        t0 = time.perf_counter()
+        self._inject(optimizer)
+        self.overhead_s += time.perf_counter() - t0
+
+    def after_noise(self, optimizer: Any) -> None:
+        t1 = time.perf_counter()
+        self._read(optimizer)
+        self.overhead_s += time.perf_counter() - t1
+
     def detach(self) -> None:
-        """Restore the optimizer's previous `add_noise`; scores are kept."""
+        """Stop observing the optimizer; scores are kept."""
         if self._optimizer is None:
             return
-        if self._own_add_noise is None:
-            del self._optimizer.add_noise
-        else:
-            self._optimizer.add_noise = self._own_add_noise
+        self._optimizer.stop_observing(self)
         self._optimizer = None
 
     def _inject(self, optimizer: Any) -> None:
@@ -154,8 +171,8 @@ class DiracCanaries:
             flat = p.summed_grad.view(-1)
             idx = local.to(flat.device)
             self._data[ids] = flat[idx].detach().double().cpu().numpy()
-            bump = torch.as_tensor(joins[ids] * self.clip, dtype=flat.dtype, device=flat.device)
-            flat.index_add_(0, idx, bump)
+            bump = torch.as_tensor(joins[ids] * self.signs[ids] * self.clip, dtype=flat.dtype, device=flat.device)
+            flat.index_add_(0, idx, bump)  # accumulates canaries sharing a coordinate
 
     def _read(self, optimizer: Any) -> None:
         for i, local, ids in self._layout:
@@ -163,20 +180,36 @@ class DiracCanaries:
             released = p.grad.reshape(-1)[local.to(p.grad.device)].detach().double().cpu().numpy()
             if self.score_kind == "residual":
                 released = released - self._data[ids]
-            self.scores[ids] += released / self.clip
+            self._step_obs[ids] = released * self.signs[ids] / self.clip
+        self.scores += self._step_obs
+        self._lr.add(self._step_obs)
         self.steps += 1
 
     # -- estimates --------------------------------------------------------------------------
 
+    def statistic_scores(self) -> np.ndarray:
+        return self.lr_scores if self.statistic == "lr" else self.scores
+
     def auditor(self) -> CanaryScoreAuditor:
-        return CanaryScoreAuditor(self.scores[self.included], self.scores[~self.included])
+        scores = self.statistic_scores()
+        return CanaryScoreAuditor(scores[self.included], scores[~self.included])
 
     def estimate(self, delta: float, significance: float = 0.05) -> OneRunEstimate:
-        """The one-run epsilon lower bound at `delta` (95% by default) from the accumulated scores."""
+        """The run-level bounds at `delta` (95% by default) from the accumulated scores.
+
+        Guesses: the top-r scores for each r of `guess_counts` (fixed before the run, Bonferroni
+        over the list), or every hull threshold (Bonferroni over all of them) when none were given.
+        """
         n_in = int(self.included.sum())
         if 0 < n_in < self.m:
-            eps = self.auditor().epsilon_one_run(significance, delta)
+            b = white_box.one_run_bounds(self.statistic_scores(), self.included, delta, significance=significance,
+                                         guess_counts=self.guess_counts)
+            eps, parts = b.epsilon_audited, (b.epsilon_steinke, b.epsilon_fdp, b.epsilon_fdp_gdp, b.guesses, b.wall_s)
         else:  # one side empty: the only rule is "all in", fixed in advance, so no correction
             eps = one_run.epsilon_one_run(self.m, self.m, n_in, significance, delta)
+            parts = (eps, 0.0, None, self.m, 0.0)
         return OneRunEstimate(epsilon=float(eps), delta=delta, significance=significance, canaries=self.m,
-                              included=n_in, steps=self.steps, overhead_s=self.overhead_s)
+                              included=n_in, steps=self.steps, overhead_s=self.overhead_s,
+                              epsilon_steinke=float(parts[0]), epsilon_fdp=float(parts[1]),
+                              epsilon_fdp_gdp=None if parts[2] is None else float(parts[2]), guesses=int(parts[3]),
+                              statistic=self.statistic, estimate_s=float(parts[4]))

@@ -23,6 +23,25 @@ def test_dpsgd_trial_is_audited_and_ok():
     assert p["mu_audited"] < p["mu_claimed"]
 
 
+def test_one_run_fields_bounds_ceiling_mia_and_cost():
+    """`canaries: auto`, LR statistic: both bounds, their max, the ceiling, the MIA view and what it cost."""
+    p = trial("dpsgd", audit={"mode": "one-run"}, train=dict(epochs=4, batch_size=64, lr=0.5))
+    assert p["epsilon_audited"] == max(p["audit_epsilon_steinke"], p["audit_epsilon_fdp"])
+    assert 0 < p["epsilon_audited"] <= p["epsilon_certified"]
+    assert 0 < p["audit_ceiling"] <= p["epsilon_certified"]
+    assert p["audit_tightness"] == pytest.approx(p["epsilon_audited"] / p["epsilon_certified"])
+    assert p["audit_canaries"] >= 2410 and p["audit_statistic"] == "lr" and len(p["audit_ceiling_guess_counts"]) == 3
+    assert p["audit_epsilon_legacy"] is not None and p["audit_epsilon_legacy"] <= p["epsilon_audited"] + 0.5
+    assert 0.3 < p["mia_auc"] < 0.8 and 0 <= p["mia_tpr_at_0.1%_fpr"] <= 1 and p["mia_examples"] > 100
+    assert p["audit_s"] > 0 and p["audit_time_ratio"] > 1
+
+
+def test_nonprivate_trial_gets_the_mia_view_only():
+    p = trial("nonprivate", epsilon=None, audit={"mode": "both"})
+    assert p["epsilon_audited"] is None and "audit_ceiling" not in p
+    assert 0 <= p["mia_auc"] <= 1 and "mia_tpr_at_0.1%_fpr" in p
+
+
 def test_gredp_trial_is_violated_by_the_step_audit():
     p = trial("gredp")
     assert p["audit_step_violated"] is True and p["claim_status"] == "violated"
@@ -31,8 +50,9 @@ def test_gredp_trial_is_violated_by_the_step_audit():
 
 def test_nonprivate_and_audit_off_record_no_audit():
     assert trial("nonprivate", epsilon=None)["epsilon_audited"] is None
-    p = trial("dpsgd", audit={"mode": "off"})
+    p = trial("dpsgd", audit={"mode": "off", "mia": "off"})
     assert p["epsilon_audited"] is None and "mu_audited" not in p and p["claim_status"] == "ok"
+    assert "mia_auc" not in p
 
 
 def test_bad_audit_mode_fails_the_trial_with_a_reason():
@@ -46,3 +66,15 @@ def test_single_modes(mode):
     p = trial("dpsgd", audit={"mode": mode, "canaries": 300, "dim": 200})
     assert (p["epsilon_audited"] is not None) == (mode == "one-run")
     assert ("mu_audited" in p) == (mode == "step")
+
+
+def test_step_timer_leaves_out_the_audit_seconds():
+    import time
+
+    from workers.measure import StepTimer
+
+    timer = StepTimer(warmup=0)
+    timer.start()
+    time.sleep(0.05)
+    timer.stop(1, excluded_s=0.04)
+    assert 0.005 < timer.times[0] < 0.03

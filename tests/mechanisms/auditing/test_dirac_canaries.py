@@ -126,14 +126,22 @@ def test_known_answer_on_synthetic_gaussian_scores():
     canaries = DiracCanaries(2 * n, 2 * n, clip=1.0, sample_rate=1.0)
     canaries.included = np.r_[np.ones(n, bool), np.zeros(n, bool)]
     canaries.scores = np.r_[grid + 1.0, grid]
-    assert canaries.estimate(1e-6).epsilon == pytest.approx(1.13346, rel=1e-5)
+    canaries.statistic = "sum"
+    assert canaries.auditor().epsilon_one_run(0.05, 1e-6) == pytest.approx(1.13346, rel=1e-5)
+    est = canaries.estimate(1e-6)  # the larger of Steinke and f-DP (approx-dp family), each at 0.025
+    assert est.epsilon_steinke == pytest.approx(canaries.auditor().epsilon_one_run(0.025, 1e-6))
+    assert est.epsilon_fdp == pytest.approx(canaries.auditor().epsilon_one_run_fdp(0.025, 1e-6, family="approx-dp"))
+    assert est.epsilon == max(est.epsilon_steinke, est.epsilon_fdp) and 1.13346 < est.epsilon < 2.164749
+    assert est.epsilon_fdp_gdp == pytest.approx(2.164749, rel=1e-5)
     canaries.included[:] = True  # one side empty: "all in" with every guess right
     assert canaries.estimate(1e-6).epsilon > 0
 
 
 def test_invalid_configurations_raise():
     with pytest.raises(ValueError):
-        DiracCanaries(10, 11, clip=1.0, sample_rate=1.0)
+        DiracCanaries(10, 0, clip=1.0, sample_rate=1.0)
+    with pytest.raises(ValueError):
+        DiracCanaries(10, 5, clip=1.0, sample_rate=1.0, statistic="max")
     with pytest.raises(ValueError):
         DiracCanaries(10, 5, clip=1.0, sample_rate=0.0)
     with pytest.raises(ValueError):

@@ -1,0 +1,308 @@
+"""The white-box one-run attack on gradient canaries, its bounds, and the ceiling it is measured against.
+
+The auditor of a DP-SGD run sees every privatised update. For a Dirac canary (a coordinate that an
+included canary pushes by the clip C whenever it joins a step) the released residual at that
+coordinate, in units of C, is at step t
+
+    y_t = b_t + sigma z_t,    b_t ~ Bernoulli(q) if the canary is included, b_t = 0 otherwise,
+
+the subsampled Gaussian mechanism itself. The most powerful test of "included" against "not included"
+(Neyman-Pearson) thresholds the likelihood ratio across steps,
+
+    log LR = sum_t log(1 - q + q exp((2 y_t - 1) / (2 sigma^2))),
+
+which for small sigma weights the rare steps where the canary visibly joined far more than the plain
+sum of residuals does (the sum is optimal only in the Gaussian, many-steps limit). Any score is a
+valid input of the one-run bounds (the guesses may be any function of the output), so the choice of
+score affects only tightness, never soundness; sigma is estimated from the residuals of all canaries
+at each step (a function of the output, not of which canaries are included).
+
+`one_run_bounds` turns scores into the run-level bounds: Steinke, Nasr & Jagielski (2023, arXiv
+2305.08846) and Mahloujifar, Melis & Chaudhuri (2024, arXiv 2410.22235) tested against f_{eps,delta},
+each at half the significance, and `epsilon_audited` the larger (a union bound: both hold together
+with probability 1 - significance). The guess rule is fixed before the run: guess "in" for the
+`r` highest scores, for each `r` of a short list chosen on a simulated run (Bonferroni over the list).
+
+`simulate_scores` draws the same release process in NumPy (the certified mechanism exactly), which
+gives the ceiling (the same analysis, canaries and guesses under the optimal attack on a mechanism
+exactly as private as certified) and the soundness checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from mechanisms.auditing.canary import CanaryScoreAuditor, Explicit
+
+SCORES = ("lr", "sum")
+MAD_TO_STD = 1.482602218505602  # 1 / Phi^-1(3/4): the median absolute deviation of N(0, 1) is 1 / this
+
+
+def robust_sigma(residuals: np.ndarray, at_most: int = 4096) -> float:
+    """Noise std of one step's residuals across canaries, insensitive to the few that joined.
+
+    The median absolute deviation of (a fixed, evenly spaced subset of at most `at_most` of) them.
+    """
+    r = np.asarray(residuals, dtype=np.float64)
+    if r.size > at_most:
+        r = r[:: -(-r.size // at_most)]
+    return float(MAD_TO_STD * np.median(np.abs(r - np.median(r))))
+
+
+def log_lr_step(y: np.ndarray, sample_rate: float, sigma: float) -> np.ndarray:
+    """log of p(y | included) / p(y | excluded) for one step of the subsampled Gaussian (units of C)."""
+    a = (2.0 * np.asarray(y, dtype=np.float64) - 1.0) / (2.0 * sigma * sigma)
+    if sample_rate >= 1.0:
+        return a
+    # log(1 - q + q e^a) = log1p(q expm1(a)) below the overflow of exp, a + log q beyond (relative error < 1e-300)
+    big = a > 700.0
+    out = np.log1p(sample_rate * np.expm1(np.minimum(a, 700.0)))
+    if big.any():
+        out[big] = a[big] + math.log(sample_rate)
+    return out
+
+
+class ScoreAccumulator:
+    """Scores of m canaries over a run, from one step's residuals at a time."""
+
+    def __init__(self, m: int, sample_rate: float, score: str = "lr") -> None:
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        if not 0 < sample_rate <= 1:
+            raise ValueError(f"sample_rate must lie in (0, 1], got {sample_rate}")
+        self.m, self.sample_rate, self.kind = m, sample_rate, score
+        self.scores = np.zeros(m)
+        self.steps = 0
+        self.sigmas: list[float] = []
+
+    def add(self, residuals: np.ndarray) -> None:
+        """One step: `residuals` is (m,), or (steps, m) for several steps at once."""
+        y = np.atleast_2d(np.asarray(residuals, dtype=np.float64))
+        if self.kind == "sum":
+            self.scores += y.sum(axis=0)
+        else:
+            for row in y:
+                sigma = robust_sigma(row) if self.m >= 20 else float("nan")
+                if not (sigma > 1e-6 and math.isfinite(sigma)):  # too few canaries or no noise: fall back
+                    sigma = max(float(np.std(row)), 1e-3)
+                self.sigmas.append(sigma)
+                self.scores += log_lr_step(row, self.sample_rate, sigma)
+        self.steps += y.shape[0]
+
+
+def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: np.random.Generator, *,
+                    score: str = "lr", included: np.ndarray | None = None, layout: CanaryLayout | None = None,
+                    chunk: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, included) of m Dirac canaries in the certified release process, drawn directly.
+
+    Exactly what `DiracCanaries` observes (residual score) in a correct DP-SGD run with noise
+    multiplier `sigma`, including the cross-talk of canaries that share a coordinate (`layout`),
+    scored by the same `ScoreAccumulator`.
+    """
+    if included is None:
+        included = rng.random(m) < 0.5
+    acc = ScoreAccumulator(m, sample_rate, score)
+    n = layout.n_coordinates if layout is not None else m
+    per = max(1, chunk // max(n, m, 1))
+    done = 0
+    while done < steps:
+        k = min(per, steps - done)
+        joins = included & (rng.random((k, m)) < sample_rate)
+        if layout is None:
+            acc.add(joins + sigma * rng.standard_normal((k, m)))
+        else:
+            flat = (np.arange(k)[:, None] * n + layout.coordinates[None, :]).ravel()
+            pushed = np.bincount(flat, weights=(joins * layout.signs).ravel(), minlength=k * n).reshape(k, n)
+            released = pushed + sigma * rng.standard_normal((k, n))
+            acc.add(released[:, layout.coordinates] * layout.signs)
+        done += k
+    return acc.scores, included
+
+
+@dataclasses.dataclass(frozen=True)
+class CanaryLayout:
+    """Where m canaries sit among n coordinates, and in which direction each pushes.
+
+    m <= n: distinct coordinates, all pushing +C (pure Dirac canaries). m > n: every coordinate
+    carries floor(m/n) or ceil(m/n) canaries with random signs; each is still a vector of norm C
+    included independently, so the run is exactly as private towards each one (the others are
+    part of the fixed rest of the data), and their pushes only add a little noise to each other's
+    observations (variance (m/n - 1) q / 2 per step, against sigma^2).
+    """
+
+    coordinates: np.ndarray
+    signs: np.ndarray
+    n_coordinates: int
+
+    @classmethod
+    def draw(cls, n: int, m: int, rng: np.random.Generator) -> CanaryLayout:
+        if not 1 <= m:
+            raise ValueError(f"need at least one canary, got {m}")
+        if m <= n:
+            return cls(np.sort(rng.choice(n, size=m, replace=False)), np.ones(m), n)
+        reps = -(-m // n)
+        coords = np.concatenate([rng.permutation(n) for _ in range(reps)])[:m]
+        return cls(coords, rng.choice([-1.0, 1.0], size=m), n)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneRunBounds:
+    """The run-level bounds from one set of canary scores (all at `delta`)."""
+
+    epsilon_audited: float  # max of the two below: holds with probability 1 - significance
+    epsilon_steinke: float  # Steinke et al. at significance / 2
+    epsilon_fdp: float  # f-DP against f_{eps, delta} at significance / 2
+    epsilon_fdp_gdp: float | None  # jax_privacy's G_mu family at the full significance: informative only
+    guesses: int  # the guess count that gave epsilon_audited
+    significance: float
+    wall_s: float
+
+    def as_record(self, prefix: str = "audit_") -> dict[str, Any]:
+        return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
+
+
+def top(scores: np.ndarray, r: int) -> Explicit:
+    """The threshold rule "guess in for the r highest scores", read off the pooled scores (no labels)."""
+    scores = np.asarray(scores)
+    return Explicit(float(np.partition(scores, scores.size - min(r, scores.size))[scores.size - min(r, scores.size)]))
+
+
+def guess_counts_around(r: int, m: int) -> tuple[int, ...]:
+    """The short list of guess counts tried on a real run: r, r/2 and 2r (clipped to [1, m])."""
+    return tuple(sorted({max(1, min(m, int(round(x)))) for x in (r / 2, r, 2 * r)}))
+
+
+def one_run_bounds(scores: np.ndarray, included: np.ndarray, delta: float, *, significance: float = 0.05,
+                   guess_counts: Sequence[int] | None = None, with_gdp: bool = True) -> OneRunBounds:
+    """Bounds from guessing "in" for the top-r scores, r in `guess_counts` (all hull thresholds if None).
+
+    `guess_counts` must be fixed before the scores are seen (e.g. by `plan_guesses` on a simulated
+    run); the thresholds are then read off the pooled scores, a function of the output alone, and a
+    Bonferroni correction over the list pays for taking the best r.
+    """
+    t0 = time.perf_counter()
+    scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
+    m, n_in = scores.size, int(included.sum())
+    if n_in in (0, m):  # one side empty: nothing to compare
+        return OneRunBounds(0.0, 0.0, 0.0, 0.0 if with_gdp else None, 0, significance, time.perf_counter() - t0)
+    auditor = CanaryScoreAuditor(scores[included], scores[~included])
+    half = significance / 2
+    if guess_counts is None:
+        steinke = auditor.epsilon_one_run(half, delta)
+        fdp = auditor.epsilon_one_run_fdp(half, delta, family="approx-dp")
+        gdp = auditor.epsilon_one_run_fdp(significance, delta) if with_gdp else None
+        best_r = 0
+    else:
+        k = len(guess_counts)
+        steinke = fdp = 0.0
+        gdp = 0.0 if with_gdp else None
+        best_r = 0
+        for r in guess_counts:
+            strategy = top(scores, r)
+            s_r = auditor.epsilon_one_run(half / k, delta, threshold_strategy=strategy)
+            f_r = auditor.epsilon_one_run_fdp(half / k, delta, threshold_strategy=strategy, family="approx-dp")
+            if max(s_r, f_r) > max(steinke, fdp):
+                best_r = r
+            steinke, fdp = max(steinke, s_r), max(fdp, f_r)
+            if with_gdp:
+                gdp = max(gdp, auditor.epsilon_one_run_fdp(significance / k, delta, threshold_strategy=strategy))
+    return OneRunBounds(max(steinke, fdp), steinke, fdp, gdp, best_r, significance, time.perf_counter() - t0)
+
+
+def precision_curve(scores: np.ndarray, included: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fraction of canaries guessed, fraction of guesses right) for the top-r rules, r = 1..m."""
+    hits = np.cumsum(np.asarray(included, dtype=bool)[np.argsort(-np.asarray(scores))])
+    r = np.arange(1, hits.size + 1)
+    return r / hits.size, hits / r
+
+
+def best_guess_count(fractions: np.ndarray, precision: np.ndarray, m: int, delta: float, significance: float,
+                     n_rules: int = 3) -> tuple[int, float]:
+    """The top-r guess count for m canaries whose bound is largest at a pessimistic precision.
+
+    The precision at each guessed fraction comes from a simulated run; the bound is evaluated at
+    one standard deviation below the expected number of right guesses, so a lucky streak among the
+    top few scores of the simulation does not pick a rule that fails on the real run.
+    """
+    from mechanisms.auditing import one_run
+
+    best, best_r = 0.0, max(1, m // 10)
+    s = significance / (2 * n_rules)
+    for r in np.unique(np.geomspace(10, m, 40).astype(int)):
+        p = float(np.interp(r / m, fractions, precision))
+        v = int(np.floor(p * r - math.sqrt(r * p * (1 - p))))
+        if v <= r / 2:
+            continue
+        eps = max(one_run.epsilon_one_run_fdp(m, int(r), v, s, delta, family="approx-dp"),
+                  one_run.epsilon_one_run(m, int(r), v, s, delta))
+        if eps > best:
+            best, best_r = eps, int(r)
+    return best_r, best
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditPlan:
+    """Decided before training: how many canaries, which guess counts, and the ceiling they allow."""
+
+    canaries: int
+    guess_counts: tuple[int, ...]
+    ceiling: OneRunBounds
+    score: str
+
+
+def plan_guesses(m: int, steps: int, sample_rate: float, sigma: float, delta: float, *,
+                 significance: float = 0.05, score: str = "lr", seed: int = 0,
+                 layout_n: int | None = None) -> AuditPlan:
+    """Simulate the certified mechanism once to fix the guess counts, then again for the ceiling.
+
+    Two independent simulations: the guess counts are chosen on the first (at most 20,000 canaries:
+    the precision at a guessed fraction does not depend on m), the ceiling is the bound the fixed rule reaches on the
+    second, exactly as a real run is scored. `layout_n`: the number of coordinates the m canaries
+    share (the trainable parameters), so that their cross-talk is simulated too.
+    """
+    rng = np.random.default_rng([seed, 0xCE11])
+    n = layout_n if layout_n is not None else m
+    m_sim = min(m, 20_000)  # the precision curve is a function of the guessed fraction: 20,000 draw it well
+    n_sim = max(1, int(round(n * m_sim / m)))
+    layout = CanaryLayout.draw(n_sim, m_sim, rng) if m_sim > n_sim else None
+    scores, included = simulate_scores(m_sim, steps, sample_rate, sigma, rng, score=score, layout=layout)
+    r, _ = best_guess_count(*precision_curve(scores, included), m, delta, significance)
+    counts = guess_counts_around(r, m)
+    layout = CanaryLayout.draw(n, m, rng) if m > n else None
+    scores, included = simulate_scores(m, steps, sample_rate, sigma, rng, score=score, layout=layout)
+    return AuditPlan(m, counts, one_run_bounds(scores, included, delta, significance=significance,
+                                               guess_counts=counts), score)
+
+
+def choose_canaries(n_params: int, steps: int, sample_rate: float, sigma: float, delta: float, *,
+                    significance: float = 0.05, score: str = "lr", seed: int = 0, max_canaries: int = 50_000,
+                    per_coordinate: tuple[int, ...] = (1, 3, 10, 25)) -> int:
+    """The canary count, k canaries per trainable coordinate, whose predicted bound is largest.
+
+    More canaries give more guesses, but canaries sharing a coordinate blur each other: when sigma
+    is small a single join is visible, and a neighbour's join looks exactly like one's own. Each k
+    is tried on a simulated run of at most 20,000 canaries (the precision at a guessed fraction
+    does not depend on m) and the bound is predicted as `best_guess_count` does.
+    """
+    rng = np.random.default_rng([seed, 0xC0C0])
+    best_m, best = min(n_params, max_canaries), -1.0
+    for k in per_coordinate:
+        m = min(max_canaries, k * n_params)
+        if k > 1 and m <= n_params:
+            break
+        m_sim = min(m, 20_000)
+        n_sim = max(1, int(round(m_sim / max(m / n_params, 1.0))))
+        layout = CanaryLayout.draw(n_sim, m_sim, rng) if m_sim > n_sim else None
+        scores, included = simulate_scores(m_sim, steps, sample_rate, sigma, rng, score=score, layout=layout)
+        _, eps = best_guess_count(*precision_curve(scores, included), m, delta, significance)
+        if eps > best * 1.02:  # a larger count must earn its cost
+            best_m, best = m, eps
+        if m >= max_canaries:
+            break
+    return best_m
