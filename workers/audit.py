@@ -18,8 +18,9 @@ Two audits answer two different questions, so their numbers are kept apart:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -81,12 +82,34 @@ class AuditConfig:
                                          max_canaries=self.max_canaries)
 
 
+def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
+    """`sizes` rescaled to sum to `total` (each >= 1, largest remainders rounded up): the model's tensor
+    structure on the audited vector."""
+    sizes = list(sizes)[:total]
+    shares = [total * s / sum(sizes) for s in sizes]
+    out = [max(1, int(x)) for x in shares]
+    for i in sorted(range(len(sizes)), key=lambda i: shares[i] - int(shares[i]), reverse=True):
+        if sum(out) >= total:
+            break
+        out[i] += 1
+    while sum(out) > total:
+        out[out.index(max(out))] -= 1
+    return out
+
+
 def step_audit(mechanism: ModuleType, plan: Any, clip: float, cfg: AuditConfig, options: dict[str, Any],
-               seed: int, workers: int) -> dict[str, Any]:
-    """Fields for the record; empty when the mechanism has no noise to audit."""
+               seed: int, workers: int, tensor_sizes: Sequence[int] | None = None) -> dict[str, Any]:
+    """Fields for the record; empty when the mechanism has no noise to audit.
+
+    A mechanism whose release transforms each parameter tensor on its own (gredp's per-tensor FFT) is
+    audited on the model's tensor structure scaled to the audited dimension (`tensor_sizes`).
+    """
     if plan.sigma is None or not hasattr(mechanism, "privatize_step"):
         return {}
     from mechanisms.auditing import audit_step
+
+    if tensor_sizes and "tensor_sizes" in inspect.signature(mechanism.privatize_step).parameters:
+        options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
 
     audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,
                        seed=seed, workers=workers, options=options)

@@ -125,7 +125,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         audits |= audit_cost(audits, outcome.metrics.get("train_s"))
         if audit_cfg.step and private:
             audits |= step_audit(mechanism, plan, cfg.clip, audit_cfg, dict(config.get("mechanism_options", {})),
-                                 int(config["seed"]), cpus)
+                                 int(config["seed"]), cpus, [p.numel() for p in trainable])
         privacy = plan.as_record() | audits | {
             "epsilon_target": config.get("epsilon"),
             "grad_sample_mode": outcome.info.get("grad_sample_mode") if private else None,

@@ -55,10 +55,16 @@ def step_plan(module: ModuleType, sigma: float | None, delta: float, *, epsilon:
               clip: float = 1.0, options: Mapping[str, Any] | None = None) -> PrivacyPlan:
     """The mechanism's own plan for one step: claimed and certified epsilon, or sigma for `epsilon`.
 
+    Only the options the mechanism declares reach its plan (audits pass auditor-side keys such as
+    `tensor_sizes` to `privatize_step`).
+
     Cached per (module, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
-    items = tuple(sorted(dict(options or {}).items()))
+    options = dict(options or {})
+    if hasattr(module, "audit_options"):
+        options = module.audit_options(options)
+    items = tuple(sorted(options.items()))
     try:
         hash(items)
     except TypeError:
