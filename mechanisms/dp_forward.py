@@ -1,4 +1,4 @@
-"""DP-Forward (Du et al., CCS 2023; research/seed_002_dpforward.md): noise in the forward pass, not in gradients.
+"""DP-Forward (Du et al., CCS 2023; arXiv 2309.06746): noise in the forward pass, not in gradients.
 
 Each training example's hidden state at one position is normalised to Frobenius norm C and released with
 i.i.d. Gaussian noise of std sigma C (the paper's analytic matrix Gaussian mechanism with scaled-identity

@@ -1,5 +1,5 @@
 """DP-Forward's noise layer: per-example Frobenius normalisation to C, then i.i.d. Gaussian noise, added to a
-BERT-style model's hidden states by forward hooks at one position (seed 002, sections 3.1-3.2).
+BERT-style model's hidden states by forward hooks at one position (arXiv 2309.06746, sections 3.1-3.2).
 
 Positions (the paper's Table 5 / Figure 3, and the released code's `noise_position`):
 

@@ -1,4 +1,4 @@
-"""Label randomized response for DP-Forward (seed 002, section 3.4), applied ONCE per training example.
+"""Label randomized response for DP-Forward (arXiv 2309.06746, section 3.4), applied ONCE per training example.
 
 DP-Forward protects a training pair (X, y) by noising f(X) and by releasing y through K-ary randomized
 response (Warner 1965): keep y with probability e^eps2 / (e^eps2 + K - 1), else report one of the other

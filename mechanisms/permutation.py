@@ -1,6 +1,6 @@
 """Coupled random permutations of a transformer block's permutation-invariant weights.
 
-Why this exists: shuffled DP-SGD (seeds 000/001, research/seed_000_shuffling.md section 2.2) replaces
+Why this exists: shuffled DP-SGD (arXiv 2407.15414 replaces
 the weights after every update by a uniformly drawn *equivalent* model. A block computes the same
 function when one applies, with index operations (never permutation matrices, paper Table VII):
 
@@ -13,7 +13,7 @@ function when one applies, with index operations (never permutation matrices, pa
 This module is layout-agnostic: a block is a `BlockLayout`, a list of `Target`s (tensor, axis,
 segments). `permutation_hf.py` builds layouts for Hugging Face BERT/RoBERTa, ViT and GPT-2 blocks.
 `permute_` applies one fresh draw to the weights and to the optimizer's element-wise state (Adam's
-moments, momentum), without which training silently drifts from the unshuffled run (digest 2.5).
+moments, momentum), without which training silently drifts from the unshuffled run.
 `CanonicalFrame` remembers the cumulative permutation so noise can be drawn in the original
 coordinates; a shuffled run then equals the unshuffled one step for step, not only in distribution.
 """
@@ -89,7 +89,7 @@ class BlockLayout:
         qk = (torch.rand(h, dh, generator=generator, dtype=torch.float64).argsort(dim=1) + offsets).reshape(-1)
         if shared_value:  # the paper's P_2: one permutation for every head
             v = (torch.randperm(dh, generator=generator).unsqueeze(0) + offsets).reshape(-1)
-        else:  # also valid (digest 2.2): an independent permutation per head
+        else:  # also valid: an independent permutation per head
             v = (torch.rand(h, dh, generator=generator, dtype=torch.float64).argsort(dim=1) + offsets).reshape(-1)
         return {"qk": qk, "v": v, "mlp": torch.randperm(self.ffn, generator=generator)}
 

@@ -6,7 +6,7 @@ row). Three groups, from the analysis' idealisation down to the real mechanism:
 
 - `full`: a uniform permutation of all d coordinates (the symmetric group S_d). Theorem 6 reasons
   about this idealisation (every coordinate can land anywhere: "shuffle ratio 100%"), and the
-  digest's adaptive audit (section 4.3, Appendix C) runs against it.
+  adaptive audit of docs/mechanisms.md runs against it.
 - `blocks`: the real group. The row is read as consecutive synthetic transformer blocks (nn.Linear
   layout: q, k, v, o, fc1, fc2 weights and biases, see `FlatBlock`), each permuted as
   `permutation.permute_` permutes an HF block; coordinates after the last whole block stand for

@@ -2,12 +2,12 @@
 
 `find_blocks(model)` walks any module tree (a bare HF model, a privbench adapter around one, or
 Opacus' GradSampleModule around either) and returns one `BlockLayout` per block it recognises by
-class name. The index form (research/seed_000_shuffling.md, Appendix B) depends on the projection's
+class name. The index form (arXiv 2407.15414) depends on the projection's
 storage: `nn.Linear` keeps weight as [out, in], HF's GPT-2 `Conv1D` as [in, out]; privbench's model
 registry swaps GPT-2's Conv1D for nn.Linear, so the axis is read from each module, never assumed.
 
 Not permuted, as in the paper: embeddings, LayerNorms, the residual stream, pooler and heads
-(a residual-stream permutation is valid but not the paper's mechanism; digest 2.2).
+(a residual-stream permutation is valid but not the paper's mechanism).
 """
 
 from __future__ import annotations

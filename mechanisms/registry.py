@@ -34,3 +34,10 @@ def get(mechanism_id: str) -> Mechanism:
 
 def names() -> list[str]:
     return sorted(_MECHANISMS)
+
+
+def unregister(mechanism_id: str) -> None:
+    """Remove a mechanism (a notebook's or a test's); unknown ids are an error."""
+    if mechanism_id not in _MECHANISMS:
+        raise UnknownName("mechanism", mechanism_id, names())
+    del _MECHANISMS[mechanism_id]

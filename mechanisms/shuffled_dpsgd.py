@@ -1,4 +1,4 @@
-"""Shuffled DP-SGD (Yang, Ji, Xiang 2024; seeds 000/001, research/seed_000_shuffling.md).
+"""Shuffled DP-SGD (Yang, Ji, Xiang 2024; arXiv 2407.15414).
 
 DP-SGD plus two parts, composed onto `dpsgd.make_private` rather than copied:
 
@@ -48,7 +48,7 @@ from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
 
 ID = "shuffled-dpsgd"
 CLAIMED_BY = "fenton-wilkinson (Thm 6 + advanced composition + subsampling)"
-DEFAULT_BATCH_CLIP_RATIO = 16.0  # not reported by the paper; fits its Fig. 3 for ViT/GPT-2 (digest 3.6)
+DEFAULT_BATCH_CLIP_RATIO = 16.0  # not reported by the paper; fits its Fig. 3 for ViT/GPT-2
 AUDIT_DIM = 1000  # = `privbench audit --dim` and the trial audit's default dimension
 CLAIM_DELTAS = (0.5, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
 
@@ -263,7 +263,7 @@ class ShuffledDpSgd(Mechanism):
 
     def audit_cases(self, dim: int, clip: float, rng: np.random.Generator,
                         **options: Any) -> list[AuditCase]:
-        """Lemma 2's worst case, attacked with the permutation-invariant max statistic (digest 4.3).
+        """Lemma 2's worst case, attacked with the permutation-invariant max statistic.
 
         u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
         with clipped gradient c u); both lie inside the batch-clip ball, so the clip keeps their gap c.

@@ -12,7 +12,7 @@ import psutil
 class PeakMemory:
     """Peak resident memory above the level at start, sampled by a thread.
 
-    `ru_maxrss` cannot be reset and is inherited across fork (research/pitfalls.md), and a Ray worker
+    `ru_maxrss` cannot be reset and is inherited across fork (measured on this project's 2-core CPU), and a Ray worker
     runs many trials, so we sample RSS instead; the result is the extra memory the steps needed.
     """
 

@@ -1,4 +1,4 @@
-"""Analytic Gaussian mechanism (Balle & Wang 2018) and analytic matrix Gaussian mechanism (seed 002).
+"""Analytic Gaussian mechanism (Balle & Wang 2018) and analytic matrix Gaussian mechanism (arXiv 2309.06746).
 
 One release of `f(X) + N(0, sigma^2 I)` whose L2 sensitivity is `S` is (epsilon, delta)-DP **iff**
 

@@ -29,9 +29,9 @@ KIND = {
     "pld": "sound: privacy loss distributions (dp-accounting), the reference for epsilon_certified",
     "rdp": "sound: Renyi DP (dp-accounting), looser",
     "prv": "sound: privacy random variables (Opacus port of Gopi et al. 2021), cross-check",
-    "gdp": "claimed: mu-GDP central limit theorem (seed 003, dpsgd-gdp); not a bound",
+    "gdp": "claimed: mu-GDP central limit theorem (arXiv 1911.11607, dpsgd-gdp); not a bound",
     "ma_classic": "claimed: moments accountant with the classic conversion (Abadi et al. 2016 as published)",
-    "fenton_wilkinson": "claimed: Fenton-Wilkinson Thm 6 + advanced composition (seeds 000/001, "
+    "fenton_wilkinson": "claimed: Fenton-Wilkinson Thm 6 + advanced composition (arXiv 2407.15414, "
                         "shuffled-dpsgd); not a bound",
 }
 

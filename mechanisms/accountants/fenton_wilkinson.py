@@ -1,8 +1,8 @@
-"""Shuffled DP-SGD's own accountant (seeds 000/001, Yang, Ji, Xiang 2024; research/seed_000_shuffling.md §3).
+"""Shuffled DP-SGD's own accountant (Yang, Ji, Xiang 2024; arXiv 2407.15414).
 
 A *claimed* accountant. Per step, Theorem 6 approximates the shuffled Gaussian's privacy loss with a
 Fenton-Wilkinson log-normal fit and calls the result a bound; the paper itself says it is "an
-approximated lower bound to delta", and an adaptive audit refutes it (seed 000 §4.3). Never certify
+approximated lower bound to delta", and an adaptive audit refutes it (arXiv 2407.15414 §4.3). Never certify
 with it. Reproduce it faithfully so the platform can expose the gap.
 
 Theorem 6 (Eq. 25/26), noise multiplier sigma (noise std sigma c), released vector norm <= c',
@@ -21,7 +21,7 @@ Across steps (paper §IV, Steinke 2022 Thm 22 and Thm 29): advanced composition 
 delta' = delta_split * delta, per-step delta (1 - delta_split) delta / T, then "de-amplification" by
 the sampling rate q. `batch_clip_ratio` = c'/c; without batch clipping the sum of B clipped gradients
 has norm <= B c, so `batch_size` stands in for it. The paper gives neither c' nor the split: both are
-parameters here, defaulting to the digest's reading (split 1/2).
+parameters here, defaulting to our reading (split 1/2).
 """
 
 from __future__ import annotations

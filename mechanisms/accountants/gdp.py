@@ -1,7 +1,7 @@
-"""mu-GDP central limit theorem accountant (Bu, Dong, Long, Su 2020; research/seed_003_gdp.md).
+"""mu-GDP central limit theorem accountant (Bu, Dong, Long, Su 2020; arXiv 1911.11607).
 
 A *claimed* accountant: the CLT is an approximation, not a bound. It under-reports epsilon for few
-steps or small sample_rate * steps (up to ~5x), and over-reports at sample_rate = 1 (seed 003 §8).
+steps or small sample_rate * steps (up to ~5x), and over-reports at sample_rate = 1 (arXiv 1911.11607 §8).
 Use it for `epsilon_claimed` of `dpsgd-gdp`, never for `epsilon_certified`.
 
     mu_poisson = q sqrt(T (e^{1/sigma^2} - 1))                                      (paper, Poisson)

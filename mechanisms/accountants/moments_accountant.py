@@ -4,7 +4,7 @@ A *claimed* accountant, kept because published DP-SGD numbers used it: RDP of th
 Gaussian at TF-Privacy's orders, converted with the classic rule epsilon = min_a [T RDP(a) +
 log(1/delta) / (a - 1)]. It is sound but loose: the MNIST tutorial setting (sigma 1.1, q 256/60000,
 60 epochs) gives 3.01 here, 2.60 with the improved RDP conversion and 2.39 with PLD (anchors §2.3).
-It is also what the GDP paper compares against (seed 003 §7.3: 1.35 and 8.68 for its Figure 4).
+It is also what the GDP paper compares against (arXiv 1911.11607 §7.3: 1.35 and 8.68 for its Figure 4).
 RDP values come from Opacus' public `compute_rdp`, an implementation independent of dp-accounting.
 """
 

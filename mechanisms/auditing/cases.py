@@ -4,7 +4,7 @@ Side A rows hold `base`, the clipped-gradient sum of a batch; side B rows hold `
 same batch plus one example whose clipped gradient is `canary` (norm = the clip C). A case also
 names its test statistic; the default, the projection of the release on the canary direction, is
 the likelihood-ratio test for any Gaussian-noise mechanism, so it is optimal for DP-SGD-like steps.
-Mechanism-specific worst cases (research/seed_004_gredp.md 5.7, seed_000_shuffling.md 4.3) are
+Mechanism-specific worst cases (arXiv 2409.11663; docs/mechanisms.md, seed_000_shuffling.md 4.3) are
 further `AuditCase`s returned by the mechanism's `audit_cases` hook (see `hooks.py`).
 """
 

@@ -1,7 +1,7 @@
 """Trade-off functions: a privacy claim as a whole curve, and the conversions an audit needs.
 
 A mechanism is f-DP when every test between two neighbouring inputs has type II error
-beta >= f(alpha) at type I error alpha (research/seed_003_gdp.md, section 1). An audit measures one
+beta >= f(alpha) at type I error alpha (arXiv 1911.11607). An audit measures one
 (alpha, beta) point with confidence bounds; the point proves a claim false when it lies strictly
 below the claimed curve. Comparing curves, not one epsilon, matters: a Gaussian claim G_mu is
 much stronger in the middle of the curve than the single (epsilon, delta) pair it implies, and a
@@ -143,7 +143,7 @@ def mu_from_errors(alpha: ArrayLike, beta: ArrayLike) -> np.ndarray:
 
 
 def epsilon_from_errors(alpha: ArrayLike, beta: ArrayLike, delta: float) -> np.ndarray:
-    """Eq. 45 (research/seed_000_shuffling.md 4.1): the largest eps with (alpha, beta) on f_{eps,delta}.
+    """Eq. 45 (arXiv 2407.15414): the largest eps with (alpha, beta) on f_{eps,delta}.
 
     eps = max(ln((1 - alpha - delta) / beta), ln((1 - beta - delta) / alpha), 0). Both logs come
     from the same test (the two linear pieces of f_{eps,delta}); with upper confidence bounds on

@@ -38,7 +38,7 @@ def spec(epsilon: float | None = 8.0, *, n: int = 512, epochs: int = 3, sigma: f
     (0.5, "2C", 14.06365), (16.0, "C", 0.344177),
 ])
 def test_local_per_release_sigma_is_the_amgm_calibration(eps, sensitivity, expected):
-    """research/seed_002 section 2.5 table: sigma = S / B(eps, delta) (C = 1), no labels."""
+    """the DP-Forward paper's Table (arXiv 2309.06746): sigma = S / B(eps, delta) (C = 1), no labels."""
     p = dp_forward.plan(spec(eps, accounting="local", local_composition="per-release", sensitivity=sensitivity,
                              epsilon_labels=None))
     s = 2.0 if sensitivity == "2C" else 1.0

@@ -11,7 +11,7 @@ MNIST = dict(delta=1e-5, dataset_size=60000, batch_size=256)
 
 
 @pytest.mark.parametrize("epochs, target, sigma_clt, true_eps", [
-    (20, 1.0, 1.279, 1.038), (20, 8.0, 0.534, 9.78),  # research/seed_003_gdp.md section 6
+    (20, 1.0, 1.279, 1.038), (20, 8.0, 0.534, 9.78),  # arXiv 1911.11607
 ])
 def test_claimed_is_the_target_and_certified_is_pld_at_the_clt_sigma(epochs, target, sigma_clt, true_eps):
     plan = dpsgd_gdp.plan(PrivacySpec(epsilon=target, epochs=epochs, **MNIST))

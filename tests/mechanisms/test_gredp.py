@@ -90,7 +90,7 @@ def _accuracy(mechanism: str, sigma: float, seed: int) -> float:
 
 
 def test_gredp_at_sigma_trains_like_dpsgd_at_sigma_over_sqrt2():
-    """research/seed_004_gredp.md 5.7 C: 5 seeds each; sigma is PLD's for (2, 1e-5) on digits."""
+    """arXiv 2409.11663; docs/mechanisms.md C: 5 seeds each; sigma is PLD's for (2, 1e-5) on digits."""
     sigma = dpsgd.plan(SPEC).sigma
     runs = {name: [_accuracy(mech, s, seed) for seed in range(5)] for name, mech, s in [
         ("gredp(sigma)", "gredp", sigma), ("dpsgd(sigma/sqrt2)", "dpsgd", sigma / math.sqrt(2)),

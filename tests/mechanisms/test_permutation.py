@@ -1,5 +1,5 @@
 """The coupled permutation: the model's function is unchanged, the weights really move, and the
-optimizer state and the canonical frame follow them (research/seed_000_shuffling.md 2.2, App. B)."""
+optimizer state and the canonical frame follow them (arXiv 2407.15414), App. B)."""
 
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ def _adam_run(permute: bool, with_state: bool, steps: int = 20) -> torch.Tensor:
 
 
 def test_training_without_permuting_the_optimizer_state_drifts():
-    """Adam's moments must move with the weights (digest 2.5), else the run silently diverges."""
+    """Adam's moments must move with the weights, else the run silently diverges."""
     reference = _adam_run(permute=False, with_state=False)
     assert (_adam_run(permute=True, with_state=True) - reference).abs().max().item() <= TOL
     assert (_adam_run(permute=True, with_state=False) - reference).abs().max().item() > 100 * TOL

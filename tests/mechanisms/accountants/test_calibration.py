@@ -88,7 +88,7 @@ def test_issue_setting_is_fast_and_matches_dp_accounting():
 @pytest.mark.parametrize("q, steps, target, pld, rdp", [
     (0.082, 2500, 8.0, 2.580, 2.731),  # anchors §2.3 calibration table
     (1024 / 67349, 198, 3.0, 0.758, 0.818),
-    (256 / 60000, round(20 * 60000 / 256), 2.0, 0.890, 0.943),  # seed 003 §6 table
+    (256 / 60000, round(20 * 60000 / 256), 2.0, 0.890, 0.943),  # arXiv 1911.11607 §6 table
 ])
 def test_published_sigmas(q, steps, target, pld, rdp):
     events = DpsgdEvents(q, steps)

@@ -1,5 +1,5 @@
 """Generic composition and amplification rules, and the classic moments accountant, against published
-numbers and dp-accounting (research/seed_000 §3.4, seed_002 §3.6, seed_003 §7.3, anchors §1.6)."""
+numbers and dp-accounting (arXiv 2407.15414, 2309.06746, 1911.11607)."""
 
 import math
 
@@ -64,7 +64,7 @@ def test_basic_composition_theorem4():
 
 @pytest.mark.parametrize("sigma, epochs, published", [
     (1.1, 60, 3.01), (0.7, 45, 7.10), (1.3, 15, 1.19),  # TF-Privacy MNIST tutorial README
-    (1.3, 20, 1.35), (0.7, 70, 8.68),  # GDP paper Figure 4, MA side (digest §7.3)
+    (1.3, 20, 1.35), (0.7, 70, 8.68),  # GDP paper Figure 4, MA side
 ])
 def test_moments_accountant_reproduces_published_numbers(sigma, epochs, published):
     steps = round(epochs * 60000 / 256)

@@ -1,5 +1,5 @@
-"""Shuffled DP-SGD's claimed accountant vs the digest's reference implementation and values
-(research/seed_000_shuffling.md §3 and Appendix A), and its reduction to aGM at d = 1."""
+"""Shuffled DP-SGD's claimed accountant vs the paper's reference implementation and values
+(arXiv 2407.15414) and Appendix A), and its reduction to aGM at d = 1."""
 
 import math
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from mechanisms.accountants import analytic_gaussian as ag
 from mechanisms.accountants import fenton_wilkinson as fw
 
-VIT = dict(delta=5e-6, sample_rate=1000 / 50000, steps=500)  # |B| = 1000 assumed, T = 500 (digest)
+VIT = dict(delta=5e-6, sample_rate=1000 / 50000, steps=500)  # |B| = 1000 assumed, T = 500
 D_VIT = 85.8e6
 
 
@@ -35,7 +35,7 @@ def test_per_step_sigma_at_d1_is_agm_sigma(eps_step, log_delta):
 @pytest.mark.parametrize("eps, eps_step, sigma0, sigma1, sigma16", [
     (0.1, 0.0430, 87.10, 0.274, 0.946), (0.5, 0.1976, 20.72, 0.274, 0.942), (1.0, 0.3604, 11.75, 0.273, 0.938),
 ])
-def test_vit_values_from_digest(eps, eps_step, sigma0, sigma1, sigma16):
+def test_vit_values_from_the_paper(eps, eps_step, sigma0, sigma1, sigma16):
     budget = fw.step_budget(eps, **VIT)
     assert budget.epsilon_step == pytest.approx(eps_step, abs=1e-4)
     assert budget.delta_step == pytest.approx(2.5e-7, rel=1e-9)
@@ -53,7 +53,7 @@ def test_sigma_against_dimension_table(dim, sigma1, sigma16):
 
 
 def test_closed_form_approximation_tracks_the_solver():
-    """sigma^2 ~ (d/(d-1)) (c'/c) / (ln(d-1) + eps_s) when e^{1/sigma^2} << d (digest §3.3)."""
+    """sigma^2 ~ (d/(d-1)) (c'/c) / (ln(d-1) + eps_s) when e^{1/sigma^2} << d."""
     for dim in (1e6, 1e9):
         approx = math.sqrt(dim / (dim - 1) * 16 / (math.log(dim - 1) + 0.1976))
         assert fw.per_step_sigma(0.1976, 2.5e-7, dim, 16) == pytest.approx(approx, rel=0.02)

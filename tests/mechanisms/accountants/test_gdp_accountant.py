@@ -1,4 +1,4 @@
-"""mu-GDP CLT accountant vs the digest's tables (research/seed_003_gdp.md), Opacus' independent GDP
+"""mu-GDP CLT accountant vs published tables (arXiv 1911.11607), Opacus' independent GDP
 analysis, and PLD (the CLT is a claim, not a bound)."""
 
 import math
@@ -17,7 +17,7 @@ def steps(epochs: float) -> int:
     return round(epochs * 60000 / 256)
 
 
-# mu -> (eps at 1e-5, eps at 1e-6, delta(eps=1), delta(eps=2)); digest §4
+# mu -> (eps at 1e-5, eps at 1e-6, delta(eps=1), delta(eps=2))
 MU_TABLE = {
     0.10: (0.341, 0.397, 1.2e-25, 3.7e-91), 0.25: (0.926, 1.061, 2.92e-6, 5.1e-17),
     0.35: (1.341, 1.527, 3.57e-4, 8.6e-10), 0.50: (1.993, 2.254, 6.83e-3, 9.44e-6),
@@ -27,7 +27,7 @@ MU_TABLE = {
 
 
 @pytest.mark.parametrize("mu", sorted(MU_TABLE))
-def test_mu_conversions_match_digest(mu):
+def test_mu_conversions_match_published_tables(mu):
     e5, e6, d1, d2 = MU_TABLE[mu]
     assert gdp.epsilon_from_mu(mu, 1e-5) == pytest.approx(e5, abs=1e-3)
     assert gdp.epsilon_from_mu(mu, 1e-6) == pytest.approx(e6, abs=1e-3)
@@ -48,7 +48,7 @@ def test_paper_numbers():
     assert gdp.mu_poisson(0.638, Q, steps(70)) == pytest.approx(1.785, abs=1e-3)
     assert gdp.epsilon(0.638, Q, steps(70), 1e-5) == pytest.approx(8.697, abs=1e-3)
     assert gdp.epsilon_from_mu(1.94, 1e-6) == pytest.approx(10.600, abs=1e-3)
-    # TF-Privacy MNIST tutorial settings (digest §7.3)
+    # TF-Privacy MNIST tutorial settings
     for sigma, epochs, eps in [(1.1, 60, 2.324), (0.7, 45, 5.066), (1.3, 15, 0.834), (1.3, 20, 0.977)]:
         assert gdp.epsilon(sigma, Q, steps(epochs), 1e-5) == pytest.approx(eps, abs=2e-3)
 
@@ -57,7 +57,7 @@ def test_paper_numbers():
     (20, 0.5, 2.168, 2.459), (20, 1, 1.279, 1.499), (20, 2, 0.853, 0.998), (20, 4, 0.645, 0.734),
     (20, 8, 0.534, 0.590), (60, 1, 2.011, 2.293), (60, 8, 0.636, 0.722),
 ])
-def test_sigma_for_target_matches_digest(epochs, eps, sigma_poisson, sigma_uniform):
+def test_sigma_for_target_matches_published(epochs, eps, sigma_poisson, sigma_uniform):
     T = round(epochs * 60000 / 256)
     assert gdp.sigma_for_epsilon(eps, 1e-5, Q, T) == pytest.approx(sigma_poisson, abs=2e-3)
     assert gdp.sigma_for_epsilon(eps, 1e-5, Q, T, "uniform") == pytest.approx(sigma_uniform, abs=2e-3)
@@ -109,14 +109,14 @@ def test_monotone_in_sigma_q_steps_delta(s1, s2, q, T, d1, d2):
 
 @pytest.mark.parametrize("sigma, q, T", [(0.8, 0.004, 10), (0.8, 0.05, 10), (1.0, 0.05, 100), (2.0, 0.2, 10)])
 def test_clt_under_reports_for_few_steps(sigma, q, T):
-    """digest §8: the CLT is not a bound; with few steps it is far below the tight PLD epsilon."""
+    """paper: the CLT is not a bound; with few steps it is far below the tight PLD epsilon."""
     claimed = gdp.epsilon(sigma, q, T, 1e-5)
     certified = epsilon(dpsgd_event(sigma, q, T), 1e-5, "pld")
     assert claimed < 0.85 * certified
 
 
 def test_clt_over_reports_at_full_batch():
-    """q = 1: exact composition is G_{sqrt(T)/sigma}; the CLT formula is larger (digest §8 rule 3)."""
+    """q = 1: exact composition is G_{sqrt(T)/sigma}; the CLT formula is larger."""
     assert gdp.epsilon(2.0, 1.0, 10, 1e-5) == pytest.approx(8.112, abs=2e-3)
     assert epsilon(dpsgd_event(2.0, 1.0, 10), 1e-5) == pytest.approx(7.511, abs=2e-3)
 

@@ -1,5 +1,5 @@
 """Mechanisms that exist only to test the auditor (never registered): one broken on purpose, and
-reference models of the GReDP noise (research/seed_004_gredp.md 5.3-5.4, 5.7)."""
+reference models of the GReDP noise (arXiv 2409.11663; docs/mechanisms.md)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _gredp_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Gene
 
 
 def _gredp_cases(dim: int, clip: float, rng: np.random.Generator, **_: Any) -> list[AuditCase]:
-    """The digest's worst case for real noise: an odd-symmetric canary (e_k - e_{-k}) C / sqrt(2)."""
+    """The worst case for real noise: an odd-symmetric canary (e_k - e_{-k}) C / sqrt(2)."""
     k = int(rng.integers(1, dim // 2))
     canary = np.zeros(dim)
     canary[k], canary[dim - k] = clip / math.sqrt(2), -clip / math.sqrt(2)
