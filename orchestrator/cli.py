@@ -14,7 +14,7 @@ from rich.table import Table  # noqa: E402
 
 from orchestrator import audit_cli, privacy_cli, sweep_cli  # noqa: E402
 from orchestrator.console import fail, out  # noqa: E402
-from orchestrator.sweep_cli import StoreOpt, _open_store, resolve_sweep  # noqa: E402
+from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors  # noqa: E402
 
 app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
                        "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
@@ -27,6 +27,7 @@ app.command("audit")(audit_cli.audit)
 def leaderboard(
     sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     by: Annotated[str, typer.Option(help="Comma-separated grouping shown as separate tables "
                                          "(dataset,model).")] = "dataset,model",
@@ -45,9 +46,13 @@ def leaderboard(
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
-    st = _open_store(store)
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
-    board = lb.rows(st.records(name), metric=metric, view=view)
+    with store_errors(st.where):
+        records = st.records(name)
+    _known_metric(records, metric)
+    board = lb.rows(records, metric=metric, view=view)
     if fmt == "table" and out_file is None:
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
         for key in keys or [()]:
@@ -58,13 +63,36 @@ def leaderboard(
     if out_file is None:
         print(text, end="" if text.endswith("\n") else "\n")
     else:
-        out_file.write_text(text)
+        _write(out_file, text)
+
+
+def _writable_parent(path: Path | None) -> None:
+    """Check `--out` before reading anything: a missing folder is a one-line error, not a traceback."""
+    if path is not None and not path.parent.is_dir():
+        fail(f"--out {path}: the folder {path.parent} does not exist")
+    if path is not None and path.is_dir():
+        fail(f"--out {path} is a folder; give a file name")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        fail(f"cannot write {path}: {e.strerror}")
+
+
+def _known_metric(records: list[dict], metric: str) -> None:
+    """A metric no record has would give a leaderboard of nulls: say which metrics exist instead."""
+    known = sorted({k for r in records for k, v in (r.get("metrics") or {}).items() if isinstance(v, int | float)})
+    if records and metric not in known:
+        fail(f"unknown metric {metric!r}; the records have: {', '.join(known) or 'none'}")
 
 
 @app.command("report")
 def report(
     sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     out_file: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
 ) -> None:
@@ -72,9 +100,13 @@ def report(
     from dashboards import leaderboard as lb
     from dashboards.report import report as build_report
 
-    st = _open_store(store)
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
-    out_file.write_text(build_report(lb.rows(st.records(name), metric=metric), name))
+    with store_errors(st.where):
+        records = st.records(name)
+    _known_metric(records, metric)
+    _write(out_file, build_report(lb.rows(records, metric=metric), name))
     out.print(f"wrote {out_file}")
 
 
@@ -82,40 +114,53 @@ def report(
 def export(
     sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="csv|parquet|json")] = "json",
     out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("privbench-export.json"),
 ) -> None:
     """Every trial record of a sweep (one row per trial, flattened)."""
-    import pandas as pd
-
     if fmt not in ("csv", "parquet", "json"):
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
-    st = _open_store(store)
-    records = st.records(resolve_sweep(st, sweep))
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
+    name = resolve_sweep(st, sweep)
+    with store_errors(st.where):
+        records = st.records(name)
     if fmt == "json":
-        out_file.write_text(json.dumps(records, indent=1))
+        _write(out_file, json.dumps(records, indent=1))
         return
+    import pandas as pd
+
     frame = pd.json_normalize(records)
-    frame.to_csv(out_file, index=False) if fmt == "csv" else frame.to_parquet(out_file)
+    try:
+        frame.to_csv(out_file, index=False) if fmt == "csv" else frame.to_parquet(out_file)
+    except ImportError as e:
+        fail(f"--format parquet needs pyarrow: {e}".splitlines()[0])
+    except OSError as e:
+        fail(f"cannot write {out_file}: {e.strerror or e}")
 
 
 @app.command("ui")
 def ui(
     store: StoreOpt = None,
+    artifacts: ArtifactsOpt = None,
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 5000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
-    """Serve the MLflow UI (and REST API) on the store."""
-    from dashboards.ui import serve
-    from storage.location import resolve
+    """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
+    from dashboards.ui import UiError, serve
+    from orchestrator.sweep_cli import locate
 
+    location = locate(store, artifacts=artifacts)
+    if location.kind == "server":
+        fail(f"{location.display} is already an MLflow server: open it in a browser")
+    if not location.exists():
+        fail(f"no privbench store at {location.display}")
     try:
-        location = resolve(store)
-    except ValueError as e:
+        code = serve(location, host, port)
+    except UiError as e:
         fail(str(e))
-    if location.folder is not None and not location.exists():
-        fail(f"no privbench store at {location.folder}")
-    raise typer.Exit(code=serve(location, host, port))
+    raise typer.Exit(code=code)
 
 
 @app.command("list")

@@ -51,9 +51,13 @@ class GridSpec:
                    default=0.0)
 
 
+NOT_IN_KEY = ("sweep", "trial_key", "resources")  # where and how a trial runs is not what it computes
+
+
 def trial_key(config: dict[str, Any]) -> str:
-    """sha256 of the resolved config (without the sweep name): the same trial always has the same key."""
-    blob = json.dumps({k: v for k, v in config.items() if k not in ("sweep", "trial_key")},
+    """sha256 of the resolved config, without the sweep name and the resources it runs on: the same
+    trial always has the same key, and moving a sweep to more CPUs or a GPU does not rerun it."""
+    blob = json.dumps({k: v for k, v in config.items() if k not in NOT_IN_KEY},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
