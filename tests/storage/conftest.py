@@ -33,3 +33,12 @@ def store(tmp_path: Path, store_template: Path) -> Path:
     for name in ("mlflow.db", "ledger.db"):
         _copy_db(store_template / name, folder / name)
     return folder
+
+
+@pytest.fixture(scope="session")
+def pg():
+    """A throwaway PostgreSQL cluster from Debian's binaries for the whole session, always stopped."""
+    from tests.servers import postgres
+
+    with postgres() as server:
+        yield server
