@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,10 @@ from workers.models.base import ModelBundle
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
 Progress = Callable[[int, int, dict[str, Any]], None]
+
+
+class Diverged(ArithmeticError):
+    """The loss became NaN or infinite: the trial is recorded `failed` with error `diverged: ...`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +142,8 @@ def train(
                 optimizer.step()
                 timer.stop(len(y))
                 running, batches, done = running + float(loss.item()), batches + 1, done + 1
+                if not math.isfinite(running):  # a NaN/inf loss must never end as a `finished` trial
+                    raise Diverged(f"diverged: the training loss became {running} at step {done}")
                 if on_progress is not None and (done % 5 == 0 or done == total_steps):
                     on_progress(done, total_steps, {"epoch": epoch + 1, "loss": running / batches})
             curves["train_loss"].append(running / max(batches, 1))
