@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -174,3 +175,25 @@ def test_ui_exits_non_zero_when_the_port_is_busy(big_store):
     assert result.returncode == 2 and "cannot serve" in result.stderr
     bad = privbench("ui", "--store", big_store, "--port", "70000")
     assert bad.returncode == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ui_stops_its_server_on_sigterm_and_sigint(big_store, sig):
+    from tests.servers import free_port, stop_group, wait_http
+
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", "--store", str(big_store), "--port", str(port)],
+                          env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", ui)
+        ui.send_signal(sig)
+        assert ui.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        while True:  # the server (its own process group) is gone: nothing answers on the port
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) != 0:
+                    break
+            assert time.monotonic() < deadline, "the MLflow server outlived privbench ui"
+            time.sleep(0.1)  # poll interval
+    finally:
+        stop_group(ui)
