@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 from storage.location import StoreLocation
@@ -47,15 +48,24 @@ def serve(location: StoreLocation, host: str = "127.0.0.1", port: int = 5000) ->
     check_bindable(host, port)
     env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(server_command(location, host, port), env=env, start_new_session=True)
-    stopping: list[int] = []
+    stopping: list[float] = []
 
-    def stop(signum: int, _: Any) -> None:
-        stopping.append(signum)
-        _stop_group(proc)
+    def stop(signum: int, _: Any) -> None:  # only signal here: waiting happens in the loop below
+        stopping.append(time.monotonic())
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        code = proc.wait()
+        while True:
+            try:
+                code = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if stopping and time.monotonic() - stopping[0] > 10:  # it ignored SIGTERM
+                    os.killpg(proc.pid, signal.SIGKILL)
     finally:
         _stop_group(proc)
         for s, handler in previous.items():
