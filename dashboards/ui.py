@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from typing import Any
 
 from storage.location import StoreLocation
+
+
+class UiError(RuntimeError):
+    """The server cannot start (port busy, bad host): said in one line, exit 2."""
 
 
 def server_command(location: StoreLocation, host: str, port: int) -> list[str]:
@@ -17,12 +25,70 @@ def server_command(location: StoreLocation, host: str, port: int) -> list[str]:
     return cmd
 
 
-def serve(location: StoreLocation, host: str = "127.0.0.1", port: int = 5000) -> int:
-    """Run the MLflow server in the foreground until interrupted; returns its exit code."""
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(server_command(location, host, port), env=env)
+def check_bindable(host: str, port: int) -> None:
+    """MLflow's server exits 0 when it cannot bind; find out first, and say so."""
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UiError(f"cannot serve on {host}:{port}: {e.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(addr)
+        except OSError as e:
+            raise UiError(f"cannot serve on {host}:{port}: {e.strerror}") from None
+
+
+def serve(location: StoreLocation, host: str = "127.0.0.1", port: int = 5000) -> int:
+    """Run the MLflow server until it exits or this process gets SIGINT/SIGTERM; returns an exit code.
+
+    The server runs in its own process group (it forks workers), and the whole group is stopped on
+    the way out, so no server outlives `privbench ui`.
+    """
+    check_bindable(host, port)
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(server_command(location, host, port), env=env, start_new_session=True)
+    stopping: list[float] = []
+
+    def stop(signum: int, _: Any) -> None:  # only signal here: waiting happens in the loop below
+        stopping.append(time.monotonic())
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if stopping and time.monotonic() - stopping[0] > 10:  # it ignored SIGTERM
+                    os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        _stop_group(proc)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if stopping:
+        return 0
+    return code or 1  # the server ended by itself: something went wrong even if it said 0
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    try:  # workers that outlived the server's own exit
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-import mechanisms
-from mechanisms.auditing import hooks
-from mechanisms.auditing.sampling import PATHS
-from mechanisms.auditing.step_audit import StepAudit, audit_step
+from orchestrator.lazy import lazy
+
+if TYPE_CHECKING:
+    from mechanisms.auditing.step_audit import StepAudit
+
+mechanisms = lazy("mechanisms")
+hooks = lazy("mechanisms.auditing.hooks")
+_sampling = lazy("mechanisms.auditing.sampling")
+_step_audit = lazy("mechanisms.auditing.step_audit")
 
 err = Console(stderr=True)
 
@@ -73,8 +78,8 @@ def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: f
         raise _Invalid(f"--dim must be >= 1, got {dim}")
     if not 0 < delta < 1:
         raise _Invalid(f"--delta must lie in (0, 1), got {delta}")
-    if path not in PATHS:
-        raise _Invalid(f"--path must be one of {', '.join(PATHS)}, got {path!r}")
+    if path not in _sampling.PATHS:
+        raise _Invalid(f"--path must be one of {', '.join(_sampling.PATHS)}, got {path!r}")
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -144,8 +149,9 @@ def audit(
                                       options=options).sigma
             if sigma_v is None:
                 raise _fail(f"{mechanism} adds no noise: --epsilon cannot be met, use --sigma")
-        result = audit_step(module, 1.0 if sigma_v is None else sigma_v, samples=samples_v, delta=delta_v,
-                            dim=dim_v, clip=clip_v, seed=seed_v, path=path, options=options)
+        result = _step_audit.audit_step(module, 1.0 if sigma_v is None else sigma_v, samples=samples_v,
+                                        delta=delta_v, dim=dim_v, clip=clip_v, seed=seed_v, path=path,
+                                        options=options)
     except typer.Exit:
         raise
     except ValueError as e:

@@ -14,7 +14,7 @@ from rich.table import Table  # noqa: E402
 
 from orchestrator import audit_cli, privacy_cli, sweep_cli  # noqa: E402
 from orchestrator.console import fail, out  # noqa: E402
-from orchestrator.sweep_cli import StoreOpt, _open_store, resolve_sweep  # noqa: E402
+from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors  # noqa: E402
 
 app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
                        "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
@@ -38,6 +38,7 @@ def _records(st, sweeps: list[str] | None) -> tuple[list[str], list[dict]]:
 def leaderboard(
     sweeps: SweepsArg = None,
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     by: Annotated[str, typer.Option(help="Comma-separated grouping shown as separate tables "
                                          "(dataset,model).")] = "dataset,model",
@@ -56,8 +57,11 @@ def leaderboard(
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
-    st = _open_store(store)
-    names, records = _records(st, sweeps)
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
+    with store_errors(st.where):
+        names, records = _records(st, sweeps)
+    _known_metric(records, metric)
     name = " + ".join(names)
     board = lb.rows(records, metric=metric, view=view)
     if len(names) > 1 and "sweep" not in groups:
@@ -72,23 +76,49 @@ def leaderboard(
     if out_file is None:
         print(text, end="" if text.endswith("\n") else "\n")
     else:
-        out_file.write_text(text)
+        _write(out_file, text)
+
+
+def _writable_parent(path: Path | None) -> None:
+    """Check `--out` before reading anything: a missing folder is a one-line error, not a traceback."""
+    if path is not None and not path.parent.is_dir():
+        fail(f"--out {path}: the folder {path.parent} does not exist")
+    if path is not None and path.is_dir():
+        fail(f"--out {path} is a folder; give a file name")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        fail(f"cannot write {path}: {e.strerror}")
+
+
+def _known_metric(records: list[dict], metric: str) -> None:
+    """A metric no record has would give a leaderboard of nulls: say which metrics exist instead."""
+    known = sorted({k for r in records for k, v in (r.get("metrics") or {}).items() if isinstance(v, int | float)})
+    if records and metric not in known:
+        fail(f"unknown metric {metric!r}; the records have: {', '.join(known) or 'none'}")
 
 
 @app.command("report")
 def report(
     sweeps: SweepsArg = None,
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     out_file: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
 ) -> None:
     """A self-contained HTML report: figures (inline SVG), leaderboard, verdicts and the grid files."""
     from dashboards.report import report as build_report
 
-    st = _open_store(store)
-    names, records = _records(st, sweeps)
-    grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
-    out_file.write_text(build_report(records, names, grids, metric=metric))
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
+    with store_errors(st.where):
+        names, records = _records(st, sweeps)
+        grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
+    _known_metric(records, metric)
+    _write(out_file, build_report(records, names, grids, metric=metric))
     out.print(f"wrote {out_file}")
 
 
@@ -99,6 +129,7 @@ def plot(
     out_file: Annotated[Path, typer.Option("--out", help="Figure file; the suffix picks the format: "
                                                          ".pdf, .svg, .png or .pgf (needs LaTeX).")] = Path("fig.pdf"),
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
@@ -108,8 +139,11 @@ def plot(
         fail(f"unknown figure kind {kind!r}; known: {', '.join(figures.KINDS)}")
     if out_file.suffix.lstrip(".").lower() not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
-    st = _open_store(store)
-    _, records = _records(st, sweeps)
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
+    with store_errors(st.where):
+        _, records = _records(st, sweeps)
+    _known_metric(records, metric)
     figures.save(figures.build(kind, records, metric), out_file)
     out.print(f"wrote {out_file}")
 
@@ -118,40 +152,53 @@ def plot(
 def export(
     sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="csv|parquet|json")] = "json",
     out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("privbench-export.json"),
 ) -> None:
     """Every trial record of a sweep (one row per trial, flattened)."""
-    import pandas as pd
-
     if fmt not in ("csv", "parquet", "json"):
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
-    st = _open_store(store)
-    records = st.records(resolve_sweep(st, sweep))
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
+    name = resolve_sweep(st, sweep)
+    with store_errors(st.where):
+        records = st.records(name)
     if fmt == "json":
-        out_file.write_text(json.dumps(records, indent=1))
+        _write(out_file, json.dumps(records, indent=1))
         return
+    import pandas as pd
+
     frame = pd.json_normalize(records)
-    frame.to_csv(out_file, index=False) if fmt == "csv" else frame.to_parquet(out_file)
+    try:
+        frame.to_csv(out_file, index=False) if fmt == "csv" else frame.to_parquet(out_file)
+    except ImportError as e:
+        fail(f"--format parquet needs pyarrow: {e}".splitlines()[0])
+    except OSError as e:
+        fail(f"cannot write {out_file}: {e.strerror or e}")
 
 
 @app.command("ui")
 def ui(
     store: StoreOpt = None,
+    artifacts: ArtifactsOpt = None,
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 5000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
-    """Serve the MLflow UI (and REST API) on the store."""
-    from dashboards.ui import serve
-    from storage.location import resolve
+    """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
+    from dashboards.ui import UiError, serve
+    from orchestrator.sweep_cli import locate
 
+    location = locate(store, artifacts=artifacts)
+    if location.kind == "server":
+        fail(f"{location.display} is already an MLflow server: open it in a browser")
+    if not location.exists():
+        fail(f"no privbench store at {location.display}")
     try:
-        location = resolve(store)
-    except ValueError as e:
+        code = serve(location, host, port)
+    except UiError as e:
         fail(str(e))
-    if location.folder is not None and not location.exists():
-        fail(f"no privbench store at {location.folder}")
-    raise typer.Exit(code=serve(location, host, port))
+    raise typer.Exit(code=code)
 
 
 @app.command("list")

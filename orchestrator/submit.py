@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,9 @@ class ProgressBoard:
 
     def snapshot(self) -> dict[str, tuple[int, int, dict[str, Any]]]:
         return dict(self.state)
+
+    def forget(self, key: str) -> None:
+        self.state.pop(key, None)
 
 
 def _trial_task(config: dict[str, Any], board: Any) -> dict[str, Any]:
@@ -44,25 +49,38 @@ def failed_record(config: dict[str, Any], error: BaseException) -> dict[str, Any
 
 def run_all(
     configs: list[dict[str, Any]], *, max_concurrent: int, retries: int,
-    on_start: Callable[[dict[str, Any]], None], on_result: Callable[[dict[str, Any]], None],
+    on_start: Callable[[dict[str, Any]], bool | None], on_result: Callable[[dict[str, Any]], None],
     on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None,
-    poll_s: float = 0.5,
+    on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
 ) -> None:
-    """Submit at most `max_concurrent` tasks at a time; retry a failed trial up to `retries` times."""
+    """Submit at most `max_concurrent` tasks at a time; retry a failed trial up to `retries` times.
+
+    `on_start` runs before a trial is submitted and may refuse it (False: another driver has it).
+    `on_progress` and `on_tick` (the lease heartbeat) run at most every `poll_s` seconds, not once per
+    result, so the driver's own cost per trial does not grow with the number of trials.
+    """
     task = ray.remote(_trial_task)
     board = ProgressBoard.remote()
-    queue = [(c, 0) for c in configs]
+    queue = deque((c, 0) for c in configs)
     in_flight: dict[Any, tuple[dict[str, Any], int]] = {}
+    last_poll = 0.0
     while queue or in_flight:
         while queue and len(in_flight) < max_concurrent:
-            config, attempt = queue.pop(0)
+            config, attempt = queue.popleft()
+            if on_start(config) is False:
+                continue
             opts = {"num_cpus": config["resources"]["cpus"], "num_gpus": config["resources"]["gpus"],
                     "max_retries": 0}
             in_flight[task.options(**opts).remote(config, board)] = (config, attempt)
-            on_start(config)
+        if not in_flight:
+            break
         done, _ = ray.wait(list(in_flight), num_returns=1, timeout=poll_s)
-        if on_progress is not None:
-            on_progress(ray.get(board.snapshot.remote()))
+        if time.monotonic() - last_poll >= poll_s:
+            last_poll = time.monotonic()
+            if on_tick is not None:
+                on_tick()
+            if on_progress is not None:
+                on_progress(ray.get(board.snapshot.remote()))
         for ref in done:
             config, attempt = in_flight.pop(ref)
             try:
@@ -72,7 +90,6 @@ def run_all(
             if record["status"] == "failed" and attempt < retries:
                 queue.append((config, attempt + 1))
                 continue
+            board.forget.remote(config["trial_key"])
             on_result(record)
     ray.kill(board)
-
-

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +12,6 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator import cluster, grid
 from orchestrator.console import err, fail, out
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
@@ -18,6 +19,13 @@ app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
 STORE_HELP = ("Folder, postgresql:// URI or http(s):// MLflow server "
               "(default ./privbench-store or $PRIVBENCH_STORE).")
 StoreOpt = Annotated[str | None, typer.Option("--store", help=STORE_HELP)]
+LEDGER_HELP = ("Database URI of the sweep ledger (default: inside the store; for an http(s):// server, a "
+               "per-user file). A team sharing a tracking server shares one ledger database "
+               "($PRIVBENCH_LEDGER).")
+LedgerOpt = Annotated[str | None, typer.Option("--ledger", help=LEDGER_HELP)]
+ARTIFACTS_HELP = ("Artifact root for new sweeps (folder or URI; default: next to the store, or what the "
+                  "tracking server decides; $PRIVBENCH_ARTIFACTS).")
+ArtifactsOpt = Annotated[str | None, typer.Option("--artifacts", help=ARTIFACTS_HELP)]
 
 
 def _label(cfg: dict[str, Any]) -> str:
@@ -25,10 +33,22 @@ def _label(cfg: dict[str, Any]) -> str:
     return f"{cfg['mechanism']} {cfg['dataset']}/{cfg['model']}{eps} seed={cfg['seed']}"
 
 
+def locate(store: str | None, ledger: str | None = None, artifacts: str | None = None) -> Any:
+    from storage.errors import StoreError
+    from storage.location import resolve
+
+    try:
+        return resolve(store, ledger=ledger, artifacts=artifacts)
+    except StoreError as e:
+        fail(str(e))
+
+
 @app.command("run")
 def run(
     grid_file: Annotated[Path, typer.Argument(help="Grid YAML file.")],
     store: StoreOpt = None,
+    ledger: LedgerOpt = None,
+    artifacts: ArtifactsOpt = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster: auto, ray://host:10001 or host:port "
                                                      "(default: start a local Ray instance).")] = None,
     max_concurrent: Annotated[int | None, typer.Option(min=1, help="Trials in flight at once "
@@ -36,18 +56,21 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the trials and exit.")] = False,
     retries: Annotated[int, typer.Option(min=0, help="Retries of a failed trial within this run.")] = 0,
 ) -> None:
-    """Run every trial of GRID_FILE that the ledger does not already mark finished."""
-    from storage.location import resolve
+    """Run every trial of GRID_FILE that the ledger does not already mark finished.
+
+    Several drivers (terminals, people sharing a store) can run the same grid at once: each trial is
+    leased by one driver, and a driver that dies gives its trials back when its lease expires.
+    """
+    from orchestrator import grid
+    from storage.errors import StoreError
 
     try:
         spec = grid.load(grid_file)
-        location = resolve(store)
     except grid.GridError as e:
         for problem in e.problems:
             err.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
-    except ValueError as e:
-        fail(str(e))
+    location = locate(store, ledger, artifacts)
     if dry_run:
         table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials")
         for col in ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed"):
@@ -57,33 +80,50 @@ def run(
                           "-" if t["epsilon"] is None else f"{t['epsilon']:g}", str(t["seed"]))
         out.print(table)
         return
+    from storage.store import Store
+
+    if location.exists() and location.kind == "folder":  # a damaged store is reported before Ray starts
+        _open_store(location)
+    from orchestrator import cluster
+
     try:
         resources = cluster.connect(address)
-    except Exception as e:  # noqa: BLE001 - any connection failure is a usage problem here
-        fail(f"cannot connect to Ray at {address or 'a new local instance'}: {e}".splitlines()[0])
+    except cluster.ClusterError as e:
+        fail(str(e))
     problems = cluster.resource_problems(list(spec.trials), resources)
     if problems:
         for p in problems:
             err.print(f"[bold red]error:[/] {p}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2)
 
-    from storage.store import Store
-
-    st = Store(location, create=True)  # schema and experiment exist before any trial starts
-    st.open_sweep(spec.name, spec.text, spec.trials)
-    todo = sorted(st.pending(spec.name), key=lambda c: c["mechanism"] == "nonprivate")  # long trials first
+    try:
+        st = Store(location, create=True)  # schema and experiment exist before any trial starts
+        st.open_sweep(spec.name, spec.text, spec.trials, key_of=grid.trial_key)
+        by_key = {c["trial_key"]: c for c in spec.trials}  # the grid's current settings (e.g. resources)
+        todo = [by_key[c["trial_key"]] | {"resources": dict(by_key[c["trial_key"]]["resources"])}
+                for c in st.pending(spec.name) if c["trial_key"] in by_key]
+    except StoreError as e:
+        fail(str(e))
+    todo.sort(key=lambda c: c["mechanism"] == "nonprivate")  # long trials first
     finished_before = len(spec.trials) - len(todo)
     for cfg in todo:
-        cfg["resources"] = cfg["resources"] | {"gpus": cluster.gpus_for(cfg["resources"]["gpus"],
-                                                                        resources.get("GPU", 0.0))}
+        cfg["resources"]["gpus"] = cluster.gpus_for(cfg["resources"]["gpus"], resources.get("GPU", 0.0))
     per_trial = max((float(c["resources"]["cpus"]) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
     err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {finished_before} already finished, "
-              f"{len(todo)} to run, up to {limit} at once; store {location.folder or location.tracking_uri}")
+              f"{len(todo)} to run, up to {limit} at once; store {location.display}", highlight=False)
     failures: list[dict[str, Any]] = []
-    if todo:
-        failures = _run_with_progress(st, spec.name, todo, limit, retries)
-    counts = st.ledger.status_counts(spec.name)
+    try:
+        if todo:
+            failures = _run_with_progress(st, spec.name, todo, limit, retries)
+        counts = st.ledger.status_counts(spec.name)
+    except StoreError as e:
+        fail(str(e))
+    finally:
+        try:
+            st.release(spec.name)
+        except StoreError:
+            pass
     err.print(f"sweep [bold]{spec.name}[/]: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     _log_sweep_summary(st, spec.name)
     if failures:
@@ -106,7 +146,10 @@ def _log_sweep_summary(st: Any, sweep: str) -> None:
 
 def _run_with_progress(st: Any, sweep: str, todo: list[dict[str, Any]], limit: int,
                        retries: int) -> list[dict[str, Any]]:
+    """Bars for the trials in flight only (a finished trial becomes one printed line), so that drawing
+    costs the same at 60 trials as at 1,000."""
     from orchestrator.submit import run_all
+    from storage.store import fault
 
     failures: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -114,58 +157,80 @@ def _run_with_progress(st: Any, sweep: str, todo: list[dict[str, Any]], limit: i
     with Progress(*columns, console=err, transient=False) as progress:
         overall = progress.add_task(f"[bold]{sweep}", total=len(todo), info="")
         bars: dict[str, Any] = {}
-        labels = {c["trial_key"]: _label(c) for c in todo}
-        recorded: set[str] = set()
+        skipped: list[str] = []
 
-        def on_start(cfg: dict[str, Any]) -> None:
-            st.mark_running(sweep, cfg["trial_key"])
-            if cfg["trial_key"] not in bars:
-                bars[cfg["trial_key"]] = progress.add_task(labels[cfg["trial_key"]], total=None, info="starting")
+        def on_start(cfg: dict[str, Any]) -> bool:
+            key = cfg["trial_key"]
+            if not st.claim(sweep, key):  # another driver runs it (or just finished it)
+                skipped.append(key)
+                progress.update(overall, total=len(todo) - len(skipped))
+                return False
+            fault("after_claim")
+            if key not in bars:
+                bars[key] = progress.add_task(_label(cfg), total=None, info="starting")
+            return True
 
         def on_progress(state: dict[str, tuple[int, int, dict[str, Any]]]) -> None:
             for key, (done, total, info) in state.items():
-                if key in bars and key not in recorded:
+                if key in bars:
                     progress.update(bars[key], completed=done, total=total,
                                     info=f"epoch {info.get('epoch')} loss {info.get('loss', 0):.3f}")
 
         def on_result(record: dict[str, Any]) -> None:
-            st.record(record)
             key = record["trial_key"]
-            recorded.add(key)
-            if record["status"] == "finished":
+            run_id = st.record(record)
+            if run_id is None:
+                info = "[yellow]taken over by another driver[/]"
+            elif record["status"] == "finished":
                 acc = (record.get("metrics") or {}).get("accuracy")
                 eps = (record.get("privacy") or {}).get("epsilon_certified")
                 info = "[green]done[/]" + (f" acc {acc:.4f}" if acc is not None else "") + (
                     f" eps {eps:.3g}" if eps is not None else "")
             else:
                 failures.append(record)
-                info = f"[red]failed[/] {record['error'][:60]}"
-            task = bars.get(key)
+                info = f"[red]failed[/] {(record.get('error') or '')[:60]}"
+            task = bars.pop(key, None)
             if task is not None:
-                total = progress.tasks[task].total or 1
-                progress.update(task, completed=total, total=total, info=info)
+                progress.remove_task(task)
+            progress.console.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
             progress.advance(overall)
 
         run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
-                on_progress=on_progress)
+                on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep))
+    if skipped:
+        err.print(f"{len(skipped)} trial(s) were run by another driver at the same time")
     return failures
 
 
-def _open_store(store: str | None) -> Any:
-    from storage.store import Store
+@contextlib.contextmanager
+def store_errors(where: str = "store") -> Iterator[None]:
+    """A damaged, missing or unreachable store: one line and exit 2 instead of a traceback."""
+    from storage.errors import StoreError, translated
 
     try:
-        return Store(store)
-    except (FileNotFoundError, ValueError) as e:
+        with translated(where):
+            yield
+    except StoreError as e:
         fail(str(e))
 
 
+def _open_store(store: Any, ledger: str | None = None) -> Any:
+    """Open a store for reading: read-only, nothing created or changed (MLflow is not even opened)."""
+    from storage.location import StoreLocation
+    from storage.store import Store
+
+    location = store if isinstance(store, StoreLocation) else locate(store, ledger)
+    with store_errors(location.display):
+        return Store(location)
+
+
 @app.command("list")
-def list_sweeps(store: StoreOpt = None,
+def list_sweeps(store: StoreOpt = None, ledger: LedgerOpt = None,
                 as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False) -> None:
     """List the sweeps in the store with their trial counts."""
-    st = _open_store(store)
-    rows = [{"sweep": n, "trials": st.ledger.status_counts(n)} for n in st.sweep_names()]
+    st = _open_store(store, ledger)
+    with store_errors(st.where):
+        rows = [{"sweep": n, "trials": st.ledger.status_counts(n)} for n in st.sweep_names()]
     if as_json:
         print(json.dumps({"sweeps": rows}))
         return
@@ -178,7 +243,8 @@ def list_sweeps(store: StoreOpt = None,
 
 
 def resolve_sweep(st: Any, sweep: str | None) -> str:
-    names = st.sweep_names()
+    with store_errors(st.where):
+        names = st.sweep_names()
     if sweep is None:
         if not names:
             fail("the store has no sweeps yet; run `privbench sweep run GRID.yaml` first")
@@ -190,12 +256,14 @@ def resolve_sweep(st: Any, sweep: str | None) -> str:
 
 @app.command("status")
 def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
-           store: StoreOpt = None,
+           store: StoreOpt = None, ledger: LedgerOpt = None,
            as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False) -> None:
-    """Show every trial of a sweep with its status, accuracy and error."""
-    st = _open_store(store)
+    """Show every trial of a sweep with its status, accuracy and error (reads the ledger, writes nothing)."""
+    st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
-    trials = st.ledger.trials(name)
+    with store_errors(st.where):
+        trials = st.ledger.trials(name)
+        counts = st.ledger.status_counts(name)
     rows = []
     for t in trials:
         rec = json.loads(t["result_json"]) if t["result_json"] else {}
@@ -204,7 +272,7 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
                      "attempts": t["attempts"], "run_id": t["run_id"],
                      "accuracy": (rec.get("metrics") or {}).get("accuracy"), "error": t["error"]})
     if as_json:
-        print(json.dumps({"sweep": name, "counts": st.ledger.status_counts(name), "trials": rows}))
+        print(json.dumps({"sweep": name, "counts": counts, "trials": rows}))
         return
     table = Table(title=f"sweep {name}")
     for col in ("trial_key", "status", "mechanism", "dataset", "model", "epsilon", "seed", "accuracy", "error"):

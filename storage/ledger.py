@@ -1,20 +1,42 @@
-"""The sweep ledger: which trials exist, their status and MLflow run, and their result record.
+"""The sweep ledger: which trials exist, their status and MLflow run, who runs them, and their result.
 
 It is what makes resume exact: a trial is `finished` only once its MLflow run is complete, and the
 ledger row is written last, so a crash at any point leaves at worst an unfinished row to redo.
+
+It is also what lets several drivers (two terminals, two people) work on one sweep: a driver *leases*
+a trial before running it (a compare-and-set UPDATE, atomic on SQLite and PostgreSQL alike), renews
+its leases while it runs (heartbeat) and gives them back when it records the result. A driver that
+dies stops renewing, so its leases expire (`PRIVBENCH_LEASE_S`, default 60 s) and another driver
+takes the trials over; a dead driver on the same host is noticed at once (its pid is gone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from storage.errors import StoreError
+from storage.location import mask, sqlite_path
+
 metadata = sa.MetaData()
+
+meta = sa.Table(
+    "privbench_meta", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
 
 sweeps = sa.Table(
     "privbench_sweeps", metadata,
@@ -23,6 +45,7 @@ sweeps = sa.Table(
     sa.Column("grid_yaml", sa.Text, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("sweep_id", sa.String(64)),  # the identity its experiment and runs carry as tags
 )
 
 trials = sa.Table(
@@ -36,18 +59,66 @@ trials = sa.Table(
     sa.Column("model", sa.String(200)),
     sa.Column("mechanism", sa.String(100)),
     sa.Column("epsilon", sa.Float),
-    sa.Column("seed", sa.Integer),
+    sa.Column("seed", sa.BigInteger),
     sa.Column("config_json", sa.Text, nullable=False),
     sa.Column("result_json", sa.Text),
     sa.Column("error", sa.Text),
     sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("lease_owner", sa.String(200)),  # host:pid:nonce of the driver running the trial
+    sa.Column("lease_expires", sa.Float),
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+DONE = ("finished", "superseded")
+PG_LOCK_KEY = 0x7072697662656E63  # "privbenc": the advisory lock serialising store creation
 
 
-def engine_for(uri: str) -> sa.Engine:
-    eng = sa.create_engine(uri, future=True)
+def lease_seconds() -> float:
+    return float(os.environ.get("PRIVBENCH_LEASE_S", "60"))
+
+
+def new_owner() -> str:
+    """A driver's lease identity: host and pid (to notice a dead local driver at once) and a nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_dead(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine: only the lease's expiry tells
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _sqlite_ro_connect(path: Path) -> Callable[[], sqlite3.Connection]:
+    """Read-only SQLite: `mode=ro` never creates or changes the file; a WAL database in a folder we
+    cannot write needs `immutable=1` (no -shm file can be made there)."""
+    quoted = urllib.parse.quote(str(path))
+
+    def connect() -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+            conn.execute("select count(*) from sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError as e:
+            if "unable to open" not in str(e) or not path.exists():
+                raise
+        return sqlite3.connect(f"file:{quoted}?mode=ro&immutable=1", uri=True, timeout=30, check_same_thread=False)
+
+    return connect
+
+
+def engine_for(uri: str, *, read_only: bool = False) -> sa.Engine:
+    path = sqlite_path(uri)
+    if path is not None and read_only:
+        return sa.create_engine("sqlite://", creator=_sqlite_ro_connect(path), poolclass=sa.pool.NullPool)
+    eng = sa.create_engine(uri)
     if eng.dialect.name == "sqlite":
         @event.listens_for(eng, "connect")
         def _pragmas(dbapi_conn: Any, _: Any) -> None:  # concurrent readers (leaderboard, UI) wait
@@ -57,23 +128,97 @@ def engine_for(uri: str) -> sa.Engine:
 
 
 class Ledger:
-    def __init__(self, uri: str, *, create: bool = False) -> None:
-        self.engine = engine_for(uri)
+    def __init__(self, uri: str, *, create: bool = False, read_only: bool = False) -> None:
+        self.uri = uri
+        self.path = sqlite_path(uri)
+        self.read_only = read_only and not create
+        self.engine = engine_for(uri, read_only=self.read_only)
         if create:
-            metadata.create_all(self.engine)
+            self.migrate()
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path is not None else mask(self.uri)
+
+    def migrate(self) -> None:
+        """Create the tables, and add the columns that older ledgers lack (call under `lock()`)."""
+        metadata.create_all(self.engine)
+        inspector = sa.inspect(self.engine)
+        for table in (sweeps, trials):
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in have:
+                    ddl = column.type.compile(dialect=self.engine.dialect)
+                    with self.engine.begin() as c:
+                        c.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl}"))
 
     def has_schema(self) -> bool:
         return sa.inspect(self.engine).has_table("privbench_trials")
 
+    def check(self) -> None:
+        """Raise a one-line StoreError when the ledger is empty, truncated or not a privbench ledger."""
+        if self.path is not None and self.path.exists() and self.path.stat().st_size == 0:
+            raise StoreError(f"store {self.path} is empty (0 bytes: truncated?); restore it from a backup "
+                             "or move the store aside")
+        inspector = sa.inspect(self.engine)
+        missing = [t for t in ("privbench_sweeps", "privbench_trials") if not inspector.has_table(t)]
+        if missing:
+            raise StoreError(f"store {self.where} is missing the tables {', '.join(missing)} "
+                             "(truncated, or not a privbench store)")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Serialise store creation and sweep opening between drivers: a file lock next to a SQLite
+        ledger, an advisory lock on PostgreSQL."""
+        if self.path is not None:
+            import fcntl
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path.with_name(self.path.name + ".lock"), "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+        elif self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as c:
+                c.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
+                c.commit()
+                try:
+                    yield
+                finally:
+                    c.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+                    c.commit()
+        else:
+            yield
+
+    # the ledger's own identity ------------------------------------------------------------------
+    def meta_value(self, key: str) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(sa.select(meta.c.value).where(meta.c.key == key)).scalar()
+
+    def ensure_meta(self, key: str, default: str) -> str:
+        """The recorded value, or `default` recorded now (call under `lock()`)."""
+        value = self.meta_value(key)
+        if value is None:
+            with self.engine.begin() as c:
+                c.execute(meta.insert().values(key=key, value=default))
+            value = default
+        return value
+
+    def ledger_id(self) -> str:
+        return self.ensure_meta("ledger_id", uuid.uuid4().hex)
+
     # sweeps -------------------------------------------------------------------------------------
-    def upsert_sweep(self, name: str, experiment_id: str, grid_yaml: str) -> None:
+    def create_sweep(self, name: str, sweep_id: str, experiment_id: str, grid_yaml: str) -> None:
         now = time.time()
         with self.engine.begin() as c:
-            if c.execute(sa.select(sweeps.c.name).where(sweeps.c.name == name)).first():
-                c.execute(sweeps.update().where(sweeps.c.name == name).values(grid_yaml=grid_yaml, updated_at=now))
-            else:
-                c.execute(sweeps.insert().values(name=name, experiment_id=experiment_id, grid_yaml=grid_yaml,
-                                                 created_at=now, updated_at=now))
+            c.execute(sweeps.insert().values(name=name, experiment_id=experiment_id, grid_yaml=grid_yaml,
+                                             sweep_id=sweep_id, created_at=now, updated_at=now))
+
+    def update_sweep(self, name: str, **values: Any) -> None:
+        with self.engine.begin() as c:
+            c.execute(sweeps.update().where(sweeps.c.name == name).values(updated_at=time.time(), **values))
 
     def sweep(self, name: str) -> dict[str, Any] | None:
         with self.engine.connect() as c:
@@ -85,19 +230,34 @@ class Ledger:
             return [r[0] for r in c.execute(sa.select(sweeps.c.name).order_by(sweeps.c.updated_at.desc()))]
 
     # trials -------------------------------------------------------------------------------------
-    def sync_trials(self, sweep: str, configs: Iterable[Mapping[str, Any]]) -> list[str]:
+    def sync_trials(self, sweep: str, configs: Iterable[Mapping[str, Any]],
+                    key_of: Callable[[dict[str, Any]], str] | None = None) -> tuple[list[str], dict[str, str]]:
         """Make the sweep's trials those of its current grid: insert new ones (pending), mark known ones
         that left the grid `superseded` (an edited grid must not mix old settings into the leaderboard as
         extra seeds, nor retry them), and give a trial that came back the status its result says.
-        Returns the MLflow run ids that became superseded."""
+
+        `key_of` re-derives a known trial's key from its stored config: a row whose key was made by an
+        older formula is renamed rather than superseded. Returns the MLflow run ids that became
+        superseded, and {run_id: new key} of renamed trials. Call under `lock()`.
+        """
         now = time.time()
         configs = list(configs)
         current = {cfg["trial_key"] for cfg in configs}
         superseded: list[str] = []
+        renamed: dict[str, str] = {}
         with self.engine.begin() as c:
             known = {r.trial_key: r for r in c.execute(
-                sa.select(trials.c.trial_key, trials.c.status, trials.c.run_id, trials.c.result_json)
-                .where(trials.c.sweep == sweep))}
+                sa.select(trials.c.trial_key, trials.c.status, trials.c.run_id, trials.c.result_json,
+                          trials.c.config_json).where(trials.c.sweep == sweep))}
+            for key, row in list(known.items()):
+                if key in current or key_of is None:
+                    continue
+                new = key_of(json.loads(row.config_json))
+                if new in current and new not in known:
+                    c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == key))
+                              .values(trial_key=new))
+                    known[new] = known.pop(key)
+                    renamed |= {row.run_id: new} if row.run_id else {}
             for key, row in known.items():
                 if key not in current and row.status != "superseded":
                     status = "superseded"
@@ -115,19 +275,88 @@ class Ledger:
                     for cfg in configs if cfg["trial_key"] not in known]
             if rows:
                 c.execute(trials.insert(), rows)
-        return superseded
+        return superseded, renamed
+
+    def redo(self, sweep: str, trial_keys: Iterable[str]) -> None:
+        """Trials whose MLflow run is gone (deleted in the UI): run them again."""
+        keys = list(trial_keys)
+        if keys:
+            with self.engine.begin() as c:
+                c.execute(trials.update().where((trials.c.sweep == sweep) & trials.c.trial_key.in_(keys))
+                          .values(status="pending", run_id=None, result_json=None, error=None,
+                                  updated_at=time.time()))
+
+    # leases -------------------------------------------------------------------------------------
+    def clear_dead_leases(self, sweep: str) -> int:
+        """Drop the leases of drivers on this host whose process is gone (no need to wait for expiry)."""
+        with self.engine.connect() as c:
+            owners = [r[0] for r in c.execute(sa.select(trials.c.lease_owner).distinct()
+                                              .where((trials.c.sweep == sweep) & trials.c.lease_owner.is_not(None)))]
+        dead = [o for o in owners if _owner_dead(o)]
+        if dead:
+            with self.engine.begin() as c:
+                c.execute(trials.update().where((trials.c.sweep == sweep) & trials.c.lease_owner.in_(dead))
+                          .values(lease_owner=None, lease_expires=None))
+        return len(dead)
+
+    def claim(self, sweep: str, trial_key: str, owner: str, since: float) -> bool:
+        """Lease one trial for `owner` unless it is done, leased by a live driver, or failed after
+        `since` (another driver just tried it). Atomic: of two drivers, one wins."""
+        now = time.time()
+        free = trials.c.lease_owner.is_(None) | (trials.c.lease_owner == owner) | (trials.c.lease_expires < now)
+        with self.engine.begin() as c:
+            result = c.execute(
+                trials.update()
+                .where((trials.c.sweep == sweep) & (trials.c.trial_key == trial_key) & free
+                       & trials.c.status.not_in(DONE)
+                       & ~((trials.c.status == "failed") & (trials.c.updated_at > since)))
+                .values(status="running", attempts=trials.c.attempts + 1, lease_owner=owner,
+                        lease_expires=now + lease_seconds(), updated_at=now))
+        return result.rowcount == 1
+
+    def renew(self, sweep: str, owner: str, trial_key: str | None = None) -> int:
+        """Heartbeat: push back the expiry of `owner`'s leases (one trial's, or all). Returns how many."""
+        cond = (trials.c.sweep == sweep) & (trials.c.lease_owner == owner)
+        if trial_key is not None:
+            cond &= trials.c.trial_key == trial_key
+        with self.engine.begin() as c:
+            return c.execute(trials.update().where(cond).values(lease_expires=time.time() + lease_seconds())).rowcount
+
+    def release(self, sweep: str, owner: str) -> None:
+        """Give back every lease of `owner` (a driver that stops early lets others go on at once)."""
+        with self.engine.begin() as c:
+            c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.lease_owner == owner))
+                      .values(lease_owner=None, lease_expires=None))
+
+    def leased_by_others(self, sweep: str, owner: str | None) -> set[str]:
+        now = time.time()
+        with self.engine.connect() as c:
+            return {r[0] for r in c.execute(
+                sa.select(trials.c.trial_key).where(
+                    (trials.c.sweep == sweep) & trials.c.lease_owner.is_not(None)
+                    & (trials.c.lease_owner != (owner or "")) & (trials.c.lease_expires >= now)))}
 
     def mark_running(self, sweep: str, trial_key: str) -> None:
         with self.engine.begin() as c:
             c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))
                       .values(status="running", attempts=trials.c.attempts + 1, updated_at=time.time()))
 
-    def record(self, record: Mapping[str, Any], run_id: str | None) -> None:
+    def record(self, record: Mapping[str, Any], run_id: str | None, owner: str | None = None) -> bool:
+        """The trial's final row (and its lease given back). With `owner`, only while it holds the lease."""
+        cond = (trials.c.sweep == record["sweep"]) & (trials.c.trial_key == record["trial_key"])
+        if owner is not None:
+            cond &= trials.c.lease_owner == owner
         with self.engine.begin() as c:
-            c.execute(trials.update()
-                      .where((trials.c.sweep == record["sweep"]) & (trials.c.trial_key == record["trial_key"]))
-                      .values(status=record["status"], run_id=run_id, result_json=json.dumps(record),
-                              error=record.get("error"), updated_at=time.time()))
+            result = c.execute(trials.update().where(cond)
+                               .values(status=record["status"], run_id=run_id, result_json=json.dumps(record),
+                                       error=record.get("error"), updated_at=time.time(), lease_owner=None,
+                                       lease_expires=None))
+        return result.rowcount == 1
+
+    def run_id(self, sweep: str, trial_key: str) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(sa.select(trials.c.run_id).where(
+                (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).scalar()
 
     def trials(self, sweep: str) -> list[dict[str, Any]]:
         with self.engine.connect() as c:

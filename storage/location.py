@@ -1,44 +1,132 @@
-"""Where a store lives: one argument (a folder, a database URI or an MLflow server) -> concrete URIs."""
+"""Where a store lives: one argument (a folder, a database URI or an MLflow server) -> concrete URIs.
+
+A store is three things: the MLflow tracking store (runs), the sweep ledger (which trials exist and
+who is running them) and the artifact root. They travel together so that a team that shares one of
+them shares all three: a `postgresql://` store keeps the ledger in the same database, and its artifact
+root is recorded in the ledger by the first driver; a tracking server's ledger is `--ledger` (a database
+URI the team shares) or, by default, a per-user file that only that user resumes from.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+import re
+import urllib.parse
 from pathlib import Path
 
+from storage.errors import StoreError
+
 DEFAULT_STORE = "./privbench-store"
+DATABASE_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite")
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
+
+
+def mask(text: str) -> str:
+    """Hide every password of a `scheme://user:password@host` in `text` (URIs end up in messages)."""
+    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
+
+
+def data_home() -> Path:
+    """Per-user data folder (XDG), for what has no natural place next to a store."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "privbench"
 
 
 @dataclasses.dataclass(frozen=True)
 class StoreLocation:
     tracking_uri: str  # what MLflow's client talks to
     ledger_uri: str  # SQLAlchemy URL of the sweep ledger
-    artifact_root: str | None  # None: the tracking server decides
-    folder: Path | None  # the local folder to create, if any
+    artifact_root: str | None  # None: the ledger's recorded root (database store) or the server's (http)
+    folder: Path | None  # the local folder holding the store's files, if any
+    kind: str  # folder | database | server
 
-    def create(self) -> None:
-        if self.folder is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
+    @property
+    def display(self) -> str:
+        """What messages show: the folder, or the URI with its password masked."""
+        return str(self.folder) if self.kind == "folder" else mask(self.tracking_uri)
 
     def exists(self) -> bool:
-        return self.folder is None or (self.folder / "ledger.db").exists()
+        """Whether a store was ever created here (servers and databases are asked when opened)."""
+        path = sqlite_path(self.ledger_uri)
+        return path is None or path.exists()
 
 
-def resolve(store: str | os.PathLike[str] | None = None) -> StoreLocation:
-    """`--store`, else `$PRIVBENCH_STORE`, else `./privbench-store/` (SQLite + local artifacts)."""
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a `sqlite:///` URI (None for other databases)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    raw = uri.split(":///", 1)[1] if ":///" in uri else ""
+    raw = raw.removeprefix("file:").split("?", 1)[0]
+    return Path(raw) if raw and raw != ":memory:" else None
+
+
+def postgres_driver() -> str:
+    """The installed PostgreSQL driver SQLAlchemy should use (psycopg 3 first, then psycopg2)."""
+    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return driver
+    raise StoreError("postgresql:// stores need a PostgreSQL driver: pip install 'privbench[postgres]' "
+                     "(installs psycopg[binary])")
+
+
+def normalise_db_uri(uri: str) -> str:
+    """`postgresql://` and `postgres://` name the installed driver explicitly (SQLAlchemy's default
+    driver may not be the one installed); other URIs are returned as they are."""
+    scheme, sep, rest = uri.partition("://")
+    if scheme in ("postgresql", "postgres"):
+        return f"postgresql+{postgres_driver()}://{rest}"
+    if scheme.startswith("postgres+"):
+        return f"postgresql+{scheme.split('+', 1)[1]}{sep}{rest}"
+    return uri
+
+
+def _is_database(uri: str) -> bool:
+    return uri.split("://", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES and "://" in uri
+
+
+def _server_ledger(server: str) -> str:
+    parsed = urllib.parse.urlparse(server)
+    ident = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{parsed.hostname or 'server'}_{parsed.port or ''}{parsed.path}")
+    return f"sqlite:///{data_home() / 'ledgers' / (ident.strip('_') + '.db')}"
+
+
+def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None = None,
+            artifacts: str | None = None) -> StoreLocation:
+    """`--store`, else `$PRIVBENCH_STORE`, else `./privbench-store/` (SQLite + local artifacts).
+
+    `ledger` (`--ledger`, `$PRIVBENCH_LEDGER`) overrides where the ledger lives; `artifacts`
+    (`--artifacts`, `$PRIVBENCH_ARTIFACTS`) the artifact root of new sweeps.
+    """
     raw = str(store or os.environ.get("PRIVBENCH_STORE") or DEFAULT_STORE)
-    ledger_override = os.environ.get("PRIVBENCH_LEDGER")
-    if raw.startswith(("postgresql://", "postgresql+", "mysql://", "sqlite:///")):
-        return StoreLocation(raw, ledger_override or raw, None, None)
+    ledger = ledger or os.environ.get("PRIVBENCH_LEDGER") or None
+    artifacts = artifacts or os.environ.get("PRIVBENCH_ARTIFACTS") or None
+    if ledger is not None:
+        if not _is_database(ledger):
+            raise StoreError("--ledger must be a database URI (postgresql://... or sqlite:///...), "
+                             f"got {mask(ledger)!r}")
+        ledger = normalise_db_uri(ledger)
+    if artifacts is not None and "://" not in artifacts:
+        artifacts = Path(artifacts).expanduser().resolve().as_uri()
+    if _is_database(raw):
+        uri = normalise_db_uri(raw)
+        path = sqlite_path(uri)
+        if uri.startswith("sqlite:") and path is None:
+            raise StoreError(f"a sqlite store needs a file: sqlite:////absolute/path/mlflow.db, got {raw!r}")
+        if path is not None:
+            path = path.expanduser().resolve()
+            uri = f"sqlite:///{path}"
+            artifacts = artifacts or (path.parent / "artifacts").as_uri()
+        return StoreLocation(uri, ledger or uri, artifacts, path.parent if path else None, "database")
     if raw.startswith(("http://", "https://")):
-        folder = Path(DEFAULT_STORE).resolve()
-        return StoreLocation(raw, ledger_override or f"sqlite:///{folder / 'ledger.db'}", None, folder)
+        return StoreLocation(raw.rstrip("/"), ledger or _server_ledger(raw), artifacts, None, "server")
     if "://" in raw:
-        raise ValueError(f"unsupported store {raw!r}: use a folder, postgresql://, sqlite:/// or http(s)://")
+        raise StoreError(f"unsupported store {mask(raw)!r}: use a folder, postgresql://, sqlite:/// or http(s)://")
     folder = Path(raw).expanduser().resolve()
     return StoreLocation(
         tracking_uri=f"sqlite:///{folder / 'mlflow.db'}",
-        ledger_uri=ledger_override or f"sqlite:///{folder / 'ledger.db'}",
-        artifact_root=(folder / "artifacts").as_uri(),
+        ledger_uri=ledger or f"sqlite:///{folder / 'ledger.db'}",
+        artifact_root=artifacts or (folder / "artifacts").as_uri(),
         folder=folder,
+        kind="folder",
     )

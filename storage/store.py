@@ -10,27 +10,50 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from storage.ledger import Ledger
-from storage.location import StoreLocation, resolve
+from storage.errors import Conflict, StoreError, translated
+from storage.ledger import Ledger, lease_seconds, new_owner
+from storage.location import StoreLocation, data_home, mask, resolve, sqlite_path
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
+SWEEP_ID_TAG = "privbench.sweep_id"  # the sweep's identity: privbench touches only runs carrying it
+LEDGER_ID_TAG = "privbench.ledger_id"  # which ledger owns the experiment (said in conflict messages)
+KIND_TAG = "privbench.kind"
 RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
 # MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 MAX_PARAM_LEN = 6000
+FAULT_ENV = "PRIVBENCH_FAULT"
+
+
+def fault(point: str) -> None:
+    """Test hook: `PRIVBENCH_FAULT=after_create_run` (or `after_create_run:3`, the third time) kills
+    this process with SIGKILL at that point, so kill tests hit exact moments instead of random ones."""
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted or wanted.split(":", 1)[0] != point:
+        return
+    count = _FAULT_COUNTS[point] = _FAULT_COUNTS.get(point, 0) + 1
+    if count >= int(wanted.split(":", 1)[1] if ":" in wanted else 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_FAULT_COUNTS: dict[str, int] = {}
 
 
 def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # an unreachable server fails in seconds
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
     for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
@@ -46,44 +69,105 @@ def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _default_artifacts(location: StoreLocation) -> str:
+    """A database store's artifact root when none was given: a per-user folder named after the
+    database (never the working folder). Recorded in the ledger, so every driver uses the same."""
+    ident = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in mask(location.tracking_uri).split("@")[-1])
+    return (data_home() / "artifacts" / ident.strip("_")).as_uri()
+
+
 class Store:
-    """Open (and with `create=True`, initialise once, before any fan-out) a store."""
+    """Open a store. `create=True` (the driver) initialises it once under a lock, before any fan-out;
+    otherwise (the read commands) it is opened read-only and never written, MLflow included."""
 
     def __init__(self, location: StoreLocation | str | None = None, *, create: bool = False) -> None:
+        self.location = location if isinstance(location, StoreLocation) else resolve(location)
+        self.where = self.location.display
+        self.owner = new_owner()
+        self.started = time.time()
+        self._client: Any = None
+        self._identity: dict[str, tuple[str, str]] = {}  # sweep -> (experiment_id, sweep_id)
+        self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
+        self._claimed: set[tuple[str, str]] = set()
+        self._renewed = 0.0
+        with translated(self.where):
+            if create:
+                self._create()
+            else:
+                if not self.location.exists():
+                    raise StoreError(f"no privbench store at {self.where}")
+                self.ledger = Ledger(self.location.ledger_uri, read_only=True)
+                self.ledger.check()
+
+    def _create(self) -> None:
+        loc = self.location
+        for path in (sqlite_path(loc.ledger_uri), sqlite_path(loc.tracking_uri)):
+            if path is not None and path.exists() and not os.access(path, os.W_OK):
+                raise StoreError(f"store {path} is read-only; privbench can read it (leaderboard, export, "
+                                 "status) but `sweep run` needs write access")
+        if loc.folder is not None:
+            try:
+                loc.folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create the store folder {loc.folder}: {e.strerror}") from None
+        self.ledger = Ledger(loc.ledger_uri)
+        with self.ledger.lock():
+            self._check_tracking_file()
+            self.ledger.migrate()
+            self.ledger_id = self.ledger.ledger_id()
+            self.artifact_root = loc.artifact_root
+            if loc.kind == "database" and self.artifact_root is None:
+                self.artifact_root = self.ledger.ensure_meta("artifact_root", _default_artifacts(loc))
+            self._client = self._make_client()  # MLflow creates its schema here: under the lock
+
+    def _check_tracking_file(self) -> None:
+        """A folder store whose MLflow database vanished or was truncated while the ledger lists sweeps
+        must not be silently re-created: every trial would look finished with no run behind it."""
+        path = sqlite_path(self.location.tracking_uri)
+        if path is None or path == self.ledger.path or (path.exists() and path.stat().st_size > 0):
+            return
+        if self.ledger.path is not None and self.ledger.path.exists() and self.ledger.has_schema() \
+                and self.ledger.sweep_names():
+            state = "is empty (0 bytes: truncated?)" if path.exists() else "is missing"
+            raise StoreError(f"store {path} {state} but the ledger lists sweeps; restore it from a backup, "
+                             "or move the store aside to start a new one")
+
+    def _make_client(self) -> Any:
         _quiet_mlflow()
         from mlflow.tracking import MlflowClient
 
-        self.location = location if isinstance(location, StoreLocation) else resolve(location)
-        if create:
-            self.location.create()
-        elif not self.location.exists():
-            raise FileNotFoundError(f"no privbench store at {self.location.folder}")
-        self.ledger = Ledger(self.location.ledger_uri, create=create)
-        self.client = MlflowClient(tracking_uri=self.location.tracking_uri)
+        return MlflowClient(tracking_uri=self.location.tracking_uri)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with translated(self.where):
+                self._client = self._make_client()
+        return self._client
 
     # sweeps -------------------------------------------------------------------------------------
-    def open_sweep(self, name: str, grid_yaml: str, configs: Iterable[Mapping[str, Any]]) -> str:
-        """Create (once) the sweep's experiment and ledger rows; reconcile runs cut off by a crash."""
-        experiment = self.client.get_experiment_by_name(name)
-        if experiment is None:
-            experiment_id = self.client.create_experiment(
-                name, artifact_location=f"{self.location.artifact_root}/{name}" if self.location.artifact_root
-                else None, tags={"privbench.kind": "sweep"} | EXPERIMENT_KIND)
-        else:
-            experiment_id = experiment.experiment_id
-            for key, value in EXPERIMENT_KIND.items():  # experiments made by older privbench versions
-                if experiment.tags.get(key) != value:
-                    self.client.set_experiment_tag(experiment_id, key, value)
-        self.ledger.upsert_sweep(name, experiment_id, grid_yaml)
-        for run_id in self.ledger.sync_trials(name, configs):  # kept for history, flagged in the UI
-            self.client.set_tag(run_id, SUPERSEDED_TAG, "true")
-        self._reconcile(name, experiment_id)
-        self._sweep_run(name, experiment_id, grid_yaml)
+    def open_sweep(self, name: str, grid_yaml: str, configs: Iterable[Mapping[str, Any]],
+                   key_of: Callable[[dict[str, Any]], str] | None = None) -> str:
+        """Create (once) or reopen the sweep's experiment and ledger rows, checking that both belong to
+        this ledger; reconcile MLflow with the ledger. Raises Conflict/StoreError before any training."""
+        with translated(self.where), self.ledger.lock():
+            experiment_id, sweep_id = self._own_experiment(name, grid_yaml)
+            self._identity[name] = (experiment_id, sweep_id)
+            superseded, renamed = self.ledger.sync_trials(name, configs, key_of)
+            for run_id in superseded:  # kept for history, flagged in the UI
+                self._tag_quietly(run_id, SUPERSEDED_TAG, "true")
+            for run_id, key in renamed.items():
+                self._tag_quietly(run_id, TRIAL_KEY_TAG, key)
+            self.ledger.clear_dead_leases(name)
+            self._reconcile(name, experiment_id, sweep_id)
+            self._sweep_run(name, experiment_id, grid_yaml)
         return experiment_id
 
     def _sweep_run(self, sweep: str, experiment_id: str, grid_yaml: str | None = None) -> str:
         """The sweep's parent run (created once): trial runs nest under it in the UI, and it holds the
         grid file and, after each `sweep run`, the leaderboard and figures (`log_sweep_files`)."""
+        if grid_yaml is None and sweep in self._parents:
+            return self._parents[sweep]
         found = self.client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_RUN_TAG}` = 'true'",
                                         max_results=1)
         if found:
@@ -93,6 +177,7 @@ class Store:
                                             tags={SWEEP_RUN_TAG: "true", SWEEP_TAG: sweep} | _source_tags()).info.run_id
         if grid_yaml is not None:
             self.client.log_text(run_id, grid_yaml, "grid.yaml")
+        self._parents[sweep] = run_id
         return run_id
 
     def log_sweep_files(self, sweep: str, files: Mapping[str, str | bytes]) -> str:
@@ -111,27 +196,120 @@ class Store:
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
 
-    def _reconcile(self, sweep: str, experiment_id: str) -> None:
-        """Make MLflow agree with the ledger after a killed driver: exactly one run per recorded trial.
+    def _own_experiment(self, name: str, grid_yaml: str) -> tuple[str, str]:
+        from mlflow.exceptions import MlflowException
 
-        A run whose trial the ledger does not mark finished/failed with that run id is a leftover
-        (the driver died between creating it and writing the ledger row): it is deleted, and the
-        trial is redone.
+        row = self.ledger.sweep(name)
+        for _ in range(2):
+            exp = self.client.get_experiment_by_name(name)
+            if exp is not None:
+                return self._check_owner(name, exp, row, grid_yaml)
+            if row is not None and row["experiment_id"]:
+                raise StoreError(
+                    f"the ledger lists sweep {name!r} (MLflow experiment {row['experiment_id']}) but {self.where} "
+                    "has no experiment of that name: it was deleted permanently, renamed, or the tracking "
+                    "store was replaced. Restore it, or give the sweep another name (`name:` in the grid)")
+            if row is None:  # the ledger row first: a crash after it leaves an experiment we recognise
+                self.ledger.create_sweep(name, uuid.uuid4().hex, "", grid_yaml)
+                row = self.ledger.sweep(name)
+            artifacts = f"{self.artifact_root.rstrip('/')}/{name}" if self.artifact_root else None
+            try:
+                experiment_id = self.client.create_experiment(
+                    name, artifact_location=artifacts,
+                    tags={KIND_TAG: "sweep", SWEEP_ID_TAG: row["sweep_id"], LEDGER_ID_TAG: self.ledger_id}
+                    | EXPERIMENT_KIND)
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                continue  # someone else created it a moment ago: check whose it is
+            self.ledger.update_sweep(name, experiment_id=experiment_id)
+            return experiment_id, row["sweep_id"]
+        raise StoreError(f"could not create the MLflow experiment {name!r} on {self.where}")
+
+    def _check_owner(self, name: str, exp: Any, row: dict[str, Any] | None, grid_yaml: str) -> tuple[str, str]:
+        tags = exp.tags or {}
+        owner_id = tags.get(SWEEP_ID_TAG)
+        legacy = (owner_id is None and tags.get(KIND_TAG) == "sweep" and row is not None and not row.get("sweep_id")
+                  and row["experiment_id"] == exp.experiment_id)
+        if legacy:  # a sweep recorded before sweeps had an identity: this ledger made it, give it one
+            owner_id = uuid.uuid4().hex
+            self.client.set_experiment_tag(exp.experiment_id, SWEEP_ID_TAG, owner_id)
+            self.client.set_experiment_tag(exp.experiment_id, LEDGER_ID_TAG, self.ledger_id)
+            self.ledger.update_sweep(name, sweep_id=owner_id)
+        elif owner_id is None:
+            raise Conflict(
+                f"{self.where} already has an MLflow experiment {name!r} that no privbench sweep created; "
+                "privbench leaves its runs alone. Give the sweep another name (`name:` in the grid) or use "
+                "another store")
+        elif row is None or row.get("sweep_id") != owner_id or (row["experiment_id"] not in ("", exp.experiment_id)):
+            raise Conflict(
+                f"the MLflow experiment {name!r} on {self.where} belongs to another privbench ledger "
+                f"(ledger {tags.get(LEDGER_ID_TAG, '?')}, sweep {owner_id}), not to {self.ledger.where}. To resume "
+                "that sweep, pass its ledger with --ledger (a team shares one database); otherwise give the "
+                "sweep another name (`name:` in the grid)")
+        if exp.lifecycle_stage == "deleted":
+            raise StoreError(
+                f"the MLflow experiment {name!r} (id {exp.experiment_id}) of this sweep was deleted; restore it "
+                f"(MLflow UI, or `mlflow experiments restore --experiment-id {exp.experiment_id}` with "
+                f"MLFLOW_TRACKING_URI set to the store) or give the sweep another name (`name:` in the grid)")
+        for key, value in EXPERIMENT_KIND.items():  # experiments made by older privbench versions
+            if tags.get(key) != value:
+                self.client.set_experiment_tag(exp.experiment_id, key, value)
+        if not row["experiment_id"]:
+            self.ledger.update_sweep(name, experiment_id=exp.experiment_id)
+        self.ledger.update_sweep(name, grid_yaml=grid_yaml)
+        return exp.experiment_id, owner_id
+
+    def _tag_quietly(self, run_id: str, key: str, value: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.set_tag(run_id, key, value)
+        except MlflowException:  # the run was deleted in MLflow: nothing to flag
+            pass
+
+    def _reconcile(self, sweep: str, experiment_id: str, sweep_id: str) -> list[str]:
+        """Make MLflow agree with the ledger: exactly one run per recorded trial.
+
+        A run of this sweep (it carries the sweep's identity) that the ledger does not list, and that no
+        live driver is writing, is a leftover of a killed driver: it is deleted and the trial redone.
+        A recorded trial whose run was deleted in MLflow is redone too. Runs without this sweep's
+        identity are never touched. Returns the keys of trials to redo.
         """
-        kept = ("finished", "failed", "superseded")
-        recorded = {t["run_id"] for t in self.ledger.trials(sweep) if t["status"] in kept}
+        trials = self.ledger.trials(sweep)
+        recorded = {t["run_id"] for t in trials if t["status"] in ("finished", "failed", "superseded") and t["run_id"]}
+        busy = self.ledger.leased_by_others(sweep, self.owner)
+        alive: set[str] = set()
         for run in self._runs(experiment_id):
-            if run.info.run_id not in recorded and run.data.tags.get(SWEEP_RUN_TAG) != "true":
-                self.client.delete_run(run.info.run_id)
+            run_id, tags = run.info.run_id, run.data.tags
+            if run.info.lifecycle_stage == "deleted" or tags.get(SWEEP_RUN_TAG) == "true":
+                continue
+            if run_id in recorded:
+                alive.add(run_id)
+            elif tags.get(SWEEP_ID_TAG) == sweep_id and tags.get(TRIAL_KEY_TAG) not in busy:
+                self.client.delete_run(run_id)
+        gone = [t["trial_key"] for t in trials
+                if t["status"] in ("finished", "failed") and t["run_id"] and t["run_id"] not in alive]
+        self.ledger.redo(sweep, gone)
+        return gone
 
     def _runs(self, experiment_id: str) -> list[Any]:
+        from mlflow.entities import ViewType
+
         runs, token = [], None
         while True:
-            page = self.client.search_runs([experiment_id], max_results=1000, page_token=token)
+            page = self.client.search_runs([experiment_id], run_view_type=ViewType.ALL, max_results=1000,
+                                           page_token=token)
             runs.extend(page)
             token = page.token
             if not token:
                 return runs
+
+    def _sweep_identity(self, sweep: str) -> tuple[str, str]:
+        if sweep not in self._identity:
+            info = self.ledger.sweep(sweep) or {}
+            self._identity[sweep] = (info.get("experiment_id", ""), info.get("sweep_id") or "")
+        return self._identity[sweep]
 
     # trials -------------------------------------------------------------------------------------
     def pending(self, sweep: str) -> list[dict[str, Any]]:
@@ -139,16 +317,40 @@ class Store:
         return [json.loads(t["config_json"]) for t in self.ledger.trials(sweep)
                 if t["status"] not in ("finished", "superseded")]
 
+    def claim(self, sweep: str, trial_key: str) -> bool:
+        """Lease the trial for this driver; False when another driver has it or it is done."""
+        with translated(self.where):
+            ok = self.ledger.claim(sweep, trial_key, self.owner, self.started)
+        if ok:
+            self._claimed.add((sweep, trial_key))
+        return ok
+
+    def heartbeat(self, sweep: str) -> None:
+        """Renew this driver's leases when a third of their lifetime has passed (cheap to call often)."""
+        if self._claimed and time.time() - self._renewed > lease_seconds() / 3:
+            with translated(self.where):
+                self.ledger.renew(sweep, self.owner)
+            self._renewed = time.time()
+
+    def release(self, sweep: str) -> None:
+        with translated(self.where):
+            self.ledger.release(sweep, self.owner)
+        self._claimed = {c for c in self._claimed if c[0] != sweep}
+
     def mark_running(self, sweep: str, trial_key: str) -> None:
         self.ledger.mark_running(sweep, trial_key)
 
-    def record(self, record: Mapping[str, Any]) -> str:
-        """Log one result as one MLflow run, then (last) the ledger row. Returns the run id."""
+    def record(self, record: Mapping[str, Any]) -> str | None:
+        """Log one result as one MLflow run, then (last) the ledger row. Returns the run id (None when
+        this driver lost the trial's lease to another driver, which records it instead)."""
         from mlflow.entities import Metric, Param, RunTag
 
         sweep, key = record["sweep"], record["trial_key"]
-        info = self.ledger.sweep(sweep)
-        previous = [t["run_id"] for t in self.ledger.trials(sweep) if t["trial_key"] == key and t["run_id"]]
+        experiment_id, sweep_id = self._sweep_identity(sweep)
+        owner = self.owner if (sweep, key) in self._claimed else None
+        if owner is not None and not self.ledger.renew(sweep, owner, key):
+            return None  # the lease expired and another driver took the trial over: it records it
+        previous = [r for r in [self.ledger.run_id(sweep, key)] if r]
         config = record["config"]
         eps = config.get("epsilon")
         run_name = f"{config['mechanism']}-{config['dataset']}-{config['model']}" + (
@@ -156,10 +358,11 @@ class Store:
         env = record.get("environment") or {}
         started, ended = _ms(env.get("started_at")), _ms(env.get("finished_at"))  # the trial's own wall clock
         run = self.client.create_run(
-            info["experiment_id"], run_name=run_name, start_time=started,
-            tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep,
-                  "mlflow.parentRunId": self._sweep_run(sweep, info["experiment_id"])} | _source_tags())
+            experiment_id, run_name=run_name, start_time=started,
+            tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
+                  "mlflow.parentRunId": self._sweep_run(sweep, experiment_id)} | _source_tags())
         run_id = run.info.run_id
+        fault("after_create_run")
         now = ended or int(time.time() * 1000)
         privacy = record.get("privacy") or {}
         params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
@@ -182,13 +385,18 @@ class Store:
             tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items() if v is not None],
         )
         self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
+        fault("after_log_batch")
         self.client.log_dict(run_id, dict(record), "result.json")
         if record.get("traceback"):
             self.client.log_text(run_id, record["traceback"], "traceback.txt")
         self.client.set_tag(run_id, RECORDED_TAG, "true")
         self.client.set_terminated(run_id, "FINISHED" if record["status"] == "finished" else "FAILED",
                                    end_time=ended)
-        self.ledger.record(record, run_id)
+        fault("before_ledger_record")
+        if not self.ledger.record(record, run_id, owner):
+            self.client.delete_run(run_id)  # our own run, for a trial another driver took over
+            return None
+        self._claimed.discard((sweep, key))
         for old in previous:  # a retried trial keeps one run: the latest attempt
             if old != run_id:
                 self.client.delete_run(old)

@@ -25,7 +25,7 @@ from workers import datasets, models
 from workers.audit import AuditConfig, OneRun, audit_cost, mia_fields, step_audit
 from workers.environment import configure
 from workers.result import TrialResult
-from workers.train import Progress, TrainConfig, train
+from workers.train import Diverged, Progress, TrainConfig, train
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
 
@@ -140,7 +140,8 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         return TrialResult(
             config.get("sweep", "?"), config.get("trial_key", "?"), "failed", config,
             metrics={"wall_s": time.time() - started}, environment=env | {"finished_at": time.time()},
-            error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+            error=str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
         ).to_record()
 
 

@@ -52,7 +52,7 @@ def test_model_train_overrides_that_model_and_mechanism_train_wins():
     ({"train": {"epochs": 1, "batch_size": 64, "lr": 0.5, "bogus": 1}}, "train:"),
     ({"resources": {"cpus": 1, "gpus": "many"}}, "resources.gpus"),
     ({"colour": "blue"}, "unknown top-level keys"),
-    ({"model_train": {"mlp": {"lr": -1}}}, "model_train.mlp: lr must be > 0"),
+    ({"model_train": {"mlp": {"lr": -1}}}, "model_train.mlp.lr: must be > 0"),
     ({"model_train": ["mlp"]}, "model_train: must map a model"),
 ])
 def test_bad_grids_name_the_problem(overrides, fragment):
@@ -71,3 +71,73 @@ def test_yaml_syntax_error_has_a_line_number():
     with pytest.raises(grid.GridError) as e:
         grid.parse("name: x\ngrid: {dataset: [digits\n")
     assert "YAML syntax error" in str(e.value) and "line" in str(e.value)
+
+
+STRICT = [
+    ({"seeds": [0, 0, 1, 1]}, "seeds: duplicated values 0, 1"),
+    ({"seeds": [-1]}, "seeds: must be >= 0"),
+    ({"seeds": [2**32]}, "seeds: must be at most 4.29497e+09"),
+    ({"seeds": [1.5]}, "seeds: must be an integer"),
+    ({"seeds": [True]}, "seeds: must be an integer, got True"),
+    ({"grid": TINY["grid"] | {"epsilon": [True]}}, "grid.epsilon: must be a number, got True"),
+    ({"grid": TINY["grid"] | {"epsilon": [1, 1.0]}}, "grid.epsilon: duplicated values"),
+    ({"grid": TINY["grid"] | {"mechanism": ["dpsgd", "dpsgd"]}}, "grid.mechanism: duplicated values 'dpsgd'"),
+    ({"grid": TINY["grid"] | {"epsilon": [float("inf")]}}, "grid.epsilon: must be finite"),
+    ({"train": {"lr": float("inf")}}, "train.lr: must be finite"),
+    ({"train": {"lr": float("nan")}}, "train.lr: must be finite"),
+    ({"train": {"max_train_examples": -5}}, "train.max_train_examples: must be >= 1"),
+    ({"train": {"epochs": 1.5}}, "train.epochs: must be an integer"),
+    ({"train": {"epochs": True}}, "train.epochs: must be an integer"),
+    ({"train": {"batch_size": 1e9}}, "train.batch_size: must be at most"),
+    ({"train": {"momentum": -0.5}}, "train.momentum: must be >= 0"),
+    ({"train": {"grad_sample_mode": "turbo"}}, "train.grad_sample_mode: must be one of"),
+    ({"resources": {"cpus": 1, "gpu": 1}}, "resources: unknown keys ['gpu']"),
+    ({"resources": [1]}, "resources: must be a mapping"),
+    ({"resources": {"cpus": True}}, "resources.cpus: must be a number"),
+    ({"audit": {"samples": 100, "colour": 1}}, "audit: unknown keys ['colour']"),
+    ({"sigma": float("nan")}, "sigma: must be finite"),
+    ({"delta": True}, "delta: must be a number"),
+    ({"name": "sweep\n"}, "name:"),
+    ({"name": 12}, "name:"),
+    ({"mechanism_options": {"magic-dp": {}}}, "mechanism_options: unknown mechanism 'magic-dp'"),
+    ({"model_options": {"mlp": [1]}}, "model_options.mlp: must map a model"),
+]
+
+
+@pytest.mark.parametrize("overrides, fragment", STRICT)
+def test_strict_input_names_every_problem(overrides, fragment):
+    with pytest.raises(grid.GridError) as e:
+        parse(overrides)
+    assert any(fragment in p for p in e.value.problems), e.value.problems
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("name: x\nname: y\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n", "duplicate key 'name'"),
+    ("{1: a, b: 2}\n", "keys must be text"),
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+     "expands to more than"),
+])
+def test_yaml_surprises_are_refused(text, fragment):
+    with pytest.raises(grid.GridError) as e:
+        grid.parse(text)
+    assert fragment in str(e.value)
+
+
+def test_yaml_1_1_off_and_exponents_read_as_meant():
+    text = yaml.safe_dump(TINY).replace("lr: 0.5", "lr: 5e-1") + "audit: {mode: off}\ndelta: 1e-5\n"
+    text = text.replace("delta: 1.0e-05\n", "")
+    spec = grid.parse(text)
+    assert {t["audit"]["mode"] for t in spec.trials} == {"off"}
+    assert {t["train"]["lr"] for t in spec.trials} == {0.5} and {t["delta"] for t in spec.trials} == {1e-5}
+
+
+def test_resources_do_not_change_trial_keys():
+    keys = {t["trial_key"] for t in parse({}).trials}
+    assert keys == {t["trial_key"] for t in parse({"resources": {"cpus": 2, "gpus": 0}}).trials}
+
+
+def test_integral_floats_are_integers_in_trial_keys():
+    assert [t["trial_key"] for t in parse({"train": TINY["train"] | {"epochs": 1.0}}).trials] == \
+        [t["trial_key"] for t in parse({}).trials]

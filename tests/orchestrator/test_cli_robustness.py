@@ -1,0 +1,199 @@
+"""The CLI as a person meets it: fast start, one-line errors with exit 2, read commands that never write."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from storage.location import resolve
+from storage.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = os.environ | {"PYTHONPATH": str(ROOT)}
+
+
+def privbench(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *map(str, args)], env=ENV, capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def record(i: int) -> dict:
+    mech = "nonprivate" if i % 3 == 0 else "dpsgd"
+    cfg = {"mechanism": mech, "dataset": "digits", "model": "mlp", "seed": i // 3 % 5,
+           "epsilon": None if mech == "nonprivate" else float(1 + i % 3), "delta": 1e-5, "train": {"batch_size": 64}}
+    return {"sweep": "big", "trial_key": f"key{i:04d}", "status": "finished", "config": cfg,
+            "metrics": {"accuracy": 0.8 + i / 1000, "wall_s": 1.0, "step_time_s": 0.01},
+            "privacy": {"epsilon_claimed": cfg["epsilon"], "epsilon_certified": cfg["epsilon"]}}
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory) -> Path:
+    """A store with 150 recorded trials (written through Store, as the driver does)."""
+    folder = tmp_path_factory.mktemp("big") / "store"
+    st = Store(resolve(folder), create=True)
+    recs = [record(i) for i in range(150)]
+    st.open_sweep("big", "name: big", [r["config"] | {"trial_key": r["trial_key"]} for r in recs])
+    for r in recs:
+        st.record(r)
+    st.ledger.engine.dispose()  # last connections closed: the WAL is checkpointed into the files
+    st.client._tracking_client.store.engine.dispose()
+    return folder
+
+
+def best_of(n: int, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    """CPU seconds (user + system) of the command, best of n: the test machine's 2 cores are shared, so
+    wall time measures the neighbours' load as much as privbench."""
+    import resource
+
+    times, result = [], None
+    for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result = privbench(*args)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return min(times), result
+
+
+def test_help_is_fast_and_imports_nothing_heavy():
+    import resource
+
+    cpu = []
+    for _ in range(3):  # CPU time, not wall time: the test machine's 2 cores are shared and often busy
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result = privbench("--help")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    assert result.returncode == 0 and "sweep" in result.stdout
+    assert min(cpu) < 0.5, f"privbench --help used {min(cpu):.2f} s of CPU"
+    probe = subprocess.run([sys.executable, "-c", "import sys, orchestrator.cli; "
+                            "print(sorted(m for m in ('torch', 'ray', 'mlflow', 'pandas', 'sqlalchemy', 'mechanisms') "
+                            "if m in sys.modules))"], env=ENV, capture_output=True, text=True)
+    assert probe.stdout.strip() == "[]", probe.stdout + probe.stderr
+
+
+@pytest.mark.parametrize("args", [("sweep", "status", "big"), ("leaderboard", "big", "--format", "json"),
+                                  ("sweep", "list")])
+def test_read_commands_on_150_trials_are_fast(big_store, args):
+    seconds, result = best_of(2, *args, "--store", big_store)
+    assert result.returncode == 0, result.stderr
+    assert seconds < 2.0, f"{' '.join(args)} took {seconds:.2f} s"
+
+
+def test_export_is_fast_and_complete(big_store, tmp_path):
+    seconds, result = best_of(1, "export", "big", "--store", big_store, "--format", "csv", "--out", tmp_path / "x.csv")
+    assert result.returncode == 0, result.stderr
+    assert seconds < 2.0
+    assert len((tmp_path / "x.csv").read_text().splitlines()) == 151
+
+
+def test_export_to_a_missing_folder_and_unknown_metric_are_one_line(big_store, tmp_path):
+    result = privbench("export", "big", "--store", big_store, "--format", "csv", "--out", tmp_path / "no/dir/x.csv")
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = privbench("leaderboard", "big", "--store", big_store, "--metric", "nosuch")
+    assert result.returncode == 2 and "unknown metric 'nosuch'" in result.stderr and "accuracy" in result.stderr
+
+
+def test_read_commands_do_not_touch_the_store(big_store):
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in big_store.iterdir()}
+    for args in (("sweep", "status"), ("sweep", "list"), ("leaderboard",), ("export", "--out", os.devnull)):
+        assert privbench(*args, "--store", big_store).returncode == 0
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in big_store.iterdir()} == before
+
+
+@pytest.mark.parametrize("damage, fragment", [
+    (lambda s: (s / "ledger.db").write_bytes(b"garbage" * 500), "not a SQLite database"),
+    (lambda s: (s / "ledger.db").write_bytes(b""), "is empty"),
+    (lambda s: (s / "mlflow.db").write_bytes(b""), "mlflow.db is empty"),
+])
+def test_damaged_store_is_one_line_and_exit_2(big_store, tmp_path, damage, fragment):
+    import shutil
+
+    copy = tmp_path / "store"
+    shutil.copytree(big_store, copy, ignore=shutil.ignore_patterns("*-wal", "*-shm", "*.lock"))
+    damage(copy)
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: big\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n")
+    for args in (("sweep", "status"), ("sweep", "run", grid)):
+        result = privbench(*args, "--store", copy)
+        if fragment == "mlflow.db is empty" and args[1] == "status":
+            assert result.returncode == 0  # the ledger is intact: reading works, and writes nothing
+            assert (copy / "mlflow.db").stat().st_size == 0
+            continue
+        assert result.returncode == 2, result.stderr
+        assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_read_only_store_stays_readable_and_run_says_why(big_store, tmp_path):
+    """Files and folder made immutable (`chattr +i`: even root cannot write them, as for a store on a
+    read-only share)."""
+    import shutil
+
+    copy = tmp_path / "ro"
+    shutil.copytree(big_store, copy, ignore=shutil.ignore_patterns("*-wal", "*-shm", "*.lock"))
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: big\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n")
+    paths = [*copy.iterdir(), copy]
+    subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
+    try:
+        status = privbench("sweep", "status", "big", "--store", copy, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["counts"] == {"finished": 150}
+        board = privbench("leaderboard", "big", "--store", copy, "--format", "json")
+        assert board.returncode == 0 and json.loads(board.stdout)
+        result = privbench("sweep", "run", grid, "--store", copy)
+        assert result.returncode == 2 and "read-only" in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
+
+
+def test_unreachable_address_fails_fast(write_grid, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    start = time.perf_counter()
+    result = privbench("sweep", "run", write_grid(), "--store", tmp_path / "s", "--address", f"127.0.0.1:{port}")
+    assert time.perf_counter() - start < 30
+    assert result.returncode == 2 and "cannot reach the Ray cluster" in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_ui_exits_non_zero_when_the_port_is_busy(big_store):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        result = privbench("ui", "--store", big_store, "--port", busy.getsockname()[1], timeout=60)
+    assert result.returncode == 2 and "cannot serve" in result.stderr
+    bad = privbench("ui", "--store", big_store, "--port", "70000")
+    assert bad.returncode == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ui_stops_its_server_on_sigterm_and_sigint(big_store, sig):
+    from tests.servers import free_port, stop_group, wait_http
+
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", "--store", str(big_store), "--port", str(port)],
+                          env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", ui)
+        ui.send_signal(sig)
+        assert ui.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        while True:  # the server (its own process group) is gone: nothing answers on the port
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) != 0:
+                    break
+            assert time.monotonic() < deadline, "the MLflow server outlived privbench ui"
+            time.sleep(0.1)  # poll interval
+    finally:
+        stop_group(ui)

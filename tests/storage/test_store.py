@@ -1,0 +1,239 @@
+"""The store on real MLflow/SQLite, without Ray: ownership, leases, reconcile, resume checks, creation races."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from storage.errors import Conflict, StoreError
+from storage.location import mask, resolve
+from storage.store import SWEEP_ID_TAG, TRIAL_KEY_TAG, Store
+
+CONFIGS = [{"trial_key": f"k{i}", "dataset": "digits", "model": "mlp", "mechanism": "nonprivate", "epsilon": None,
+            "seed": i} for i in range(3)]
+
+
+def record_for(key: str, sweep: str = "s1", status: str = "finished") -> dict:
+    seed = int(key[1:])
+    return {"sweep": sweep, "trial_key": key, "status": status, "metrics": {"accuracy": 0.5 + seed / 10},
+            "config": {"mechanism": "nonprivate", "dataset": "digits", "model": "mlp", "seed": seed, "epsilon": None}}
+
+
+def client_of(store: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
+
+
+def active(client: MlflowClient, name: str) -> list:
+    return client.search_runs([client.get_experiment_by_name(name).experiment_id])
+
+
+def opened(store: Path, name: str = "s1", **kwargs) -> Store:
+    st = Store(resolve(store, **kwargs), create=True)
+    st.open_sweep(name, "yaml", CONFIGS)
+    return st
+
+
+def test_sweep_identity_is_tagged_on_experiment_runs_and_ledger(store):
+    st = opened(store)
+    run_id = st.record(record_for("k0"))
+    exp = client_of(store).get_experiment_by_name("s1")
+    sweep_id = st.ledger.sweep("s1")["sweep_id"]
+    assert sweep_id and exp.tags[SWEEP_ID_TAG] == sweep_id
+    assert exp.tags["privbench.ledger_id"] == st.ledger.ledger_id()
+    assert client_of(store).get_run(run_id).data.tags[SWEEP_ID_TAG] == sweep_id
+
+
+def test_experiment_not_made_by_privbench_is_refused_and_left_alone(store):
+    Store(resolve(store), create=True)
+    client = client_of(store)
+    exp_id = client.create_experiment("s1")
+    theirs = client.create_run(exp_id).info.run_id
+    with pytest.raises(Conflict, match="no privbench sweep created"):
+        opened(store)
+    assert client.get_run(theirs).info.lifecycle_stage == "active"
+
+
+def test_experiment_of_another_ledger_is_refused_and_its_runs_kept(store, tmp_path):
+    first = opened(store)
+    kept = first.record(record_for("k0"))
+    leftover = first.client.create_run(first.ledger.sweep("s1")["experiment_id"],
+                                       tags={SWEEP_ID_TAG: first.ledger.sweep("s1")["sweep_id"],
+                                             TRIAL_KEY_TAG: "k1"}).info.run_id
+    with pytest.raises(Conflict, match="--ledger"):
+        opened(store, ledger=f"sqlite:///{tmp_path / 'other-ledger.db'}")
+    client = client_of(store)
+    assert client.get_run(kept).info.lifecycle_stage == "active"
+    assert client.get_run(leftover).info.lifecycle_stage == "active"
+
+
+def test_reconcile_deletes_only_its_own_leftovers(store):
+    st = opened(store)
+    recorded = st.record(record_for("k0"))
+    exp_id, sweep_id = st.ledger.sweep("s1")["experiment_id"], st.ledger.sweep("s1")["sweep_id"]
+    leftover = st.client.create_run(exp_id, tags={SWEEP_ID_TAG: sweep_id, TRIAL_KEY_TAG: "k1"}).info.run_id
+    by_hand = st.client.create_run(exp_id, tags={"note": "a user's own run"}).info.run_id
+    opened(store)  # the next driver reconciles
+    client = client_of(store)
+    assert client.get_run(recorded).info.lifecycle_stage == "active"
+    assert client.get_run(leftover).info.lifecycle_stage == "deleted"
+    assert client.get_run(by_hand).info.lifecycle_stage == "active"
+
+
+def test_run_deleted_in_mlflow_is_redone(store):
+    st = opened(store)
+    for key in ("k0", "k1"):
+        st.claim("s1", key)
+        st.record(record_for(key))
+    client_of(store).delete_run(st.ledger.run_id("s1", "k0"))
+    again = opened(store)
+    assert sorted(c["trial_key"] for c in again.pending("s1")) == ["k0", "k2"]
+
+
+def test_deleted_experiment_is_reported_before_anything_runs(store):
+    st = opened(store)
+    st.record(record_for("k0"))
+    client = client_of(store)
+    client.delete_experiment(client.get_experiment_by_name("s1").experiment_id)
+    with pytest.raises(StoreError, match="was deleted; restore it"):
+        opened(store)
+
+
+def test_legacy_sweep_without_identity_is_adopted(store):
+    st = opened(store)
+    exp_id = st.ledger.sweep("s1")["experiment_id"]
+    st.client.delete_experiment_tag(exp_id, SWEEP_ID_TAG)
+    st.ledger.update_sweep("s1", sweep_id=None)
+    again = opened(store)
+    new_id = again.ledger.sweep("s1")["sweep_id"]
+    assert new_id and client_of(store).get_experiment(exp_id).tags[SWEEP_ID_TAG] == new_id
+
+
+def test_a_trial_is_leased_by_one_driver_at_a_time(store):
+    a, b = opened(store), opened(store)
+    assert a.claim("s1", "k0") and not b.claim("s1", "k0")
+    assert b.claim("s1", "k1")
+    assert a.record(record_for("k0")) is not None
+    assert not b.claim("s1", "k0")  # finished: nobody runs it again
+    assert len(active(client_of(store), "s1")) == 1
+
+
+def test_an_expired_lease_is_taken_over_and_the_loser_records_nothing(store, monkeypatch):
+    monkeypatch.setenv("PRIVBENCH_LEASE_S", "0.3")
+    a, b = opened(store), opened(store)
+    assert a.claim("s1", "k0")
+    deadline = time.monotonic() + 30
+    while not b.claim("s1", "k0"):  # a stopped renewing: its lease runs out
+        assert time.monotonic() < deadline
+    assert b.record(record_for("k0")) is not None
+    assert a.record(record_for("k0")) is None
+    assert len(active(client_of(store), "s1")) == 1
+
+
+def test_a_dead_local_driver_releases_its_leases_at_once(store):
+    st = opened(store)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owner = f"{os.uname().nodename}:{dead.stdout.strip()}:deadbeef"
+    with sqlite3.connect(store / "ledger.db") as db:
+        db.execute("update privbench_trials set lease_owner=?, lease_expires=? where trial_key='k0'",
+                   (owner, time.time() + 3600))
+    assert not st.claim("s1", "k0")
+    assert opened(store).claim("s1", "k0")
+
+
+def _create_and_open(store: str, barrier, results) -> None:
+    barrier.wait(timeout=60)
+    try:
+        st = Store(resolve(store), create=True)
+        st.open_sweep("race", "yaml", CONFIGS)
+        results.put("ok")
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def concurrent_creation(store: str, n: int = 4) -> list[str]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_create_and_open, args=(store, barrier, results)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return out
+
+
+@pytest.mark.slow
+def test_drivers_creating_a_fresh_store_at_once_all_succeed(tmp_path):
+    store = tmp_path / "fresh"
+    assert concurrent_creation(str(store), 3) == ["ok"] * 3
+    st = Store(resolve(store))
+    assert st.sweep_names() == ["race"] and len(st.ledger.trials("race")) == 3
+    assert len([e for e in client_of(store).search_experiments() if e.name == "race"]) == 1
+
+
+def test_read_commands_never_write(store):
+    st = opened(store)
+    st.record(record_for("k0"))
+    (store / "mlflow.db").write_bytes(b"")  # truncated MLflow database
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in store.iterdir()}
+    reader = Store(resolve(store))
+    assert reader.sweep_names() == ["s1"] and len(reader.records("s1")) == 1
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in store.iterdir()} == before
+    with pytest.raises(StoreError, match="mlflow.db is empty"):
+        Store(resolve(store), create=True)
+    assert (store / "mlflow.db").stat().st_size == 0
+
+
+def drop_table(path: Path, table: str) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(f"drop table {table}")
+        db.commit()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_bytes(b""), "is empty"),
+    (lambda p: p.write_bytes(b"this is not a database" * 100), "not a SQLite database"),
+    (lambda p: p.write_bytes(p.read_bytes()[:1024]), "store"),
+    (lambda p: drop_table(p, "privbench_trials"), "missing the tables"),
+])
+def test_damaged_ledger_is_one_clear_error(store, damage, message):
+    st = opened(store)
+    st.record(record_for("k0"))
+    st.ledger.engine.dispose()  # the last connection checkpoints the WAL: the damage hits the real file
+    damage(store / "ledger.db")
+    with pytest.raises(StoreError, match=message) as info:
+        st = Store(resolve(store))
+        st.records(st.sweep_names()[0])
+    assert "\n" not in str(info.value)
+
+
+def test_missing_store_is_not_created_by_reading(tmp_path):
+    with pytest.raises(StoreError, match="no privbench store"):
+        Store(resolve(tmp_path / "nothing"))
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_locations_mask_passwords_and_keep_artifacts_next_to_the_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pg = resolve("postgresql://alice:hunter2@db.example:5432/bench")
+    assert pg.tracking_uri.startswith("postgresql+psycopg://") and pg.ledger_uri == pg.tracking_uri
+    assert "hunter2" not in pg.display and "alice:***@" in pg.display
+    assert mask("could not connect to postgresql://u:p%40ss@h/db") == "could not connect to postgresql://u:***@h/db"
+    folder = resolve(tmp_path / "st")
+    assert folder.artifact_root == (tmp_path / "st" / "artifacts").as_uri()
+    lite = resolve(f"sqlite:///{tmp_path / 'x' / 'mlflow.db'}")
+    assert lite.artifact_root == (tmp_path / "x" / "artifacts").as_uri()
+    server = resolve("http://127.0.0.1:5000", ledger="postgresql://u:pw@h/ledger")
+    assert server.ledger_uri.startswith("postgresql+psycopg://") and server.artifact_root is None
+    assert not resolve("http://h:1").ledger_uri.startswith(f"sqlite:///{tmp_path}")  # never the working folder
+    with pytest.raises(StoreError):
+        resolve("ftp://nope")
