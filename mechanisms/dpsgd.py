@@ -53,17 +53,25 @@ def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, 
     Mechanisms that differ from DP-SGD in one part pass that part: `add_noise(optimizer)` replaces
     Opacus' Gaussian noise step (it reads `p.summed_grad`, writes `p.grad`, before averaging), and
     `after_step(model, optimizer)` runs after each parameter update. Returns (model, optimizer, loader,
-    criterion); in Opacus' `ghost` mode the criterion is wrapped so `loss.backward()` runs ghost clipping.
+    criterion); in Opacus' `ghost` mode and in `bk` mode the criterion is wrapped so `loss.backward()` clips.
     """
-    from opacus import PrivacyEngine
+    if grad_sample_mode == "bk":  # book-keeping clipping in one backward pass (mechanisms/bookkeeping)
+        from mechanisms.bookkeeping.private import make_private as bk_make_private
 
-    engine = PrivacyEngine(accountant="prv")  # Opacus' accountant is unused: we account from the plan
-    wrapped = engine.make_private(
-        module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=plan.sigma,
-        max_grad_norm=clip, poisson_sampling=plan.sampler == "poisson", grad_sample_mode=grad_sample_mode,
-        noise_generator=noise_generator, criterion=criterion, clipping=clipping,
-    )
-    if len(wrapped) == 4:  # ghost mode: Opacus returns (module, optimizer, criterion, loader)
+        module, dp_optimizer, loader, criterion = bk_make_private(
+            model, optimizer, loader, noise_multiplier=plan.sigma, max_grad_norm=clip, criterion=criterion,
+            poisson_sampling=plan.sampler == "poisson", clipping=clipping, noise_generator=noise_generator)
+        wrapped = (module, dp_optimizer, criterion, loader)  # the ghost mode's order
+    else:
+        from opacus import PrivacyEngine
+
+        engine = PrivacyEngine(accountant="prv")  # Opacus' accountant is unused: we account from the plan
+        wrapped = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=plan.sigma,
+            max_grad_norm=clip, poisson_sampling=plan.sampler == "poisson", grad_sample_mode=grad_sample_mode,
+            noise_generator=noise_generator, criterion=criterion, clipping=clipping,
+        )
+    if len(wrapped) == 4:  # ghost and bk: (module, optimizer, criterion, loader)
         module, dp_optimizer, criterion, loader = wrapped
     else:
         module, dp_optimizer, loader = wrapped

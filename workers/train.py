@@ -125,7 +125,7 @@ def train(
     total_steps, done = cfg.epochs * len(loader), 0
     final: dict[str, dict[str, float]] = {}
     module.train()
-    with PeakMemory() as memory:
+    with PeakMemory(device=device) as memory:
         for epoch in range(cfg.epochs):
             running, batches = 0.0, 0
             for *xs, y in loader:
