@@ -32,7 +32,7 @@ class TrainConfig:
     clip: float = 1.0
     max_train_examples: int | None = None
     eval_batch_size: int = 1024
-    grad_sample_mode: str | None = None  # Opacus mode; None lets the model choose (default hooks)
+    grad_sample_mode: str | None = None  # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -116,6 +116,13 @@ def train(
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
     mode = cfg.grad_sample_mode or bundle.info.get("grad_sample_mode", "hooks")
+    info: dict[str, Any] = {}
+    if mode == "bk" and cfg.grad_sample_mode is None:  # the model's default: fall back where bk cannot clip it
+        from mechanisms.bookkeeping import unsupported
+
+        if why := unsupported(module):
+            mode = bundle.info.get("fallback_grad_sample_mode", "hooks")
+            info["bk_fallback"] = "; ".join(why)
     module, optimizer, loader, criterion = mechanism.make_private(
         module, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=cfg.clip,
         grad_sample_mode=mode, **(mechanism_options or {}))
@@ -154,4 +161,4 @@ def train(
         "peak_memory_mb": memory.extra_mb,
         "steps_run": float(done),
     }
-    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode})
+    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode} | info)

@@ -69,7 +69,8 @@ def test_mixed_rule():
 def test_empty_batch_gives_zero_gradients():
     model = nn.Sequential(nn.Linear(4, 3))
     engine = BookkeepingEngine(model, 1.0)
-    BookkeepingLoss(engine, nn.CrossEntropyLoss())(model(torch.zeros(0, 4)), torch.zeros(0, dtype=torch.long)).backward()
+    loss = BookkeepingLoss(engine, nn.CrossEntropyLoss())
+    loss(model(torch.zeros(0, 4)), torch.zeros(0, dtype=torch.long)).backward()
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
 
 
@@ -114,7 +115,8 @@ def test_direct_use_of_a_parameter_raises():
     model = Leaky()
     engine = BookkeepingEngine(model, 1.0)
     with pytest.raises(RuntimeError, match="outside its module"):
-        BookkeepingLoss(engine, nn.CrossEntropyLoss())(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
+        loss = BookkeepingLoss(engine, nn.CrossEntropyLoss())
+        loss(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
 
 
 def test_not_batch_first_and_foreign_backward_raise():
