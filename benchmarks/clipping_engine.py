@@ -43,6 +43,10 @@ MODELS: dict[str, tuple[str, str, dict[str, Any], int, str]] = {
     "minilm-all": ("minilm", "rotten-tomatoes", TEXT | {"trainable": "all"}, 32, "examples/text.yaml, all layers"),
 }
 VARIANTS = ("nonprivate", "bk", "hooks", "ghost", "functorch", "vmap")
+# A fixed glibc mmap threshold: large buffers are mapped and unmapped per step, so resident memory returns
+# to its level between steps and one step's peak is visible (glibc's dynamic threshold would otherwise keep
+# a warmed-up step's buffers in the heap, and every step would read 0 extra).
+MEMORY_ENV = os.environ | {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
 def _batch(name: str) -> tuple[Any, tuple[torch.Tensor, ...]]:
@@ -174,7 +178,7 @@ def main() -> None:
             if v in res["errors"]:
                 continue
             out = subprocess.run([sys.executable, __file__, "--models", name, "--memory", v, "--threads",
-                                  str(args.threads)], capture_output=True, text=True, env=os.environ.copy())
+                                  str(args.threads)], capture_output=True, text=True, env=MEMORY_ENV)
             lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
             res["peak_mb"][v] = json.loads(lines[-1])["peak_mb"] if lines else None
         results[name] = res
