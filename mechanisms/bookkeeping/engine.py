@@ -167,7 +167,7 @@ class BookkeepingEngine:
             for key, (_, clipped_sum) in self._pending.items():
                 self._done[key] = clipped_sum(factors)
         elif self.clipping == "flat":
-            self.per_sample_norms = torch.zeros(batch)
+            self.per_sample_norms = torch.zeros(batch, device=self.params[0].device if self.params else None)
         for p in self.params:  # an unused parameter (or an empty batch) has zero per-sample gradients
             grad = self._done.get(id(p))
             grad = torch.zeros_like(p) if grad is None else grad.to(p.dtype).view_as(p)
