@@ -23,11 +23,16 @@ def claim_status(
 ) -> str | None:
     """Precedence violated > overclaimed > uncertified > ok (DESIGN.md). None for nonprivate trials.
 
+    A NaN epsilon raises: it means an analysis broke, and no verdict may rest on it. An infinite certified
+    epsilon (a direction without noise) is above any finite claim: `overclaimed`.
     `audit_violated` carries a curve-level verdict of the auditor (a measured error pair below the
     claimed trade-off curve), which can fire even when the scalar epsilon bound does not exceed the claim.
     """
     if not private:
         return None
+    for name, value in (("claimed", epsilon_claimed), ("certified", epsilon_certified), ("audited", epsilon_audited)):
+        if value is not None and math.isnan(value):
+            raise ValueError(f"epsilon_{name} is NaN: an undefined epsilon is an error, never a verdict")
     if audit_violated or _above(epsilon_audited, epsilon_claimed):
         return "violated"
     if epsilon_claimed is None:

@@ -39,15 +39,18 @@ from typing import Any
 
 import dp_accounting
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
+import torch
 
 from mechanisms import label_rr
 from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
 from mechanisms.accountants.analytic_gaussian import agm_epsilon, amgm_sigma
 from mechanisms.accountants.calibration import calibrate
-from mechanisms.accountants.reference import PLD_DISCRETIZATION
+from mechanisms.clipping import FlatClipping
 from mechanisms.forward_noise import parse_position
-from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.mechanism import Mechanism
+from mechanisms.noise_addition import GaussianNoise
+from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+from mechanisms.private_training import PrivateTraining, plan_loader
 
 ID = "dp-forward"
 SENSITIVITIES = {"2C": 2.0, "C": 1.0}
@@ -192,29 +195,31 @@ def certification_gap(options: Options) -> str | None:
     return None
 
 
-def certified_event(sigma: float, epochs: int, options: Options) -> dp_accounting.DpEvent:
-    """k Gaussian releases at ratio 2/sigma (add/remove units: noise multiplier sigma/2) + one RR label.
+def release_parts(spec: PrivacySpec, options: Options) -> Parts:
+    """What is released per example: its normalised state (norm <= C, so neighbours differ by up to 2C under
+    replace-one) with N(0, (sigma C)^2) noise, once per epoch (one shuffled pass), plus its label through RR
+    once. Replace-one is the only relation that fits a local release of every example."""
+    selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
+    labels = () if options.epsilon_labels is None else (label_rr.rr_event(options.epsilon_labels, options.classes),)
+    return Parts(selection, FlatClipping(spec.clip), GaussianNoise(spec.clip), extra_events=labels)
 
-    The RR event needs replace-one adjacency, so an add/remove accountant reports `None` for the whole
-    event (never an under-estimate); `certified_epsilon` composes the two PLDs directly.
-    """
-    gaussian = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / TRUE_SENSITIVITY), epochs)
-    if options.epsilon_labels is None:
-        return gaussian
-    return dp_accounting.ComposedDpEvent([gaussian, label_rr.rr_event(options.epsilon_labels, options.classes)])
+
+def certified_event(sigma: float, epochs: int, options: Options) -> dp_accounting.DpEvent:
+    """k Gaussian releases of states bounded by C with noise sigma C + one RR label: the event of
+    `release_parts`, accounted under replace-one (dp-accounting's PLD then compares states 2C apart)."""
+    spec = PrivacySpec(epsilon=None, delta=0.5, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
+                       options=options.as_dict())
+    return release_parts(spec, options).dp_event(sigma)
 
 
 def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options) -> float:
-    """PLD (pessimistic, discretisation 1e-3) of k Gaussian releases at ratio 2/sigma composed with RR."""
-    total = pld_lib.from_gaussian_mechanism(
-        standard_deviation=sigma / (TRUE_SENSITIVITY * math.sqrt(epochs)), sensitivity=1.0,
-        value_discretization_interval=PLD_DISCRETIZATION)
-    if options.epsilon_labels is not None:
-        total = total.compose(pld_lib.from_randomized_response(
-            label_rr.rr_noise_parameter(options.epsilon_labels, options.classes), options.classes,
-            value_discretization_interval=PLD_DISCRETIZATION,
-            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE))
-    return float(total.get_epsilon_for_delta(delta))
+    """PLD under replace-one of `certified_event` (any dp-accounting accountant recomputes it)."""
+    spec = PrivacySpec(epsilon=None, delta=delta, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
+                       options=options.as_dict())
+    relation = release_parts(spec, options).accounting_relation
+    value = epsilon(certified_event(sigma, epochs, options), delta, "pld", relation)
+    assert value is not None  # Gaussian and RR events are supported by PLD under replace-one
+    return value
 
 
 def certified_sigma(spec: PrivacySpec, options: Options) -> float:
@@ -227,47 +232,121 @@ def certified_sigma(spec: PrivacySpec, options: Options) -> float:
                      guess=guess).sigma
 
 
-def plan(spec: PrivacySpec) -> PrivacyPlan:
-    options = Options.from_mapping(spec.options)
-    if spec.sigma is not None:
-        sigma = spec.sigma
-    elif spec.epsilon is None:
-        raise ValueError("dp-forward needs a target epsilon or an explicit sigma")
-    elif spec.calibration == "claimed":
-        sigma = claimed_sigma(spec, options)
-    else:
-        sigma = certified_sigma(spec, options)
-    claims = claimed_epsilons(sigma, spec, options)
-    gap = certification_gap(options)
-    certified = None if gap is not None else certified_epsilon(sigma, spec.epochs, spec.delta, options)
-    event = dp_accounting.UnsupportedDpEvent() if gap is not None else certified_event(sigma, spec.epochs, options)
-    claim = (f"Poisson q = 1/{spec.dataset_size}, T = {spec.epochs * spec.dataset_size} at sensitivity "
-             f"{options.sensitivity} ({spec.accountant}) + shuffled RR labels"
-             if options.accounting == "central" else f"SeqLDP at sensitivity {options.sensitivity}")
-    verdict = (f"uncertified: {gap}" if gap else "certified = local PLD of k Gaussian releases at sensitivity 2C "
-               "+ RR labels (replace-one); no shuffling amplification is certified")
-    notes = f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}"
-    return PrivacyPlan(
-        mechanism=ID, sigma=float(sigma), sample_rate=spec.sample_rate, steps=spec.steps, delta=spec.delta,
-        sampler="shuffle", accountant=spec.accountant,
-        claimed_by=f"dp-forward paper, {options.accounting} ({options.calibrator}, S={options.sensitivity})",
-        epsilon_claimed=claims[f"epsilon_{options.accounting}"], epsilon_certified=certified,
-        effective_event=event, notes=notes,
-        extra={
-            "options": options.as_dict(), "clip": spec.clip, "num_classes": options.classes,
-            "position": parse_position(options.position).name, "noise_std_over_clip": float(sigma),
-            **claims,
-            "epsilon_local_true_per_release": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
-            "epsilon_inference_per_query": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
-            "epsilon_inference_per_query_claimed": local_epsilon(sigma, spec.delta, options, 1),
-            "label_keep_probability": (None if options.epsilon_labels is None else
-                                       1 / (1 + (options.classes - 1) * math.exp(-options.epsilon_labels))),
-            "uncertified_reason": gap,
-        },
-    )
+class DpForward(Mechanism):
+    ID = ID
+    Options = Options
+    AUDIT_COORDINATEWISE = False  # normalisation couples the coordinates of a state
 
+    def parts(self, spec: PrivacySpec, options: Options) -> Parts:
+        return release_parts(spec, options)
 
-# ---- training ---------------------------------------------------------------------------------------
+    def plan(self, spec: PrivacySpec) -> PrivacyPlan:
+        options = self.options(spec.options)
+        if spec.sigma is not None:
+            sigma = spec.sigma
+        elif spec.epsilon is None:
+            raise ValueError("dp-forward needs a target epsilon or an explicit sigma")
+        elif spec.calibration == "claimed":
+            sigma = claimed_sigma(spec, options)
+        else:
+            sigma = certified_sigma(spec, options)
+        parts = release_parts(spec, options)
+        claims = claimed_epsilons(sigma, spec, options)
+        gap = certification_gap(options)
+        plan = self.assemble(spec, options, parts, sigma)
+        if gap is not None:  # the release is not the one the parts describe: no sound analysis is known
+            plan = dataclasses.replace(plan, epsilon_certified=None, effective_event=dp_accounting.UnsupportedDpEvent(),
+                                       epsilons={k: None for k in plan.epsilons})
+        claim = (f"Poisson q = 1/{spec.dataset_size}, T = {spec.epochs * spec.dataset_size} at sensitivity "
+                 f"{options.sensitivity} ({spec.accountant}) + shuffled RR labels"
+                 if options.accounting == "central" else f"SeqLDP at sensitivity {options.sensitivity}")
+        verdict = (f"uncertified: {gap}" if gap else "certified = local PLD of k Gaussian releases at sensitivity "
+                   "2C + RR labels (replace-one); no shuffling amplification is certified")
+        return dataclasses.replace(
+            plan, claimed_by=f"dp-forward paper, {options.accounting} ({options.calibrator}, S={options.sensitivity})",
+            epsilon_claimed=claims[f"epsilon_{options.accounting}"],
+            notes=f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}",
+            extra={
+                "options": options.as_dict(), "clip": spec.clip, "num_classes": options.classes,
+                "position": parse_position(options.position).name, "noise_std_over_clip": float(sigma),
+                **claims,
+                "epsilon_local_true_per_release": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
+                "epsilon_inference_per_query": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
+                "epsilon_inference_per_query_claimed": local_epsilon(sigma, spec.delta, options, 1),
+                "label_keep_probability": (None if options.epsilon_labels is None else
+                                           1 / (1 + (options.classes - 1) * math.exp(-options.epsilon_labels))),
+                "uncertified_reason": gap,
+            },
+        )
+
+    def make_private(self, module: Any, optimizer: Any, data: Any, plan: PrivacyPlan, *, criterion: Any,
+                     generator: Any, **_: Any) -> PrivateTraining:
+        """Install the noise hooks (training and inference), randomize the labels once, keep the rest.
+
+        The hooks object is kept as `module.dp_forward` (`.remove()` undoes them; `.releases` counts
+        released examples). Noise and RR seeds derive from option `seed`, else from `generator` (the trial's).
+        """
+        from mechanisms.forward_noise import install
+
+        if plan.mechanism != ID or plan.sigma is None:
+            raise ValueError(f"make_private needs a {ID} plan, got {plan.mechanism!r}")
+        opts = Options.from_mapping(plan.extra.get("options", {}))
+        clip = float(plan.extra.get("clip", 1.0))
+        if getattr(module, "dp_forward", None) is not None:
+            raise ValueError("this model already carries dp-forward hooks")
+        seed = opts.seed
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        noise_seed, rr_seed = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint64)
+        noise = install(module, opts.position, sigma=plan.sigma, clip=clip, normalization=opts.normalization,
+                        inference_noise=opts.inference_noise, seed=int(noise_seed) >> 1)
+        if opts.freeze_pre_noise:
+            noise.freeze_pre_noise()
+        loader = plan_loader(data, plan, generator)
+        if opts.epsilon_labels is not None:
+            classes = opts.num_classes or _head_classes(module) or 2
+            if classes != plan.extra.get("num_classes"):
+                raise ValueError(f"the model predicts {classes} classes but the plan accounted RR over "
+                                 f"{plan.extra.get('num_classes')}: set mechanism_options num_classes: {classes}")
+            labels = label_rr.dataset_labels(loader.dataset)
+            noisy = label_rr.randomized_response(labels, opts.epsilon_labels, classes, np.random.default_rng(rr_seed))
+            loader = label_rr.relabel_loader(loader, noisy)
+        module.dp_forward = noise
+        return PrivateTraining(module, optimizer, loader, criterion)
+
+    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
+                       normalization: str = "normalize", **_: Any) -> np.ndarray:
+        """One release per row (a flattened hidden state): bound its norm to C, add N(0, (sigma C)^2) per entry.
+
+        The normalisation is `forward_noise`'s (the training hook's) and the noise the Gaussian part's."""
+        from mechanisms.forward_noise import bound_norm
+
+        rows = torch.from_numpy(np.atleast_2d(np.asarray(sums, dtype=np.float64)).reshape(len(sums), -1))
+        bounded = bound_norm(rows, clip, normalization)
+        generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
+        return GaussianNoise(clip).release([bounded], sigma, generator)[0].numpy()
+
+    def claimed_step_tradeoff(self, sigma: float, *, sensitivity: str = "2C", **_: Any) -> Any:
+        """The paper's claim for one release: the Gaussian mechanism at ratio S / sigma, i.e. G_{S/sigma}."""
+        from mechanisms.auditing import tradeoff
+
+        if sensitivity not in SENSITIVITIES:
+            raise ValueError(f"dp-forward sensitivity must be one of {', '.join(SENSITIVITIES)}, got {sensitivity!r}")
+        return tradeoff.Gaussian(mu=SENSITIVITIES[sensitivity] / sigma)
+
+    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, **_: Any) -> list[Any]:
+        """The replace-one worst case: two hidden states that normalise to +C u and -C u (distance 2C).
+
+        Side A holds -C u / 2 and side B -C u / 2 + C u = +C u / 2; normalisation maps them to -C u and +C u.
+        A claim at sensitivity C (the released code) is violated by exactly this pair.
+        """
+        from mechanisms.auditing.cases import AuditCase
+
+        u = rng.standard_normal(dim)
+        u /= np.linalg.norm(u)
+        return [AuditCase("antipodal", clip * u, -0.5 * clip * u,
+                          note="states normalising to -Cu and +Cu: the 2C replace-one sensitivity")]
+
 
 def _head_classes(model: Any) -> int | None:
     """Output width of the model's last Linear layer (classification heads are registered last)."""
@@ -277,95 +356,6 @@ def _head_classes(model: Any) -> int | None:
     return linears[-1].out_features if linears else None
 
 
-def _options_for(plan: PrivacyPlan, given: Mapping[str, Any]) -> Options:
-    """The plan's options, with keyword overrides that must agree with what the plan accounted for."""
-    planned = dict(plan.extra.get("options", {}))
-    known = {f.name for f in dataclasses.fields(Options)}
-    given = {k: v for k, v in given.items() if k in known}
-    differ = sorted(k for k, v in given.items() if k in planned and Options.from_mapping({k: v}).as_dict()[k]
-                    != planned[k] and k != "seed")
-    if differ:
-        raise ValueError(f"dp-forward option(s) {', '.join(differ)} differ from the plan's; pass the same "
-                         "mechanism_options to plan() and make_private()")
-    return Options.from_mapping({**planned, **given})
-
-
-def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
-                 clip: float | None = None, **options: Any) -> tuple[Any, Any, Any, Any]:
-    """Install the noise hooks (training and inference), randomize the labels once, return the rest as is.
-
-    Options default to the plan's (`plan.extra["options"]`); `clip` (C) defaults to the plan's. The hooks
-    object is kept as `model.dp_forward` (`.remove()` undoes them; `.releases` counts released examples).
-    """
-    from mechanisms.forward_noise import install
-
-    if plan.mechanism != ID or plan.sigma is None:
-        raise ValueError(f"make_private needs a {ID} plan, got {plan.mechanism!r}")
-    opts = _options_for(plan, options)
-    planned_clip = float(plan.extra.get("clip", 1.0))
-    if clip is not None and not math.isclose(float(clip), planned_clip):
-        raise ValueError(f"clip {clip} differs from the plan's {planned_clip}: sigma is relative to C")
-    if getattr(model, "dp_forward", None) is not None:
-        raise ValueError("this model already carries dp-forward hooks")
-    seed = opts.seed
-    if seed is None:
-        import torch
-
-        seed = int(torch.randint(0, 2**62, (1,)).item())
-    noise_seed, rr_seed = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint64)
-    noise = install(model, opts.position, sigma=plan.sigma, clip=planned_clip, normalization=opts.normalization,
-                    inference_noise=opts.inference_noise, seed=int(noise_seed) >> 1)
-    if opts.freeze_pre_noise:
-        noise.freeze_pre_noise()
-    if opts.epsilon_labels is not None:
-        classes = opts.num_classes or _head_classes(model) or 2
-        if classes != plan.extra.get("num_classes"):
-            raise ValueError(f"the model predicts {classes} classes but the plan accounted RR over "
-                             f"{plan.extra.get('num_classes')}: set mechanism_options num_classes: {classes}")
-        if not hasattr(loader, "dataset") or not hasattr(loader, "batch_sampler"):
-            raise ValueError("label RR relabels a DataLoader over a map-style dataset; with another loader pass "
-                             "epsilon_labels: null and apply label_rr.randomized_response to the labels once")
-        labels = label_rr.dataset_labels(loader.dataset)
-        noisy = label_rr.randomized_response(labels, opts.epsilon_labels, classes, np.random.default_rng(rr_seed))
-        loader = label_rr.relabel_loader(loader, noisy)
-    model.dp_forward = noise
-    return model, optimizer, loader, criterion
-
-
-# ---- auditing ------------------------------------------------------------------------------------------
-
-def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
-                   normalization: str = "normalize", **_: Any) -> np.ndarray:
-    """One release per row (a flattened hidden state): bound its norm to C, add N(0, (sigma C)^2) per entry."""
-    rows = np.asarray(sums, dtype=np.float64)
-    rows = rows.reshape(rows.shape[0], -1)
-    norms = np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), np.finfo(np.float64).tiny)
-    scale = clip / norms
-    if normalization == "clip":
-        scale = np.minimum(scale, 1.0)
-    elif normalization != "normalize":
-        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-    return rows * scale + rng.standard_normal(rows.shape) * (sigma * clip)
-
-
-def claimed_step_tradeoff(sigma: float, *, sensitivity: str = "2C", **_: Any) -> Any:
-    """The paper's claim for one release: the Gaussian mechanism at ratio S / sigma, i.e. G_{S/sigma}."""
-    from mechanisms.auditing import tradeoff
-
-    if sensitivity not in SENSITIVITIES:
-        raise ValueError(f"dp-forward sensitivity must be one of {', '.join(SENSITIVITIES)}, got {sensitivity!r}")
-    return tradeoff.Gaussian(mu=SENSITIVITIES[sensitivity] / sigma)
-
-
-def audit_cases(dim: int, clip: float, rng: np.random.Generator, **_: Any) -> list[Any]:
-    """The replace-one worst case: two hidden states that normalise to +C u and -C u (distance 2C).
-
-    Side A holds -C u / 2 and side B -C u / 2 + C u = +C u / 2; normalisation maps them to -C u and +C u.
-    A claim at sensitivity C (the released code) is violated by exactly this pair.
-    """
-    from mechanisms.auditing.cases import AuditCase
-
-    u = rng.standard_normal(dim)
-    u /= np.linalg.norm(u)
-    return [AuditCase("antipodal", clip * u, -0.5 * clip * u,
-                      note="states normalising to -Cu and +Cu: the 2C replace-one sensitivity")]
+mechanism = DpForward()
+plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
+claimed_step_tradeoff, audit_cases = mechanism.claimed_step_tradeoff, mechanism.audit_cases

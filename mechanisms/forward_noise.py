@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mechanisms.noise_addition import GaussianNoise
+
 SUBLAYERS = ("mha", "add-norm-1", "ffn", "add-norm-2")
 NORMALIZATIONS = ("normalize", "clip")
 _ENCODER = re.compile(r"(?:encoder-(\d+)|last-encoder)(?:-(mha|add-norm-1|ffn|add-norm-2))?")
@@ -200,11 +202,7 @@ class ForwardNoise:
         if not training and not self.inference_noise:
             return hidden
         bounded = bound_norm(hidden, self.clip, self.normalization)
-        released = bounded
-        if self.sigma > 0:
-            noise = torch.randn(bounded.shape, generator=self.generator(bounded.device), device=bounded.device,
-                                dtype=bounded.dtype)
-            released = bounded + noise * (self.sigma * self.clip)
+        released = GaussianNoise(self.clip).release([bounded], self.sigma, self.generator(bounded.device))[0]
         self.releases += hidden.shape[0]
         if self.observer is not None:
             self.observer(bounded.detach(), released.detach())

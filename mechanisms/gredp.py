@@ -1,180 +1,150 @@
 """GReDP (Wang et al., arXiv 2409.11663): gradients privatised in the frequency domain.
 
 Per step: the sum of clipped per-sample gradients V of each parameter tensor is transformed (FFT of the
-flattened tensor), complex Gaussian noise is added there, the inverse FFT is taken and its real part kept.
-Since F^-1(F(V) + tau) = V + F^-1(tau), the release is V + n with n = Re(F^-1 tau): a Gaussian mechanism
-whose covariance decides its privacy (research/seed_004_gredp.md section 5). With the paper's circular
-complex noise (each part of variance sigma^2 C^2 / 2) n is i.i.d. N(0, sigma^2 C^2 / 2): GReDP at sigma
-*is* DP-SGD at sigma / sqrt(2). The paper accounts it at sigma; we certify the effective sigma.
+flattened tensor), complex Gaussian noise tau is added there, the inverse FFT is taken and its real part
+kept. Since F^-1(F(V) + tau) = V + F^-1(tau), the release is V plus a real Gaussian whose covariance
+decides its privacy (`noise_addition.FrequencyNoise`). With the paper's circular complex noise (each part
+of variance sigma^2 C^2 / 2) that Gaussian is i.i.d. N(0, sigma^2 C^2 / 2): GReDP at sigma *is* DP-SGD at
+sigma / sqrt(2). The paper accounts it at sigma; the plan certifies what the noise part declares.
 
-Switches for the paper's ambiguous choices (mechanism_options):
-  noise:     complex (Theorem 1: parts a = b = 1/sqrt 2) | real (Corollary 1: b = 0) |
+Options (`mechanism_options: {gredp: {...}}`):
+  noise:     complex (Theorem 1: parts a = b = 1/sqrt 2, default) | real (Corollary 1: b = 0) |
              complex-full (each part variance sigma^2 C^2: a = b = 1); or noise_parts: [a, b]
-  fft:       unitary (1/sqrt N both ways, the paper's Eq. 9) | unnormalised (torch's default; clipping in
-             the frequency domain then means a time-domain clip of C / sqrt(N))
-  clipping:  flat (one norm over all parameters) | per-layer (Algorithm 2: each parameter tensor clipped to
-             C and noised with std sigma C on its own: sensitivity C sqrt(L) for L tensors)
-Effective noise multiplier (what we certify): sigma * min(|a|, |b|) / sqrt(L_eff), L_eff = L for per-layer
-clipping, else 1; the FFT normalisation cancels out. min(|a|, |b|) = 0 leaves the odd-symmetric subspace of
-every tensor noiseless: no epsilon is finite, so the plan is `uncertified`.
+  fft:       unitary (1/sqrt N both ways, the paper's Eq. 9, default) | unnormalised (torch's default;
+             clipping at C in the frequency domain then means a time-domain clip of C / sqrt(N))
+  clipping:  flat (one norm over all parameters, default) | per-layer (Algorithm 2: each tensor clipped
+             to C and noised with std sigma C on its own: sensitivity C sqrt(L) for L tensors)
+Real-valued noise (b = 0) leaves the odd-symmetric subspace of every tensor without noise: no finite
+epsilon holds, so the plan certifies infinity (and the claim is `overclaimed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
-import dp_accounting
 import numpy as np
 import torch
 
-from mechanisms import dpsgd
-from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
-from mechanisms.auditing import tradeoff
-from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.accountants import calibrate_sigma, epsilon
+from mechanisms.batch_selection import NeighborRel
+from mechanisms.clipping import Clipping, FlatClipping, PerLayerClipping
+from mechanisms.mechanism import CLIPPINGS, Claim, Mechanism
+from mechanisms.noise_addition import FFT_NORMS, FrequencyNoise, GaussianNoise
+from mechanisms.plan import Parts, PrivacySpec
 
 ID = "gredp"
-
-
-def claimed_step_tradeoff(sigma: float, **_: Any) -> tradeoff.TradeOff:
-    """The paper's claim: sigma is DP-SGD's sigma, so one step is G_{1/sigma} (Theorems 1 and 3)."""
-    return tradeoff.Gaussian(mu=1.0 / sigma)
 NOISE_PARTS = {"complex": (1 / math.sqrt(2), 1 / math.sqrt(2)), "real": (1.0, 0.0), "complex-full": (1.0, 1.0)}
-FFTS = ("unitary", "unnormalised")
-CLIPPINGS = ("flat", "per-layer")
 
 
-def noise_parts(options: dict[str, Any]) -> tuple[float, float]:
-    if "noise_parts" in options:
-        a, b = (float(x) for x in options["noise_parts"])
-        return a, b
-    name = options.get("noise", "complex")
-    if name not in NOISE_PARTS:
-        raise ValueError(f"gredp noise must be one of {sorted(NOISE_PARTS)}, got {name!r}")
-    return NOISE_PARTS[name]
+@dataclasses.dataclass(frozen=True)
+class Options:
+    noise: str = "complex"
+    noise_parts: tuple[float, float] | None = None
+    fft: str = "unitary"
+    clipping: str = "flat"
+
+    def __post_init__(self) -> None:
+        if self.noise not in NOISE_PARTS:
+            raise ValueError(f"noise must be one of {', '.join(NOISE_PARTS)}, got {self.noise!r}")
+        if self.noise_parts is not None and not all(math.isfinite(x) for x in self.noise_parts):
+            raise ValueError(f"noise_parts must be two finite numbers, got {self.noise_parts}")
+        if self.fft not in FFT_NORMS:
+            raise ValueError(f"fft must be one of {', '.join(FFT_NORMS)}, got {self.fft!r}")
+        if self.clipping not in CLIPPINGS:
+            raise ValueError(f"clipping must be one of {', '.join(CLIPPINGS)}, got {self.clipping!r}")
+
+    @property
+    def parts(self) -> tuple[float, float]:
+        return tuple(self.noise_parts) if self.noise_parts is not None else NOISE_PARTS[self.noise]  # type: ignore[return-value]
 
 
-def _check(options: dict[str, Any]) -> None:
-    if options.get("fft", "unitary") not in FFTS:
-        raise ValueError(f"gredp fft must be one of {FFTS}, got {options.get('fft')!r}")
-    if options.get("clipping", "flat") not in CLIPPINGS:
-        raise ValueError(f"gredp clipping must be one of {CLIPPINGS}, got {options.get('clipping')!r}")
+def time_domain_clipper(options: Options, clip: float, tensor_sizes: Sequence[int] | None,
+                        n_tensors: int | None, model_dim: int | None) -> Clipping:
+    """The per-sample clipping that runs (in the time domain, where per-sample gradients live).
+
+    Unitary FFT: Parseval makes a frequency-domain clip C a time-domain clip C. Unnormalised: ||F v|| =
+    sqrt(n) ||v||, so the clip is C / sqrt(N) over all N coordinates (flat) or C / sqrt(n_i) per tensor.
+    """
+    unitary = options.fft == "unitary"
+    if options.clipping == "flat":
+        if unitary:
+            return FlatClipping(clip)
+        if model_dim is None:
+            raise ValueError("gredp with fft: unnormalised needs the model's number of trainable parameters")
+        return FlatClipping(clip / math.sqrt(model_dim))
+    if unitary:
+        if n_tensors is None:
+            raise ValueError("gredp per-layer clipping needs the model's number of parameter tensors (n_tensors)")
+        return PerLayerClipping((clip,) * n_tensors)
+    if tensor_sizes is None:
+        raise ValueError("gredp per-layer clipping with fft: unnormalised needs the model's tensor sizes")
+    return PerLayerClipping(tuple(clip / math.sqrt(n) for n in tensor_sizes))
+
+
+class Gredp(Mechanism):
+    ID = ID
+    Options = Options
+    AUDIT_COORDINATEWISE = False  # the FFT mixes coordinates
+
+    def parts(self, spec: PrivacySpec, options: Any) -> Parts:
+        clipper = time_domain_clipper(options, spec.clip, spec.tensor_sizes, spec.n_tensors, spec.model_dim)
+        return Parts(spec.batch_selection, clipper, FrequencyNoise(spec.clip, options.parts, options.fft))
+
+    def paper_parts(self, spec: PrivacySpec) -> Parts:
+        """What the paper analyses: DP-SGD's Gaussian at sigma (Theorems 1 and 3)."""
+        return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(spec.clip))
+
+    def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
+        return calibrate_sigma(self.paper_parts(spec), spec.epsilon, spec.delta, spec.accountant).sigma
+
+    def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
+        claimed = epsilon(self.paper_parts(spec).dp_event(sigma), spec.delta, spec.accountant)
+        scale = parts.noise_multiplier(sigma) / self.paper_parts(spec).noise_multiplier(sigma)
+        notes = ("real-valued noise leaves the odd-symmetric subspace noiseless: not DP for any finite epsilon"
+                 if scale == 0 else f"certified at the effective noise multiplier sigma * {scale:.4f}")
+        extra = {"sigma_effective": sigma * scale, "noise_parts": options.parts, "fft": options.fft,
+                 "clipping": options.clipping, "n_tensors": spec.n_tensors}
+        return Claim(claimed, f"gredp-paper ({spec.accountant} at sigma)", extra, notes)
+
+    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
+                       tensor_sizes: Sequence[int] | None = None, **options: Any) -> np.ndarray:
+        """One release per row through `FrequencyNoise.release`, the code training runs.
+
+        The row stands for the whole trainable vector, clipped to `clip` by the auditor; `tensor_sizes`
+        (summing to the row's length; default one tensor) splits it as training splits the model, since the
+        transform runs per tensor. Under the unnormalised FFT the time-domain clip is clip / sqrt(d): the
+        rows are scaled to it, released, and scaled back (a linear map of the release, so the same
+        privacy), which keeps the audit in the auditor's units.
+        """
+        rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+        opts = self.options(self.audit_options(options))
+        sizes = list(tensor_sizes) if tensor_sizes is not None else [rows.shape[1]]
+        if sum(sizes) != rows.shape[1]:
+            raise ValueError(f"tensor_sizes sum to {sum(sizes)}, the rows have {rows.shape[1]} coordinates")
+        spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=1, batch_size=1, epochs=1, clip=clip, sigma=sigma,
+                           model_dim=rows.shape[1], n_tensors=len(sizes), tensor_sizes=tuple(sizes))
+        parts = self.parts(spec, opts)
+        unit = clip / math.sqrt(rows.shape[1]) if opts.fft == "unnormalised" and opts.clipping == "flat" else clip
+        generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
+        chunks = torch.split(torch.from_numpy(rows * (unit / clip)), sizes, dim=1)
+        released = parts.noise.release(list(chunks), sigma, generator)
+        return torch.cat(released, dim=1).numpy() * (clip / unit)
+
+
+mechanism = Gredp()
+plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
+claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
 
 def effective_scale(options: dict[str, Any], n_tensors: int = 1) -> float:
-    """sigma_eff / sigma for these switches (see the module docstring); 0 means no finite epsilon."""
-    _check(options)
-    a, b = noise_parts(options)
-    per_layer = options.get("clipping", "flat") == "per-layer"
-    return min(abs(a), abs(b)) / (math.sqrt(n_tensors) if per_layer else 1.0)
+    """sigma_eff / sigma for these switches (0: no finite epsilon), from the noise part's declaration."""
+    opts = mechanism.options(options)
+    clipper: Clipping = PerLayerClipping((1.0,) * n_tensors) if opts.clipping == "per-layer" else FlatClipping(1.0)
+    return FrequencyNoise(1.0, opts.parts, opts.fft).noise_multiplier(1.0, clipper, NeighborRel.ADD_OR_REMOVE_ONE)
 
 
-def effective_event(sigma: float, sample_rate: float, steps: int, options: dict[str, Any] | None = None,
-                    n_tensors: int = 1, sampler: str = "poisson",
-                    dataset_size: int | None = None) -> dp_accounting.DpEvent:
-    """What the code really adds, as DP-SGD noise; `UnsupportedDpEvent` where a subspace is noiseless."""
-    scale = effective_scale(dict(options or {}), n_tensors)
-    if scale == 0:
-        return dp_accounting.UnsupportedDpEvent()
-    return DpsgdEvents(sample_rate, steps, sampler, dataset_size, scale)(sigma)
-
-
-def plan(spec: PrivacySpec) -> PrivacyPlan:
-    """Calibration `claimed` picks sigma as the paper does (as DP-SGD's sigma), `certified` so that the
-    effective sigma meets the target. Per-layer clipping needs `spec.n_tensors` (the model's)."""
-    options = dict(spec.options)
-    if options.get("clipping", "flat") == "per-layer" and spec.n_tensors is None:
-        raise ValueError("gredp per-layer clipping needs the model's number of parameter tensors (n_tensors)")
-    n_tensors = spec.n_tensors or 1
-    scale = effective_scale(options, n_tensors)
-    claimed_events = DpsgdEvents(spec.sample_rate, spec.steps, spec.sampler, spec.dataset_size)
-    if spec.sigma is not None:
-        sigma = spec.sigma
-    elif spec.calibration == "claimed":
-        sigma = calibrate_sigma(claimed_events, spec.epsilon, spec.delta, spec.accountant).sigma
-    elif scale == 0:
-        raise ValueError("gredp with real-valued noise leaves a noiseless subspace: it cannot be calibrated "
-                         "to a certified epsilon (calibration: certified skips it)")
-    else:
-        sigma = calibrate_sigma(DpsgdEvents(spec.sample_rate, spec.steps, spec.sampler, spec.dataset_size, scale),
-                                spec.epsilon, spec.delta, spec.accountant).sigma
-    event = effective_event(sigma, spec.sample_rate, spec.steps, options, n_tensors, spec.sampler, spec.dataset_size)
-    return PrivacyPlan(
-        mechanism=ID, sigma=sigma, sample_rate=spec.sample_rate, steps=spec.steps, delta=spec.delta,
-        sampler=spec.sampler, accountant=spec.accountant, claimed_by=f"gredp-paper ({spec.accountant} at sigma)",
-        epsilon_claimed=epsilon(claimed_events(sigma), spec.delta, spec.accountant),
-        epsilon_certified=epsilon(event, spec.delta, "pld"),
-        effective_event=event,
-        notes=("real-valued noise leaves the odd-symmetric subspace noiseless: not DP for any finite epsilon"
-               if scale == 0 else f"certified at the effective noise multiplier sigma * {scale:.4f}"),
-        extra={"sigma_effective": sigma * scale, "noise_parts": noise_parts(options),
-               "fft": options.get("fft", "unitary"), "clipping": options.get("clipping", "flat"),
-               "n_tensors": n_tensors},
-    )
-
-
-def frequency_noise(shape: tuple[int, ...], std: float, parts: tuple[float, float], fft: str,
-                    generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """n = Re(F^-1 tau) for tau with real part N(0, (a std)^2) and imaginary part N(0, (b std)^2)."""
-    a, b = parts
-    n = math.prod(shape)
-    real = torch.randn(n, generator=generator, dtype=dtype) * (a * std)
-    imag = torch.randn(n, generator=generator, dtype=dtype) * (b * std)
-    tau = torch.complex(real, imag)
-    return torch.fft.ifft(tau, norm="ortho" if fft == "unitary" else "backward").real.reshape(shape)
-
-
-def privatize(summed: torch.Tensor, std: float, parts: tuple[float, float], fft: str,
-              generator: torch.Generator | None = None) -> torch.Tensor:
-    """The paper's four steps on one tensor: FFT, add tau, inverse FFT, real part."""
-    norm = "ortho" if fft == "unitary" else "backward"
-    spectrum = torch.fft.fft(summed.reshape(-1).to(torch.float64), norm=norm)
-    noise = frequency_noise(spectrum.shape, std, parts, fft, generator, torch.float64)
-    # F^-1(F(V) + tau) = V + F^-1(tau): adding the noise after the inverse transform is the same release.
-    released = torch.fft.ifft(spectrum, norm=norm).real + noise
-    return released.to(summed.dtype).reshape(summed.shape)
-
-
-def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any, clip: float = 1.0,
-                 grad_sample_mode: str = "hooks", noise: str = "complex", noise_parts: Any = None,
-                 fft: str = "unitary", clipping: str = "flat", **options: Any) -> tuple[Any, Any, Any, Any]:
-    """DP-SGD through Opacus with GReDP's frequency-domain noise step in place of Gaussian noise.
-
-    Clipping happens on per-sample gradients in the time domain: for the unitary FFT that equals clipping
-    in the frequency domain (Parseval); for the unnormalised FFT a frequency-domain clip C is a time-domain
-    clip C / sqrt(N) of the flattened gradient (N = number of trainable parameters under flat clipping).
-    """
-    opts = {"noise": noise, "fft": fft, "clipping": clipping} | ({"noise_parts": noise_parts} if noise_parts else {})
-    _check(opts)
-    parts = globals()["noise_parts"](opts)
-    params = [p for p in model.parameters() if p.requires_grad]
-    spectral_clip = clip
-    if fft == "unnormalised":
-        n = sum(p.numel() for p in params)
-        clip = clip / math.sqrt(n) if clipping == "flat" else clip
-    per_layer = clipping == "per-layer"
-    if per_layer and fft == "unnormalised":
-        norms = [spectral_clip / math.sqrt(p.numel()) for p in params]
-    else:
-        norms = [clip] * len(params)
-
-    def add_noise(self: Any) -> None:
-        std = self.noise_multiplier * spectral_clip  # in the frequency domain, for every tensor
-        for p in self.params:
-            p.grad = privatize(p.summed_grad, std, parts, fft, self.generator).view_as(p)
-
-    return dpsgd.make_private(model, optimizer, loader, plan, criterion=criterion,
-                              clip=norms if per_layer else clip, grad_sample_mode=grad_sample_mode,
-                              add_noise=add_noise, clipping="per_layer" if per_layer else "flat")
-
-
-def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
-                   noise: str = "complex", noise_parts: Any = None, fft: str = "unitary", **_: Any) -> np.ndarray:
-    """One release per row (a flat clipped-gradient sum), for the auditor: Re(F^-1(F(v) + tau))."""
-    opts = {"noise": noise} | ({"noise_parts": noise_parts} if noise_parts else {})
-    a, b = globals()["noise_parts"](opts)
-    sums = np.asarray(sums, dtype=np.float64)
-    norm = "ortho" if fft == "unitary" else "backward"
-    scale = sigma * clip * (math.sqrt(sums.shape[-1]) if fft == "unnormalised" else 1.0)
-    tau = rng.standard_normal(sums.shape) * (a * scale) + 1j * rng.standard_normal(sums.shape) * (b * scale)
-    return np.fft.ifft(np.fft.fft(sums, axis=-1, norm=norm) + tau, axis=-1, norm=norm).real
+__all__ = ["ID", "NOISE_PARTS", "Gredp", "Options", "effective_scale", "make_private", "mechanism", "plan",
+           "privatize_step", "time_domain_clipper"]

@@ -1,37 +1,51 @@
-"""The utility and speed reference: the same training loop with no DP work at all."""
+"""The utility and speed reference: the same training loop and batch geometry, with no DP work at all."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import dp_accounting
 import numpy as np
+import torch
 
+from mechanisms.mechanism import Mechanism
 from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.private_training import PrivateTraining, plan_loader
 
 ID = "nonprivate"
-AUDIT_COORDINATEWISE = True
 
 
-def claimed_step_tradeoff(sigma: float, **_: Any) -> None:
-    """Claims nothing."""
-    return None
+class NonPrivate(Mechanism):
+    ID = ID
+    private = False
+
+    def plan(self, spec: PrivacySpec) -> PrivacyPlan:
+        """No privacy: no sigma, no epsilons; the sampler is shuffling, as ordinary training."""
+        selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
+        return PrivacyPlan(
+            mechanism=ID, sigma=None, sample_rate=selection.sample_rate, steps=selection.steps, delta=spec.delta,
+            sampler=selection.name, accountant=spec.accountant, claimed_by=None, epsilon_claimed=None,
+            epsilon_certified=None, effective_event=dp_accounting.NonPrivateDpEvent(), extra={"options": {}},
+            batch=selection,
+        )
+
+    def make_private(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: Any, plan: PrivacyPlan, *,
+                     criterion: Any, generator: torch.Generator, **_: Any) -> PrivateTraining:
+        return PrivateTraining(module, optimizer, plan_loader(data, plan, generator), criterion)
+
+    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
+                       **_: Any) -> np.ndarray:
+        """No privatisation: what the auditor sees is the clipped sum itself."""
+        return np.asarray(sums, dtype=np.float64)
+
+    def claimed_step_tradeoff(self, sigma: float, **_: Any) -> None:
+        """Claims nothing."""
+        return None
 
 
-def plan(spec: PrivacySpec) -> PrivacyPlan:
-    return PrivacyPlan(
-        mechanism=ID, sigma=None, sample_rate=spec.sample_rate, steps=spec.steps, delta=spec.delta,
-        sampler="shuffle", accountant=spec.accountant, claimed_by=None, epsilon_claimed=None,
-        epsilon_certified=None, effective_event=dp_accounting.NonPrivateDpEvent(),
-    )
+mechanism = NonPrivate()
+plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
+claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
-
-def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
-                 **_: Any) -> tuple[Any, Any, Any, Any]:
-    return model, optimizer, loader, criterion
-
-
-def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
-                   **_: Any) -> np.ndarray:
-    """No privatisation: what the auditor sees is the clipped sum itself."""
-    return np.asarray(sums, dtype=np.float64)
+__all__ = ["ID", "NonPrivate", "mechanism", "plan"]

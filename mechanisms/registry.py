@@ -1,13 +1,11 @@
-"""The mechanism registry: one module per mechanism, looked up by its kebab-case id.
-
-A mechanism module defines `ID`, `plan(spec) -> PrivacyPlan`, `make_private(model, optimizer, loader,
-plan, ...) -> (model, optimizer, loader)` and, for auditing, `privatize_step(sums, sigma, clip, rng,
-**options)`, which applies one step's privatisation to a batch of summed-gradient vectors.
-"""
+"""The mechanism registry: `Mechanism` instances (mechanisms/mechanism.py) by their kebab-case id."""
 
 from __future__ import annotations
 
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mechanisms.mechanism import Mechanism
 
 
 class UnknownName(ValueError):
@@ -18,17 +16,17 @@ class UnknownName(ValueError):
         self.kind, self.name, self.known = kind, name, known
 
 
-_MECHANISMS: dict[str, ModuleType] = {}
+_MECHANISMS: dict[str, Mechanism] = {}
 
 
-def register(module: ModuleType) -> ModuleType:
-    if module.ID in _MECHANISMS:
-        raise ValueError(f"mechanism {module.ID!r} registered twice")
-    _MECHANISMS[module.ID] = module
-    return module
+def register(mechanism: Mechanism) -> Mechanism:
+    if mechanism.ID in _MECHANISMS:
+        raise ValueError(f"mechanism {mechanism.ID!r} registered twice")
+    _MECHANISMS[mechanism.ID] = mechanism
+    return mechanism
 
 
-def get(mechanism_id: str) -> ModuleType:
+def get(mechanism_id: str) -> Mechanism:
     if mechanism_id not in _MECHANISMS:
         raise UnknownName("mechanism", mechanism_id, names())
     return _MECHANISMS[mechanism_id]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -36,15 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechanisms import dpsgd
-from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
 from mechanisms.accountants import fenton_wilkinson as fw
 from mechanisms.auditing import tradeoff
 from mechanisms.auditing.cases import AuditCase
+from mechanisms.clipping import FlatClipping
+from mechanisms.mechanism import AfterStepPart, Mechanism
+from mechanisms.noise_addition import BatchClippedGaussian, GaussianNoise, NoiseAddition, NoiseMap
 from mechanisms.permutation import BlockLayout, CanonicalFrame, permute_
 from mechanisms.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
 from mechanisms.permutation_hf import find_blocks
-from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
 
 ID = "shuffled-dpsgd"
 CLAIMED_BY = "fenton-wilkinson (Thm 6 + advanced composition + subsampling)"
@@ -131,10 +131,11 @@ def sensitivity(batch_clip_ratio: float | None) -> float:
     return 1.0 if batch_clip_ratio is None else min(1.0, 2.0 * batch_clip_ratio)
 
 
-def certified_events(spec: PrivacySpec, batch_clip_ratio: float | None) -> DpsgdEvents:
-    """The noise really added: subsampled Gaussian steps at sigma / sensitivity (no credit for shuffling)."""
-    return DpsgdEvents(spec.sample_rate, spec.steps, spec.sampler, spec.dataset_size,
-                       sigma_scale=1.0 / sensitivity(batch_clip_ratio))
+def noise_part(clip: float, batch_clip_ratio: float | None) -> NoiseAddition:
+    """The release: batch clip to c' = ratio * c then Gaussian noise, or plain Gaussian noise (fallback)."""
+    if batch_clip_ratio is None:
+        return GaussianNoise(clip)
+    return BatchClippedGaussian(clip, batch_clip_ratio * clip)
 
 
 def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -> float:
@@ -142,72 +143,141 @@ def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -
                       batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
 
 
-def plan(spec: PrivacySpec) -> PrivacyPlan:
-    """Sigma (explicit, or for the target under `claimed` / `certified`), and the two epsilons."""
-    opts = Options.parse(spec.options)
-    dim, source = opts.claim_dim(spec.model_dim)
-    extra: dict[str, Any] = {"num_params": dim if dim > 1 else opts.num_params, "num_params_source": source,
-                             "delta_split": opts.delta_split}
-    if spec.sigma is not None:
-        sigma, shuffled = spec.sigma, opts.shuffle
-    elif spec.calibration == "claimed":
-        cal = fw.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, dim,
-                           batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
-        sigma, shuffled = cal.sigma, cal.shuffled
-        extra |= {"sigma_shuffled": cal.sigma_shuffled, "sigma_unshuffled": cal.sigma_unshuffled}
-    else:
-        sigma = calibrate_sigma(certified_events(spec, opts.batch_clip_ratio if opts.shuffle else None),
-                                spec.epsilon, spec.delta, spec.accountant).sigma
-        shuffled = opts.shuffle
-    ratio = opts.batch_clip_ratio if shuffled else None  # the fallback branch does not batch-clip
-    events = certified_events(spec, ratio)
-    claimed = _claimed_epsilon(sigma, spec, opts, dim if shuffled else 1)
-    certified = epsilon(events(sigma), spec.delta, spec.accountant)
-    extra |= {"shuffled": shuffled, "batch_clip_ratio": ratio, "sensitivity": sensitivity(ratio),
-              "claim_dim": dim if shuffled else 1}
-    if spec.epsilon is not None and spec.calibration == "claimed" and spec.sigma is None:
-        sound = calibrate_sigma(events, spec.epsilon, spec.delta, spec.accountant).sigma
-        extra |= {"sigma_certified_for_target": sound, "sigma_ratio_certified_to_claimed": sound / sigma}
-    notes = ("Alg. 1 fallback: shuffled sigma not below sigma_0, plain DP-SGD" if not shuffled else
-             "claimed epsilon is the paper's Fenton-Wilkinson approximation; no proven privacy from the shuffle")
-    return PrivacyPlan(
-        mechanism=ID, sigma=sigma, sample_rate=spec.sample_rate, steps=spec.steps, delta=spec.delta,
-        sampler=spec.sampler, accountant=spec.accountant, claimed_by=CLAIMED_BY, epsilon_claimed=claimed,
-        epsilon_certified=certified, effective_event=events(sigma), notes=notes, extra=extra,
-    )
+class ShuffledDpSgd(Mechanism):
+    ID = ID
+    Options = Options
+    AUDIT_COORDINATEWISE = False  # the permutation mixes coordinates
+
+    def options(self, mapping: Mapping[str, Any] | None) -> Options:
+        return Options.parse(mapping)
+
+    def option_problems(self, mapping: Mapping[str, Any] | None) -> list[str]:
+        try:
+            Options.parse(mapping)
+        except (TypeError, ValueError) as e:
+            return [f"{ID}: {e}"]
+        return []
+
+    def parts(self, spec: PrivacySpec, options: Options) -> Parts:
+        ratio = options.batch_clip_ratio if options.shuffle else None
+        return Parts(spec.batch_selection, FlatClipping(spec.clip), noise_part(spec.clip, ratio),
+                     post_processing="coupled random permutation of transformer blocks" if options.shuffle else None)
+
+    def plan(self, spec: PrivacySpec) -> PrivacyPlan:
+        """Sigma (explicit, or for the target under `claimed` / `certified`), and the two epsilons.
+
+        Alg. 1 falls back to plain DP-SGD at sigma_0 when the shuffled sigma is not below it: the plan then
+        runs with `shuffle: false` (no batch clip, no permutation), which is what its parts describe.
+        """
+        opts = self.options(spec.options)
+        dim, source = opts.claim_dim(spec.model_dim)
+        extra: dict[str, Any] = {"num_params": dim if dim > 1 else opts.num_params, "num_params_source": source,
+                                 "delta_split": opts.delta_split}
+        if spec.sigma is not None:
+            sigma = spec.sigma
+        elif spec.calibration == "claimed":
+            cal = fw.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, dim,
+                               batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
+            sigma = cal.sigma
+            opts = dataclasses.replace(opts, shuffle=opts.shuffle and cal.shuffled)
+            extra |= {"sigma_shuffled": cal.sigma_shuffled, "sigma_unshuffled": cal.sigma_unshuffled}
+        else:
+            sigma = self.certified_sigma(spec, self.parts(spec, opts))
+        parts = self.parts(spec, opts)
+        plan = self.assemble(spec, opts, parts, sigma)
+        ratio = opts.batch_clip_ratio if opts.shuffle else None
+        claimed = _claimed_epsilon(sigma, spec, opts, dim if opts.shuffle else 1)
+        extra |= {"shuffled": opts.shuffle, "batch_clip_ratio": ratio, "sensitivity": sensitivity(ratio),
+                  "claim_dim": dim if opts.shuffle else 1}
+        if spec.epsilon is not None and spec.calibration == "claimed" and spec.sigma is None:
+            sound = self.certified_sigma(spec, parts)
+            extra |= {"sigma_certified_for_target": sound, "sigma_ratio_certified_to_claimed": sound / sigma}
+        notes = ("Alg. 1 fallback: shuffled sigma not below sigma_0, plain DP-SGD" if not opts.shuffle else
+                 "claimed epsilon is the paper's Fenton-Wilkinson approximation; no proven privacy from the shuffle")
+        return dataclasses.replace(plan, claimed_by=CLAIMED_BY, epsilon_claimed=claimed, notes=notes,
+                                   extra={**plan.extra, **extra})
+
+    def after_step(self, module: torch.nn.Module, plan: PrivacyPlan, options: Options,
+                   generator: torch.Generator) -> AfterStepPart:
+        """The coupled permutation after each update (post-processing), its generator seeded from the trial's
+        unless `permutation_seed` is set; with `canonical_noise` the noise is drawn in the unpermuted frame."""
+        claimed_d = plan.extra.get("claim_dim", 1)
+        if claimed_d > 1 and claimed_d != trainable_params(module):
+            source = plan.extra.get("num_params_source")
+            raise ValueError(f"the plan claims epsilon for num_params={claimed_d} ({source}), but the model "
+                             f"trains {trainable_params(module)} parameters: plan with PrivacySpec(model_dim=...) "
+                             "or option num_params")
+        if not options.shuffle:
+            return AfterStepPart()
+        layouts = find_blocks(module)
+        if not layouts:
+            raise ValueError(f"{ID}: no trainable BERT/RoBERTa/ViT/GPT-2 block in {type(module).__name__} "
+                             "(supported: mechanisms.permutation_hf.LAYOUTS)")
+        frame = CanonicalFrame() if options.canonical_noise else None
+        seed = options.permutation_seed
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        shuffler = Shuffler(layouts, torch.Generator().manual_seed(seed), frame=frame,
+                            shared_value=options.shared_value_permutation)
+
+        def noise_map_for(params: list[torch.nn.Parameter]) -> NoiseMap | None:
+            if frame is None:
+                return None
+            return lambda i, z: frame.to_current(params[i], z.reshape(params[i].shape)).reshape(z.shape)
+
+        return AfterStepPart(shuffler, noise_map_for, shuffler)
 
 
-# ---- training: the two parts composed onto dpsgd.make_private ------------------------------------
+    # ---- auditing hooks (mechanisms/auditing/hooks.py) ----------------------------------------------
 
-def batch_clip_noise(batch_clip_ratio: float | None, frame: CanonicalFrame | None = None) -> dpsgd.NoiseAdder:
-    """Opacus `add_noise` replacement: clip the flat summed gradient to c' = ratio * c, add N(0, (sigma c)^2).
+    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
+                           **options: Any) -> np.ndarray:
+        """One release per row: the training release (batch clip to c', add N(0, (sigma clip)^2)), then a
+        permutation (P(y + z), as Alg. 1).
 
-    Bound to the DPOptimizer (`self`): reads `p.summed_grad`, writes `p.grad`; the std is
-    `noise_multiplier * max_grad_norm` and the draw is Opacus' own `_generate_noise` (same generator,
-    same order, secure mode honoured), mapped through `frame` when noise is drawn canonically.
-    """
-    from opacus.optimizers.optimizer import _check_processed_flag, _generate_noise, _mark_as_processed
+        The permutation acting on a flat vector is option `flat_permutation`: `full` (S_d, the analysis'
+        idealisation, default), `blocks` (the real coupled group of synthetic blocks, `FlatBlock`), `none`.
+        """
+        opts = Options.parse({k: v for k, v in options.items() if k in {f.name for f in dataclasses.fields(Options)}})
+        released = super().privatize_step(sums, sigma, clip, rng, **options)
+        if not opts.shuffle:
+            return released
+        return permute_rows(released, rng, opts.flat_permutation, FlatBlock(*opts.flat_block))
 
-    def add_noise(self: Any) -> None:
-        params = self.params
-        sums = [p.summed_grad for p in params]
-        for s in sums:
-            _check_processed_flag(s)
-        scale: torch.Tensor | None = None
-        if batch_clip_ratio is not None and sums:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(s) for s in sums]))
-            scale = (batch_clip_ratio * self.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
-        std = self.noise_multiplier * self.max_grad_norm
-        for p, s in zip(params, sums, strict=True):
-            noise = _generate_noise(std=std, reference=s, generator=self.generator, secure_mode=self.secure_mode)
-            if frame is not None:
-                noise = frame.to_current(p, noise)
-            # in place on the fresh noise tensor: no gradient-sized temporary (peak memory as Opacus')
-            grad = noise.add_(s) if scale is None else noise.addcmul_(s, scale)
-            p.grad = grad.view_as(p)
-            _mark_as_processed(s)
 
-    return add_noise
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> tradeoff.TradeOff | None:
+        """The paper's per-step claim: f_{eps(delta), delta} from Thm 6 at each delta, as one envelope.
+
+        d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
+        audited d-coordinate vector. Auditing another dimension, pass num_params = that dimension.
+        """
+        opts = Options.parse(options)
+        dim, _ = opts.claim_dim()
+        curves = []
+        for delta in CLAIM_DELTAS:
+            eps = fw.per_step_epsilon(sigma, delta, dim, opts.batch_clip_ratio)
+            if math.isfinite(eps):
+                curves.append(tradeoff.ApproxDP(eps, delta))
+        return tradeoff.Envelope(tuple(curves)) if curves else None
+
+
+    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator,
+                        **options: Any) -> list[AuditCase]:
+        """Lemma 2's worst case, attacked with the permutation-invariant max statistic (digest 4.3).
+
+        u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
+        with clipped gradient c u); both lie inside the batch-clip ball, so the clip keeps their gap c.
+        """
+        opts = Options.parse(options)
+        if dim < 2:
+            return []
+        u = np.full(dim, -1.0)
+        u[0] = dim - 1.0
+        u /= math.sqrt(dim * (dim - 1.0))
+        bound = opts.batch_clip_ratio * clip
+        return [AuditCase("lemma2-max", canary=clip * u, base=(bound - clip) * u,
+                          statistic=lambda released: np.max(released, axis=1),
+                          note="paper's worst-case pair (Lemma 2), max over coordinates: invariant to any permutation")]
 
 
 class Shuffler:
@@ -218,7 +288,7 @@ class Shuffler:
         self.layouts, self.generator, self.frame, self.shared_value = layouts, generator, frame, shared_value
         self.shuffles, self.seconds = 0, 0.0
 
-    def __call__(self, module: Any, optimizer: Any) -> None:
+    def __call__(self, optimizer: Any) -> None:
         start = time.perf_counter()
         permute_(self.layouts, self.generator, optimizer=optimizer, frame=self.frame,
                  shared_value=self.shared_value)
@@ -230,104 +300,10 @@ def trainable_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def make_private(model: Any, optimizer: Any, loader: Any, plan: PrivacyPlan, *, criterion: Any,
-                 clip: float = 1.0, grad_sample_mode: str = "hooks", noise_generator: Any = None,
-                 permute: bool | None = None, **options: Any) -> tuple[Any, Any, Any, Any]:
-    """Wrap like `dpsgd.make_private`, with the batch clip and the per-update permutation.
 
-    `options` are the grid's mechanism options (checked against the plan, which already used them);
-    other keywords (e.g. Opacus `clipping`) pass through to dpsgd. `permute=False` keeps everything but
-    the permutation: the unshuffled twin for equality tests and overhead measurements. The returned
-    optimizer carries the `Shuffler` as `optimizer.shuffler` (None in the fallback branch).
-    """
-    mine = {k: v for k, v in options.items() if k in {f.name for f in dataclasses.fields(Options)}}
-    passthrough = {k: v for k, v in options.items() if k not in mine}
-    opts = Options.parse(mine)
-    extra = plan.extra
-    if "batch_clip_ratio" in mine and extra.get("shuffled") and opts.batch_clip_ratio != extra["batch_clip_ratio"]:
-        raise ValueError(f"batch_clip_ratio {opts.batch_clip_ratio} differs from the plan's "
-                         f"{extra['batch_clip_ratio']}")
-    claimed_d = extra.get("claim_dim", 1)
-    if claimed_d > 1 and claimed_d != trainable_params(model):
-        raise ValueError(f"the plan claims epsilon for num_params={claimed_d} ({extra.get('num_params_source')}), "
-                         f"but the model trains {trainable_params(model)} parameters: plan with "
-                         "PrivacySpec(model_dim=...) or option num_params")
-    common = dict(criterion=criterion, clip=clip, grad_sample_mode=grad_sample_mode,
-                  noise_generator=noise_generator, **passthrough)
-    if not extra.get("shuffled", False):  # Alg. 1 fallback (or shuffle: false): plain DP-SGD
-        wrapped = dpsgd.make_private(model, optimizer, loader, plan, **common)
-        wrapped[1].shuffler = None
-        return wrapped
-    layouts = find_blocks(model)
-    do_permute = opts.shuffle if permute is None else permute
-    if do_permute and not layouts:
-        raise ValueError(f"{ID}: no trainable BERT/RoBERTa/ViT/GPT-2 block in {type(model).__name__} "
-                         "(supported: mechanisms.permutation_hf.LAYOUTS)")
-    frame = CanonicalFrame() if opts.canonical_noise else None
-    shuffler = None
-    if do_permute:
-        seed = opts.permutation_seed if opts.permutation_seed is not None else secrets.randbits(63)
-        shuffler = Shuffler(layouts, torch.Generator().manual_seed(seed), frame=frame,
-                            shared_value=opts.shared_value_permutation)
-    wrapped = dpsgd.make_private(model, optimizer, loader, plan, add_noise=batch_clip_noise(
-        extra["batch_clip_ratio"], frame), after_step=shuffler, **common)
-    wrapped[1].shuffler = shuffler
-    return wrapped
+mechanism = ShuffledDpSgd()
+plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
+claimed_step_tradeoff, audit_cases = mechanism.claimed_step_tradeoff, mechanism.audit_cases
 
-
-# ---- auditing hooks (mechanisms/auditing/hooks.py) ------------------------------------------------
-
-def privatize_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
-                   **options: Any) -> np.ndarray:
-    """One release per row: batch clip to c', add N(0, (sigma clip)^2), permute (P(y + z), as Alg. 1).
-
-    The permutation acting on a flat vector is option `flat_permutation`: `full` (S_d, the analysis'
-    idealisation, default), `blocks` (the real coupled group of synthetic blocks, `FlatBlock`), `none`.
-    """
-    opts = Options.parse({k: v for k, v in options.items() if k in {f.name for f in dataclasses.fields(Options)}})
-    sums = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-    bound = opts.batch_clip_ratio * clip
-    norms = np.linalg.norm(sums, axis=1, keepdims=True)
-    clipped = sums * np.minimum(1.0, bound / np.maximum(norms, 1e-300))
-    released = clipped + rng.standard_normal(sums.shape) * (sigma * clip)
-    if not opts.shuffle:
-        return released
-    return permute_rows(released, rng, opts.flat_permutation, FlatBlock(*opts.flat_block))
-
-
-def claimed_step_tradeoff(sigma: float, **options: Any) -> tradeoff.TradeOff | None:
-    """The paper's per-step claim: f_{eps(delta), delta} from Thm 6 at each delta, as one envelope.
-
-    d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
-    audited d-coordinate vector. Auditing another dimension, pass num_params = that dimension.
-    """
-    opts = Options.parse(options)
-    dim, _ = opts.claim_dim()
-    curves = []
-    for delta in CLAIM_DELTAS:
-        eps = fw.per_step_epsilon(sigma, delta, dim, opts.batch_clip_ratio)
-        if math.isfinite(eps):
-            curves.append(tradeoff.ApproxDP(eps, delta))
-    return tradeoff.Envelope(tuple(curves)) if curves else None
-
-
-def audit_cases(dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[AuditCase]:
-    """Lemma 2's worst case, attacked with the permutation-invariant max statistic (digest 4.3).
-
-    u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
-    with clipped gradient c u); both lie inside the batch-clip ball, so the clip keeps their gap c.
-    """
-    opts = Options.parse(options)
-    if dim < 2:
-        return []
-    u = np.full(dim, -1.0)
-    u[0] = dim - 1.0
-    u /= math.sqrt(dim * (dim - 1.0))
-    bound = opts.batch_clip_ratio * clip
-    return [AuditCase("lemma2-max", canary=clip * u, base=(bound - clip) * u,
-                      statistic=lambda released: np.max(released, axis=1),
-                      note="paper's worst-case pair (Lemma 2), max over coordinates: invariant to any permutation")]
-
-
-__all__ = ["ID", "Options", "Shuffler", "audit_cases", "batch_clip_noise", "certified_events",
-           "claimed_step_tradeoff", "make_private", "plan", "privatize_step", "sensitivity"]
+__all__ = ["ID", "Options", "ShuffledDpSgd", "Shuffler", "audit_cases", "claimed_step_tradeoff", "make_private",
+           "mechanism", "noise_part", "plan", "privatize_step", "sensitivity"]

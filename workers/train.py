@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from workers.datasets.base import Split
 from workers.measure import PeakMemory, StepTimer
 from workers.models.base import ModelBundle
-
-# Opacus' hooks on a first layer whose input needs no gradient: expected, and harmless.
-warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 
@@ -56,28 +53,6 @@ def tensor_dataset(bundle: ModelBundle, split: Split) -> TensorDataset:
     return TensorDataset(*bundle.encode(split), torch.from_numpy(split.labels))
 
 
-class FixedSizeBatches(torch.utils.data.Sampler[list[int]]):
-    """Every step an independent batch of exactly `batch_size` examples drawn without replacement."""
-
-    def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
-        self.n, self.batch_size, self.generator = n, batch_size, generator
-
-    def __len__(self) -> int:
-        return max(1, round(self.n / self.batch_size))
-
-    def __iter__(self):
-        for _ in range(len(self)):
-            yield torch.randperm(self.n, generator=self.generator)[: self.batch_size].tolist()
-
-
-def batch_loader(data: TensorDataset, batch_size: int, sampler: str, generator: torch.Generator) -> DataLoader:
-    """`shuffle`: an epoch is a random permutation cut into batches; `fixed`: independent fixed-size
-    batches; `poisson`: the same loader, which Opacus replaces by its Poisson sampler."""
-    if sampler == "fixed":
-        return DataLoader(data, batch_sampler=FixedSizeBatches(len(data), batch_size, generator))
-    return DataLoader(data, batch_size=batch_size, shuffle=True, generator=generator)
-
-
 @torch.no_grad()
 def evaluate(module: nn.Module, data: TensorDataset, batch_size: int, device: torch.device) -> dict[str, float]:
     module.eval()
@@ -99,20 +74,25 @@ class TrainOutcome:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the Opacus mode actually used
 
 
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite: the trial is failed, never finished."""
+
+
 def train(
     bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
-    mechanism_options: dict[str, Any] | None = None, on_progress: Progress | None = None,
-    attach: Callable[[Any], None] | None = None,
+    noise_generator: torch.Generator | None = None, secure_mode: bool = False,
+    on_progress: Progress | None = None, attach: Callable[[Any], None] | None = None,
 ) -> TrainOutcome:
-    """Train `bundle.module` with `mechanism`; evaluate every epoch on `eval_splits` (name -> split).
+    """Train `bundle.module` with `mechanism` under `plan`; evaluate every epoch on `eval_splits`.
 
+    The loader, the clipping and the noise come from the plan (`mechanism.make_private`), so the trial runs
+    exactly `plan.steps` updates; the count is checked at the end and recorded as `steps_run`.
     `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step.
     """
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
-    loader = batch_loader(train_data, cfg.batch_size, getattr(plan, "sampler", "shuffle"), generator)
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
     mode = cfg.grad_sample_mode or bundle.info.get("grad_sample_mode", "hooks")
@@ -123,13 +103,14 @@ def train(
         if why := unsupported(module):
             mode = bundle.info.get("fallback_grad_sample_mode", "hooks")
             info["bk_fallback"] = "; ".join(why)
-    module, optimizer, loader, criterion = mechanism.make_private(
-        module, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=cfg.clip,
-        grad_sample_mode=mode, **(mechanism_options or {}))
+    private = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
+                                     generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
+                                     secure_mode=secure_mode)
+    module, optimizer, loader, criterion = private.module, private.optimizer, private.loader, private.criterion
     if attach is not None:
         attach(optimizer)
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
-    total_steps, done = cfg.epochs * len(loader), 0
+    total_steps, done = plan.steps, 0
     final: dict[str, dict[str, float]] = {}
     module.train()
     with PeakMemory(device=device) as memory:
@@ -143,13 +124,19 @@ def train(
                 loss.backward()
                 optimizer.step()
                 timer.stop(len(y))
-                running, batches, done = running + float(loss.item()), batches + 1, done + 1
+                value = float(loss.item())
+                if not math.isfinite(value):
+                    raise Diverged(f"diverged: training loss is {value} at step {done + 1} (epoch {epoch + 1})")
+                running, batches, done = running + value, batches + 1, done + 1
                 if on_progress is not None and (done % 5 == 0 or done == total_steps):
                     on_progress(done, total_steps, {"epoch": epoch + 1, "loss": running / batches})
             curves["train_loss"].append(running / max(batches, 1))
             for name, data in evals.items():  # the last epoch's evaluation is the final one (model unchanged)
                 final[name] = evaluate(module, data, cfg.eval_batch_size, device)
                 curves[f"{name}_accuracy"].append(final[name]["accuracy"])
+    taken = getattr(optimizer, "steps_taken", done)
+    if done != plan.steps or taken != plan.steps:
+        raise RuntimeError(f"the trial ran {done} batches and {taken} updates, the plan accounted for {plan.steps}")
     metrics: dict[str, float | None] = {
         "accuracy": final["test"]["accuracy"] if "test" in final else None,
         "test_loss": final["test"]["loss"] if "test" in final else None,
@@ -159,6 +146,6 @@ def train(
         "examples_per_s": timer.examples_per_s,
         "train_s": sum(timer.times),
         "peak_memory_mb": memory.extra_mb,
-        "steps_run": float(done),
+        "steps_run": float(taken),
     }
     return TrainOutcome(metrics, curves, {"grad_sample_mode": mode} | info)

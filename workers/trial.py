@@ -23,6 +23,7 @@ from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacySpec
 from workers import datasets, models
 from workers.audit import AuditConfig, OneRun, step_audit
+from workers.environment import configure
 from workers.result import TrialResult
 from workers.train import Progress, TrainConfig, train
 
@@ -40,10 +41,26 @@ def library_versions() -> dict[str, str]:
 
 
 def seed_everything(seed: int) -> torch.Generator:
+    """Seed the global generators (model initialisation, dropout) and return the batch-selection one."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def noise_generator(seed: int, device: torch.device, secure: bool = False) -> torch.Generator:
+    """The generator of the privacy noise: derived from the trial seed (a rerun reproduces the trial) on
+    the training device, or, with `secure_rng: true`, Opacus' secure generator (torchcsprng, reading the
+    OS's entropy), which cannot be reproduced by design."""
+    if secure:
+        try:
+            import torchcsprng
+        except ImportError:
+            raise ValueError("secure_rng: true needs torchcsprng (Opacus' secure generator), which is not "
+                             "installed") from None
+        return torchcsprng.create_random_device_generator("/dev/urandom")
+    (state,) = np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)
+    return torch.Generator(device=device).manual_seed(int(state) >> 1)
 
 
 def pick_device(gpus: float) -> torch.device:
@@ -64,11 +81,13 @@ def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int,
         options=config.get("mechanism_options", {}),
         model_dim=sum(p.numel() for p in trainable) if trainable else None,
         n_tensors=len(trainable) if trainable else None,
+        tensor_sizes=tuple(p.numel() for p in trainable) if trainable else None,
     )
 
 
 def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
     """Run one (dataset, model, mechanism, epsilon, seed) trial and return its result record."""
+    configure()
     started = time.time()
     env = {"hostname": socket.gethostname(), "pid": os.getpid(), "versions": library_versions(),
            "started_at": started}
@@ -94,9 +113,10 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         audit_cfg = AuditConfig(**config.get("audit", {}))
         private = plan.sigma is not None or plan.epsilon_claimed is not None
         one_run = OneRun(audit_cfg, plan.sample_rate, int(config["seed"])) if audit_cfg.one_run and private else None
+        secure = bool(config.get("secure_rng", False))
         outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
                         device=device, generator=generator, on_progress=on_progress,
-                        mechanism_options=dict(config.get("mechanism_options", {})),
+                        noise_generator=noise_generator(int(config["seed"]), device, secure), secure_mode=secure,
                         attach=one_run.attach if one_run else None)
         audits: dict[str, Any] = {"epsilon_audited": None}
         if one_run is not None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from mechanisms.accountants.validation import (
     require_delta,
     require_positive,
@@ -72,6 +74,10 @@ def amplify(epsilon: float, delta: float, sample_rate: float) -> tuple[float, fl
     if not epsilon >= 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon}")
     require_sample_rate(sample_rate)
+    if sample_rate == 1:
+        return epsilon, delta
+    if epsilon > 1.0:  # log(q e^eps + 1 - q) without overflow for huge epsilon (inf stays inf)
+        return float(np.logaddexp(math.log(sample_rate) + epsilon, math.log1p(-sample_rate))), sample_rate * delta
     return math.log1p(sample_rate * math.expm1(epsilon)), sample_rate * delta
 
 

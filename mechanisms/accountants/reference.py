@@ -119,8 +119,26 @@ class EpsilonReport:
     note: str = ""
 
 
-def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld") -> EpsilonReport:
-    """Epsilon at `delta` for `event` with provenance (see `epsilon`)."""
+def _replace_one(accountant: str) -> dp_accounting.PrivacyAccountant | None:
+    """A fresh accountant under replace-one adjacency (PRV has none: PLD answers for it).
+
+    None for RDP: dp-accounting's RDP accountant reads a `GaussianDpEvent` under REPLACE_ONE at unit
+    distance while its PLD accountant shifts both sides by the sensitivity (distance 2). privbench's
+    replace-one events follow PLD, so RDP would under-report them: it is not asked.
+    """
+    if accountant == "rdp":
+        return None
+    return dp_accounting.pld.PLDAccountant(NeighborRel.REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION)
+
+
+def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",
+                   relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> EpsilonReport:
+    """Epsilon at `delta` for `event` with provenance (see `epsilon`).
+
+    `relation` is the neighbouring relation the event's Gaussians are scaled for. Events that mix in a
+    replace-one-only release (randomized response) need `REPLACE_ONE`; Gaussian compositions are the same
+    under both (the multiplier already carries the relation's sensitivity).
+    """
     require_delta(delta)
     if accountant not in FRESH:
         raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(ACCOUNTANTS)}")
@@ -128,11 +146,21 @@ def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str =
         return EpsilonReport(math.inf, accountant, accountant, "non-private")
     if isinstance(event, dp_accounting.UnsupportedDpEvent):
         return EpsilonReport(None, accountant, accountant, "no sound analysis is known for this event")
-    ratio = gaussian_ratio(event)
+    ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
     if ratio is not None and accountant in ("pld", "prv"):
         return EpsilonReport(gaussian_epsilon(ratio, delta), accountant, "exact",
                              "composition of Gaussians: exact analytic curve")
     notes = []
+    if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
+        acc = _replace_one(accountant)
+        if acc is None:
+            return EpsilonReport(None, accountant, accountant, "dp-accounting's RDP reads replace-one Gaussians "
+                                 "at a different sensitivity than PLD: not used for replace-one events")
+        if not acc.supports(event):
+            return EpsilonReport(None, accountant, accountant, f"{accountant} does not support this event")
+        with _quiet_absl():
+            value = float(acc.compose(event).get_epsilon(delta))
+        return EpsilonReport(value, accountant, "pld" if accountant == "prv" else accountant, "replace-one")
     if _contains_without_replacement(event):
         if accountant == "rdp":
             acc = rdp_accountant(NeighborRel.REPLACE_ONE)
@@ -154,6 +182,7 @@ def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str =
     return EpsilonReport(value, accountant, computed_by, "; ".join(notes))
 
 
-def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld") -> float | None:
+def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",
+            relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> float | None:
     """Epsilon at `delta` for `event`, or None when the accountant does not support it."""
-    return epsilon_report(event, delta, accountant).epsilon
+    return epsilon_report(event, delta, accountant, relation).epsilon

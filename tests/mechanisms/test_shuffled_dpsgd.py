@@ -3,8 +3,8 @@ training that equals its unshuffled twin, and the audit hooks (research/seed_000
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import types
 import warnings
 
 import numpy as np
@@ -13,10 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 import mechanisms
-from mechanisms import dpsgd
+from mechanisms import dpsgd, private_training
 from mechanisms import shuffled_dpsgd as sd
 from mechanisms.accountants import fenton_wilkinson as fw
 from mechanisms.plan import PrivacySpec
@@ -58,7 +58,7 @@ def test_alg1_falls_back_to_plain_dpsgd_when_shuffling_does_not_lower_sigma():
     plan = sd.plan(s)
     assert not plan.extra["shuffled"] and plan.extra["batch_clip_ratio"] is None
     assert plan.sigma == plan.extra["sigma_unshuffled"] <= plan.extra["sigma_shuffled"]  # c' >> c: FW -> Gaussian
-    assert plan.effective_event == dpsgd.events_for(s)(plan.sigma)
+    assert plan.effective_event == dpsgd.plan(dataclasses.replace(s, sigma=plan.sigma, options={})).effective_event
     assert plan.epsilon_claimed == pytest.approx(1.0, rel=1e-6)
     assert plan.epsilon_certified <= plan.epsilon_claimed  # the d = 1 pipeline (aGM + advanced composition) is sound
 
@@ -106,7 +106,7 @@ def test_certified_calibration_hits_the_target_with_the_reference_accountant():
     plan = sd.plan(spec(epsilon=2.0, calibration="certified", epochs=2,
                         options={"num_params": 10_000, "batch_clip_ratio": 1.0}))
     assert 0.97 * 2.0 <= plan.epsilon_certified <= 2.0 + 1e-9
-    assert plan.effective_event == dpsgd.events_for(spec(epochs=2))(plan.sigma)
+    assert plan.effective_event == dpsgd.plan(spec(epochs=2, sigma=plan.sigma, options={})).effective_event
     # above the Thm-6 cliff the paper claims far less than the certificate
     assert plan.extra["shuffled"] and plan.epsilon_claimed < plan.epsilon_certified / 10
 
@@ -134,7 +134,7 @@ def test_options_are_validated():
         sd.plan(spec(sigma=1.0, options={"num_params": 10, "batch_clip_raito": 2}))
     with pytest.raises(ValueError, match="batch_clip_ratio"):
         sd.plan(spec(sigma=1.0, options={"num_params": 10, "batch_clip_ratio": 0}))
-    assert mechanisms.get("shuffled-dpsgd") is sd
+    assert mechanisms.get("shuffled-dpsgd") is sd.mechanism
 
 
 # ---- audit hooks -----------------------------------------------------------------------------------
@@ -149,7 +149,8 @@ def test_privatize_step_clips_the_sum_adds_declared_noise_and_permutes_rows():
     expected = np.sort(sums[0] * 2.0 / np.linalg.norm(sums[0]))
     assert np.allclose(np.sort(released, axis=1), expected) and not np.allclose(released[0], released[1])
     noise = sd.privatize_step(np.zeros((200, 1000)), 1.5, 0.5, rng, batch_clip_ratio=16.0)
-    declared = sd.certified_events(spec(), 16.0)(1.5).event.event.noise_multiplier
+    plan = sd.plan(spec(sigma=1.5, options={"num_params": 1000, "batch_clip_ratio": 16.0}))
+    declared = plan.parts.noise_multiplier(1.5)
     assert noise.std() == pytest.approx(declared * 0.5, rel=0.01)
 
 
@@ -210,22 +211,29 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run(steps: int = 20, *, mode: str = "hooks", ratio: float = 4.0, use_dpsgd: bool = False,
-        **kw) -> tuple[torch.Tensor, nn.Module, object]:
-    """`steps` DP-Adam steps (sigma 0.5, c 0.1, Poisson q = 1/8) from fixed seeds; logits on 32 inputs."""
+        permute: bool = True, **kw) -> tuple[torch.Tensor, nn.Module, object]:
+    """`steps` DP-Adam steps (sigma 0.5, c 0.1, Poisson q = 1/8) from fixed seeds; logits on 32 inputs.
+
+    `permute=False` runs the same plan without its post-processing: the unshuffled twin (the generic
+    `private_training.make_private` with the plan's parts and no after-step)."""
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     model = TinyBert()
     ids, labels = _data()
-    loader = DataLoader(TensorDataset(ids, labels), batch_size=16, generator=torch.Generator().manual_seed(2))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    options = {"num_params": sd.trainable_params(model), "batch_clip_ratio": ratio, "permutation_seed": 3}
-    options |= {k: v for k, v in kw.items() if k != "permute"}
-    plan = sd.plan(spec(sigma=0.5, dataset_size=N, batch_size=16, epochs=3, options=options))
-    wrap = dpsgd.make_private if use_dpsgd else sd.make_private
-    extra = {} if use_dpsgd else {"permute": kw.get("permute")} | options
-    module, dp_optimizer, dp_loader, criterion = wrap(
-        model, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=0.1, grad_sample_mode=mode,
-        noise_generator=torch.Generator().manual_seed(4), **extra)
+    options = {"num_params": sd.trainable_params(model), "batch_clip_ratio": ratio, "permutation_seed": 3} | kw
+    base = dict(sigma=0.5, dataset_size=N, batch_size=16, epochs=3, clip=0.1)
+    common = dict(criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(2), grad_sample_mode=mode,
+                  noise_generator=torch.Generator().manual_seed(4))
+    data = TensorDataset(ids, labels)
+    if use_dpsgd:
+        training = dpsgd.make_private(model, optimizer, data, dpsgd.plan(spec(**base, options={})), **common)
+    elif permute:
+        training = sd.make_private(model, optimizer, data, sd.plan(spec(**base, options=options)), **common)
+    else:
+        training = private_training.make_private(model, optimizer, data, sd.plan(spec(**base, options=options)),
+                                                 **common)
+    module, dp_optimizer, dp_loader, criterion = training
     done = 0
     while done < steps:
         for xb, yb in dp_loader:
@@ -244,7 +252,7 @@ def run(steps: int = 20, *, mode: str = "hooks", ratio: float = 4.0, use_dpsgd: 
 def test_shuffled_run_equals_its_unshuffled_twin_with_canonical_noise(mode):
     shuffled, model, optimizer = run(mode=mode)
     twin, twin_model, twin_optimizer = run(mode=mode, permute=False)
-    assert optimizer.shuffler.shuffles == 20 and twin_optimizer.shuffler is None
+    assert optimizer.post_processing.shuffles == 20 and twin_optimizer.after_step is None
     assert (shuffled - twin).abs().max().item() <= 1e-5
     w, w_twin = (m.bert.encoder.layer[0].intermediate.dense.weight for m in (model, twin_model))
     assert (w - w_twin).abs().max().item() > 0.05  # same function, different (permuted) weights
@@ -258,49 +266,46 @@ def test_fresh_noise_agrees_only_in_distribution_and_the_clip_binds():
     assert (unclipped - twin).abs().max().item() > 1e-4  # c' = 4c binds on these sums
 
 
-def test_noise_and_clip_reduce_to_opacus_dpsgd_when_the_batch_clip_never_binds():
+def test_noise_and_clip_reduce_to_dpsgd_when_the_batch_clip_never_binds():
     ours, _, _ = run(steps=10, permute=False, ratio=1e9)
-    opacus, _, _ = run(steps=10, ratio=1e9, use_dpsgd=True)
-    assert torch.equal(ours, opacus)
+    plain, _, _ = run(steps=10, ratio=1e9, use_dpsgd=True)
+    assert torch.allclose(ours, plain, atol=1e-6)
 
 
 def test_batch_clip_noise_clips_the_flat_summed_gradient():
-    params = [nn.Parameter(torch.zeros(3, 4)), nn.Parameter(torch.zeros(5))]
-    params[0].summed_grad, params[1].summed_grad = torch.full((3, 4), 2.0), torch.full((5,), -3.0)
-    optimizer = types.SimpleNamespace(params=params, max_grad_norm=0.5, noise_multiplier=0.0, generator=None,
-                                      secure_mode=False)
-    sd.batch_clip_noise(4.0)(optimizer)
-    norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in params))
+    sums = [torch.full((1, 3, 4), 2.0), torch.full((1, 5), -3.0)]
+    released = sd.noise_part(0.5, 4.0).release(sums, 0.0, None)
+    norm = math.sqrt(sum(float(r.pow(2).sum()) for r in released))
     assert norm == pytest.approx(2.0, rel=1e-5)  # c' = 4 x 0.5
-    scales = torch.cat([(p.grad / p.summed_grad).reshape(-1) for p in params])
+    scales = torch.cat([(r / s).reshape(-1) for r, s in zip(released, sums, strict=True)])
     assert torch.allclose(scales, scales[0]) and 0 < scales[0] < 1  # one factor for the whole flat vector
 
 
 def test_make_private_refuses_what_it_cannot_honour():
     model = TinyBert()
-    loader = DataLoader(TensorDataset(*_data()), batch_size=16)
+    data = TensorDataset(*_data())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    kw = dict(criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0))
     plan = sd.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": 123}))
     with pytest.raises(ValueError, match="num_params=123"):
-        sd.make_private(model, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), num_params=123)
+        sd.make_private(model, optimizer, data, plan, **kw)
     mlp = nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 2))
     plan = sd.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": 46}))
     with pytest.raises(ValueError, match="no trainable BERT"):
-        sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), loader, plan,
-                        criterion=nn.CrossEntropyLoss(), num_params=46)
-    with pytest.raises(ValueError, match="differs from the plan"):
-        sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), loader, plan,
-                        criterion=nn.CrossEntropyLoss(), num_params=46, batch_clip_ratio=2.0)
+        sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), data, plan, **kw)
+    plan = sd.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": sd.trainable_params(model)}))
+    with pytest.raises(ValueError, match="accounts for 128 examples"):
+        sd.make_private(model, optimizer, TensorDataset(*(t[:100] for t in _data())), plan, **kw)
 
 
 def test_fallback_trains_as_plain_dpsgd_without_a_shuffler():
     mlp = nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 2))
     plan = sd.plan(spec(epsilon=1.0, dataset_size=N, batch_size=16, options={"num_params": 3, "batch_clip_ratio": 1e3}))
-    assert not plan.extra["shuffled"]
-    loader = DataLoader(TensorDataset(torch.randn(N, 8), torch.randint(0, 2, (N,))), batch_size=16)
-    _, optimizer, _, _ = sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), loader, plan,
-                                         criterion=nn.CrossEntropyLoss(), num_params=3, batch_clip_ratio=1e3)
-    assert optimizer.shuffler is None and optimizer.noise_multiplier == plan.sigma
+    assert not plan.extra["shuffled"] and plan.parts.post_processing is None
+    data = TensorDataset(torch.randn(N, 8), torch.randint(0, 2, (N,)))
+    training = sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), data, plan,
+                               criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0))
+    assert training.optimizer.post_processing is None and training.optimizer.noise_multiplier == plan.sigma
 
 
 def test_run_trial_end_to_end_through_the_worker():

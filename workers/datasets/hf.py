@@ -43,9 +43,6 @@ def hub_offline_default() -> None:
         config.HF_HUB_OFFLINE = config.HF_DATASETS_OFFLINE = True
 
 
-hub_offline_default()
-
-
 def hub_is_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
 

@@ -1,5 +1,6 @@
 """The mechanism-level audit: soundness, detection of a broken mechanism, DP-SGD never violated, speed."""
 
+import itertools
 import json
 import time
 
@@ -66,13 +67,21 @@ def test_half_noise_without_hooks_is_violated_through_the_plan_fallback():
     assert result.violated and result.claim_status == "violated"
 
 
+def test_dpsgd_is_rarely_violated_and_its_audited_epsilon_stays_below_the_certificate():
+    """A correct mechanism is flagged at most at the audit's significance (5%): over 40 audits on
+    independent samples (sigma 0.3-5, delta 1e-5 and 1e-2) at most 4 may be, and the audited epsilon
+    never exceeds the certified one."""
+    violated = 0
+    for i, (sigma, delta, _) in enumerate(itertools.product([0.3, 0.5, 1.0, 2.0, 5.0], [1e-5, 1e-2], range(4))):
+        result = audit_step(DPSGD, sigma, samples=20_000, delta=delta, seed=1000 + i)
+        violated += result.violated
+        assert result.epsilon_audited <= result.epsilon_certified
+    assert violated <= 4
+
+
 @pytest.mark.parametrize("sigma", [0.3, 0.5, 1.0, 2.0, 5.0])
 @pytest.mark.parametrize("delta", [1e-5, 1e-2])
-def test_dpsgd_is_never_violated(sigma, delta):
-    for seed in range(3):
-        result = audit_step(DPSGD, sigma, samples=20_000, delta=delta, seed=seed)
-        assert not result.violated and result.claim_status == "ok"
-        assert result.epsilon_audited <= result.epsilon_certified
+def test_dpsgd_whole_row_path_is_not_violated(sigma, delta):
     assert not audit_step(DPSGD, sigma, samples=5_000, dim=32, delta=delta, path="full").violated
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from bk_reference import no_dropout
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.plan import PrivacySpec
@@ -34,24 +34,17 @@ def _one_step(mechanism: str, module: nn.Module, data, mode: str, clipping: str,
     mech = mechanisms.get(mechanism)
     module = copy.deepcopy(module)
     params = [p for p in module.parameters() if p.requires_grad]
-    plan = mech.plan(PrivacySpec(epsilon=None, sigma=0.7, delta=1e-5, dataset_size=320, batch_size=32, epochs=1,
-                                 sampler="shuffle", model_dim=sum(p.numel() for p in params), n_tensors=len(params),
-                                 options=options))
-    per_layer = clipping == "per_layer"
-    clip = [0.2] * len(params) if per_layer and mechanism != "gredp" else 0.5
-    kwargs = dict(options)
-    if mechanism == "gredp":
-        kwargs["clipping"] = "per-layer" if per_layer else "flat"
-    elif per_layer:
-        kwargs["clipping"] = "per_layer"
-    loader = DataLoader(TensorDataset(*data), batch_size=32)
+    opts = dict(options) | ({"clipping": "per-layer"} if clipping == "per_layer" else {})
+    plan = mech.plan(PrivacySpec(epsilon=None, sigma=0.7, delta=1e-5, dataset_size=32, batch_size=32, epochs=1,
+                                 sampler="fixed", clip=0.5, model_dim=sum(p.numel() for p in params),
+                                 n_tensors=len(params), tensor_sizes=tuple(p.numel() for p in params), options=opts))
     opt = torch.optim.SGD(params, lr=1.0)
-    module, opt, _, crit = mech.make_private(module, opt, loader, plan, criterion=nn.CrossEntropyLoss(), clip=clip,
-                                             grad_sample_mode=mode, noise_generator=torch.Generator().manual_seed(7),
-                                             **kwargs)
+    module, opt, _, crit = mech.make_private(module, opt, TensorDataset(*data), plan, criterion=nn.CrossEntropyLoss(),
+                                             generator=torch.Generator().manual_seed(3), grad_sample_mode=mode,
+                                             noise_generator=torch.Generator().manual_seed(7))
     opt.zero_grad(set_to_none=True)
     crit(module(*data[:-1]), data[-1]).backward()
-    torch.manual_seed(11)  # gredp draws its noise from the global generator
+    torch.manual_seed(11)
     opt.step()
     return [p.detach().clone() for p in module.parameters()]
 
@@ -80,11 +73,10 @@ def test_poisson_sampling_with_empty_batches():
     mech = mechanisms.get("dpsgd")
     plan = mech.plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=32, batch_size=1, epochs=1))
     opt = torch.optim.SGD(module.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(*data), batch_size=1)
-    module, opt, loader, crit = mech.make_private(module, opt, loader, plan, criterion=nn.CrossEntropyLoss(),
-                                                  clip=1.0, grad_sample_mode="bk")
+    module, opt, loader, crit = mech.make_private(module, opt, TensorDataset(*data), plan,
+                                                  criterion=nn.CrossEntropyLoss(), generator=torch.Generator(),
+                                                  grad_sample_mode="bk")
     sizes = []
-    torch.manual_seed(1)
     for x, y in loader:
         opt.zero_grad(set_to_none=True)
         crit(module(x), y).backward()

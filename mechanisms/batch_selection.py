@@ -1,0 +1,166 @@
+"""Batch selection: which examples each step sees, and the DpEvent that describes it.
+
+A sampler is the one source of truth for the batch geometry of a trial. The loader the trial runs is
+built from it (`batch_sampler`), and the accountant composes the event it states (`dp_event`), so the
+accounted process is the executed one by construction: the plan never re-derives q or T on its own.
+
+Every sampler runs exactly `steps_per_epoch = max(1, round(N / B))` steps per epoch and `epochs` epochs,
+so `steps = epochs * steps_per_epoch` is what the trial executes and what is accounted.
+
+| sampler   | what a step sees                                           | neighbouring relation |
+|-----------|------------------------------------------------------------|-----------------------|
+| `poisson` | each example independently with probability q = B / N      | add-or-remove-one     |
+| `fixed`   | exactly B examples drawn without replacement, fresh per step| replace-one           |
+| `shuffle` | one permutation per epoch cut into `steps_per_epoch` batches| replace-one           |
+
+`dp_event(step)` wraps the event of ONE step's release (a Gaussian whose noise multiplier is measured
+against the sensitivity under the sampler's relation, see `mechanisms/parts.py`) into the event of the
+whole run. Shuffling gets no amplification (none is known to be sound for it: Chua et al., arXiv
+2403.17673, show Poisson accounting under-reports it); each example joins one batch per epoch.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterator
+from typing import ClassVar
+
+import dp_accounting
+import torch
+
+NeighborRel = dp_accounting.NeighboringRelation
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSelection(abc.ABC):
+    """The batch geometry of a run: N examples, batch size B (expected, for Poisson), E epochs."""
+
+    dataset_size: int
+    batch_size: int
+    epochs: int
+
+    name: ClassVar[str]
+    neighboring_relation: ClassVar[NeighborRel]
+
+    def __post_init__(self) -> None:
+        for field in ("dataset_size", "batch_size", "epochs"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field} must be an integer >= 1, got {value!r}")
+        if self.batch_size > self.dataset_size:
+            raise ValueError(f"batch_size {self.batch_size} exceeds dataset_size {self.dataset_size}")
+
+    @property
+    def sample_rate(self) -> float:
+        """q = B / N: each example's chance to be in a given step's batch."""
+        return self.batch_size / self.dataset_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, round(self.dataset_size / self.batch_size))
+
+    @property
+    def steps(self) -> int:
+        """The number of updates the loader yields, and the number the accountant composes."""
+        return self.epochs * self.steps_per_epoch
+
+    @abc.abstractmethod
+    def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+        """The whole run's event, given the event of one step's release on a batch holding the record."""
+
+    @abc.abstractmethod
+    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        """The batches (lists of example indices) of one epoch: exactly `steps_per_epoch` of them."""
+
+    def batch_sampler(self, generator: torch.Generator) -> EpochBatches:
+        """A `torch.utils.data.Sampler` for `DataLoader(batch_sampler=...)`: one epoch per iteration."""
+        return EpochBatches(self, generator)
+
+    def describe(self) -> dict[str, object]:
+        return {"sampler": self.name, "dataset_size": self.dataset_size, "batch_size": self.batch_size,
+                "epochs": self.epochs, "steps": self.steps, "sample_rate": self.sample_rate,
+                "neighboring_relation": relation_name(self.neighboring_relation)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PoissonSampling(BatchSelection):
+    """Each step includes every example independently with probability q = B / N (batch size random)."""
+
+    name: ClassVar[str] = "poisson"
+    neighboring_relation: ClassVar[NeighborRel] = NeighborRel.ADD_OR_REMOVE_ONE
+
+    def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+        sampled = step if self.sample_rate == 1 else dp_accounting.PoissonSampledDpEvent(self.sample_rate, step)
+        return dp_accounting.SelfComposedDpEvent(sampled, self.steps)
+
+    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        for _ in range(self.steps_per_epoch):
+            mask = torch.rand(self.dataset_size, generator=generator) < self.sample_rate
+            yield mask.nonzero().flatten().tolist()
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedSizeSampling(BatchSelection):
+    """Each step draws exactly B examples without replacement, independently of other steps."""
+
+    name: ClassVar[str] = "fixed"
+    neighboring_relation: ClassVar[NeighborRel] = NeighborRel.REPLACE_ONE
+
+    def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+        sampled = dp_accounting.SampledWithoutReplacementDpEvent(self.dataset_size, self.batch_size, step)
+        return dp_accounting.SelfComposedDpEvent(sampled, self.steps)
+
+    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        for _ in range(self.steps_per_epoch):
+            yield torch.randperm(self.dataset_size, generator=generator)[: self.batch_size].tolist()
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleSampling(BatchSelection):
+    """One random permutation per epoch, cut into `steps_per_epoch` near-equal consecutive batches.
+
+    Every example is in exactly one batch per epoch (batches hold N / steps_per_epoch examples, within
+    one of each other), so a record joins `epochs` releases; no amplification is claimed.
+    """
+
+    name: ClassVar[str] = "shuffle"
+    neighboring_relation: ClassVar[NeighborRel] = NeighborRel.REPLACE_ONE
+
+    def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+        return dp_accounting.SelfComposedDpEvent(step, self.epochs)
+
+    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        order = torch.randperm(self.dataset_size, generator=generator)
+        for batch in torch.tensor_split(order, self.steps_per_epoch):
+            yield batch.tolist()
+
+
+SAMPLERS: dict[str, type[BatchSelection]] = {s.name: s for s in (PoissonSampling, FixedSizeSampling, ShuffleSampling)}
+
+
+def batch_selection(name: str, dataset_size: int, batch_size: int, epochs: int) -> BatchSelection:
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
+    return SAMPLERS[name](dataset_size, batch_size, epochs)
+
+
+def relation_name(relation: NeighborRel) -> str:
+    return relation.name.lower().replace("_", "-")
+
+
+class EpochBatches(torch.utils.data.Sampler[list[int]]):
+    """Adapts a `BatchSelection` to torch's batch-sampler protocol: `len` is the steps of one epoch."""
+
+    def __init__(self, selection: BatchSelection, generator: torch.Generator) -> None:
+        self.selection, self.generator = selection, generator
+
+    def __len__(self) -> int:
+        return self.selection.steps_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.selection.epoch(self.generator)
+
+
+__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonSampling",
+           "ShuffleSampling", "batch_selection", "relation_name"]

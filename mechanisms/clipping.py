@@ -1,0 +1,114 @@
+"""Per-example clipping: the bound on one example's contribution, and the sensitivity it implies.
+
+A clipper states its guarantee (`bound`: every example's clipped gradient has L2 norm <= bound) and the
+L2 sensitivity of the clipped SUM under each neighbouring relation: adding or removing an example moves
+the sum by at most `bound`; replacing one moves it by at most `2 * bound` (the old and the new example's
+clipped gradients may point in opposite directions). The clipping itself runs in the per-sample-gradient
+engine (Opacus' optimizers, `clipping="flat"` or `"per_layer"`); `clip_and_sum` is the same rule on
+explicit per-example gradients, for tests and audits.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import dp_accounting
+import torch
+
+NeighborRel = dp_accounting.NeighboringRelation
+
+
+def relation_factor(relation: NeighborRel) -> float:
+    """How far apart two neighbouring sums can be, in units of the per-example bound."""
+    if relation == NeighborRel.ADD_OR_REMOVE_ONE:
+        return 1.0
+    if relation == NeighborRel.REPLACE_ONE:
+        return 2.0
+    raise ValueError(f"unsupported neighbouring relation {relation}")
+
+
+class Clipping(abc.ABC):
+    opacus_clipping: str  # the `clipping` argument of Opacus' optimizers
+
+    @property
+    @abc.abstractmethod
+    def bound(self) -> float:
+        """L2 bound on one example's clipped gradient (all trainable tensors together)."""
+
+    @property
+    @abc.abstractmethod
+    def max_grad_norm(self) -> float | list[float]:
+        """Opacus' `max_grad_norm`: one float (flat) or one per parameter tensor (per-layer)."""
+
+    def sensitivity(self, relation: NeighborRel) -> float:
+        """L2 sensitivity of the sum of clipped gradients under `relation`."""
+        return relation_factor(relation) * self.bound
+
+    @abc.abstractmethod
+    def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Clip each example's gradient (tensors with a leading batch dimension) and sum over the batch."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatClipping(Clipping):
+    """One norm over all trainable tensors of an example, scaled down to `clip` when above it."""
+
+    clip: float
+    opacus_clipping = "flat"
+
+    def __post_init__(self) -> None:
+        if not (self.clip > 0 and math.isfinite(self.clip)):
+            raise ValueError(f"clip must be a positive finite number, got {self.clip}")
+
+    @property
+    def bound(self) -> float:
+        return self.clip
+
+    @property
+    def max_grad_norm(self) -> float:
+        return self.clip
+
+    def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in per_example]).norm(dim=0)
+        factor = (self.clip / (norms + 1e-6)).clamp(max=1.0)  # Opacus' rule, epsilon included
+        return [torch.einsum("i,i...->...", factor, g) for g in per_example]
+
+
+@dataclasses.dataclass(frozen=True)
+class PerLayerClipping(Clipping):
+    """Each trainable tensor clipped to its own bound; the example's bound is the norm of the bounds."""
+
+    clips: tuple[float, ...]
+    opacus_clipping = "per_layer"
+
+    def __post_init__(self) -> None:
+        if not self.clips or not all(c > 0 and math.isfinite(c) for c in self.clips):
+            raise ValueError(f"per-layer clips must be positive finite numbers, got {self.clips}")
+
+    @classmethod
+    def splitting(cls, clip: float, n_tensors: int) -> PerLayerClipping:
+        """`clip` shared equally (in squares) by `n_tensors` tensors: the example's bound stays `clip`."""
+        return cls((clip / math.sqrt(n_tensors),) * n_tensors)
+
+    @property
+    def bound(self) -> float:
+        return math.sqrt(sum(c * c for c in self.clips))
+
+    @property
+    def max_grad_norm(self) -> list[float]:
+        return list(self.clips)
+
+    def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if len(per_example) != len(self.clips):
+            raise ValueError(f"{len(per_example)} tensors for {len(self.clips)} per-layer clips")
+        out = []
+        for g, c in zip(per_example, self.clips, strict=True):
+            factor = (c / (g.reshape(len(g), -1).norm(dim=1) + 1e-6)).clamp(max=1.0)
+            out.append(torch.einsum("i,i...->...", factor, g))
+        return out
+
+
+__all__ = ["Clipping", "FlatClipping", "PerLayerClipping", "relation_factor"]

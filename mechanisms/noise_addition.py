@@ -1,0 +1,172 @@
+"""Noise addition: what is added to the sum of clipped gradients, and the Gaussian event it amounts to.
+
+A noise part does two things, and both live here so that they cannot drift apart:
+- `release(sums, sigma, generator)`: the code training runs (through `PrivateOptimizer.add_noise`) and
+  the one-step auditor runs (through `Mechanism.privatize_step`): one tensor per parameter, each with a
+  leading dimension of independent releases (1 in training);
+- `noise_multiplier(sigma, clipper, relation)`: the multiplier of the isotropic Gaussian event that
+  soundly describes one release, i.e. (smallest noise std in any direction) / (L2 sensitivity of what is
+  noised) under the sampler's neighbouring relation. 0 means some direction gets no noise: no finite
+  epsilon exists, and the plan certifies infinity.
+
+A Gaussian with covariance Sigma >= s^2 I is the isotropic N(0, s^2 I) plus independent noise, i.e.
+post-processing of it, so certifying with the smallest eigenvalue is sound (and exact when isotropic).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import dp_accounting
+import torch
+
+from mechanisms.clipping import Clipping, PerLayerClipping, relation_factor
+
+NeighborRel = dp_accounting.NeighboringRelation
+NoiseMap = Callable[[int, torch.Tensor], torch.Tensor]  # (tensor index, noise) -> noise in the current frame
+
+
+def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | None,
+             secure: bool = False) -> torch.Tensor:
+    """N(0, std^2) shaped like `reference`.
+
+    `secure`: the sum of four draws halved (same law), the floating-point hardening Opacus uses in its
+    secure mode (Mironov, "On significance of the least significant bits for differential privacy", 2012
+    describes the attack on naive floating-point sampling).
+    """
+    if std == 0:
+        return torch.zeros_like(reference)
+    if not secure:
+        return torch.normal(0.0, std, reference.shape, generator=generator, device=reference.device,
+                            dtype=reference.dtype)
+    total = torch.zeros_like(reference)
+    for _ in range(4):
+        total += torch.normal(0.0, std, reference.shape, generator=generator, device=reference.device,
+                              dtype=reference.dtype)
+    return total / 2
+
+
+class NoiseAddition(abc.ABC):
+    """One step's release of the clipped sums (see the module docstring)."""
+
+    @abc.abstractmethod
+    def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
+                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        """Privatise `sums` (one tensor per parameter, leading dimension = independent releases)."""
+
+    @abc.abstractmethod
+    def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
+        """The Gaussian event's noise multiplier for one release (std over sensitivity)."""
+
+    def describe(self) -> dict[str, object]:
+        return {"noise": type(self).__name__} | dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianNoise(NoiseAddition):
+    """DP-SGD's noise: i.i.d. N(0, (sigma * std_per_sigma)^2) on every coordinate of the sum."""
+
+    std_per_sigma: float  # Opacus' max_grad_norm: the clip (flat) or the norm of the per-layer clips
+
+    def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
+                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        out = []
+        for i, s in enumerate(sums):
+            noise = gaussian(s, sigma * self.std_per_sigma, generator, secure)
+            if noise_map is not None:
+                noise = noise_map(i, noise)
+            out.append(noise.add_(s))  # in place on the fresh noise: no gradient-sized temporary
+        return out
+
+    def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
+        return sigma * self.std_per_sigma / clipper.sensitivity(relation)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchClippedGaussian(NoiseAddition):
+    """Shuffled DP-SGD's release: the whole sum (all tensors as one vector) clipped to `batch_clip`,
+    then DP-SGD's Gaussian noise.
+
+    Sensitivity: projection onto the ball of radius c' is 1-Lipschitz, and both projected sums lie in that
+    ball, so neighbouring sums end at most min(Delta, 2 c') apart, Delta being the clipper's sensitivity
+    (tight: S = c' u, S' = (c' - C) u when C >= 2 c'). A batch clip above Delta / 2 gains nothing.
+    """
+
+    std_per_sigma: float
+    batch_clip: float  # c', absolute
+
+    def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
+                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        if not sums:
+            return []
+        rows = len(sums[0])
+        norm = torch.stack([s.reshape(rows, -1).norm(dim=1) for s in sums]).norm(dim=0)
+        scale = (self.batch_clip / (norm + 1e-6)).clamp(max=1.0)
+        out = []
+        for i, s in enumerate(sums):
+            noise = gaussian(s, sigma * self.std_per_sigma, generator, secure)
+            if noise_map is not None:
+                noise = noise_map(i, noise)
+            out.append(noise.addcmul_(s, scale.reshape(rows, *([1] * (s.dim() - 1)))))
+        return out
+
+    def sensitivity(self, clipper: Clipping, relation: NeighborRel) -> float:
+        return min(clipper.sensitivity(relation), 2 * self.batch_clip)
+
+    def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
+        return sigma * self.std_per_sigma / self.sensitivity(clipper, relation)
+
+
+FFT_NORMS = {"unitary": "ortho", "unnormalised": "backward"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FrequencyNoise(NoiseAddition):
+    """GReDP's release (Wang et al., arXiv 2409.11663), per parameter tensor: Re(F^-1(F(V) + tau)).
+
+    tau has real part N(0, (a s)^2) and imaginary part N(0, (b s)^2), s = sigma * `std_per_sigma` (the
+    frequency-domain clip). Since F^-1(F(V) + tau) = V + F^-1(tau), the release is V plus the real
+    Gaussian n = Re(F^-1 tau), whose covariance is s^2 (a^2 A A^T + b^2 B B^T) with A + iB the inverse
+    transform; for the unitary FFT A A^T + B B^T = I, so the covariance is at least s^2 min(a, b)^2 I.
+    The unnormalised inverse divides by n_i (the tensor's size) and the time-domain clip is C / sqrt(N)
+    (N = all trainable coordinates): the noise-to-clip ratio is then at least that of the unitary case
+    (n_i <= N), so the same multiplier is a sound, possibly conservative, description of it.
+
+    Multiplier: sigma min(|a|, |b|) over the relation's factor, divided by sqrt(L) under per-layer
+    clipping (L tensors, each clipped to its own bound and noised at sigma times that bound).
+    """
+
+    std_per_sigma: float
+    parts: tuple[float, float]
+    fft: str = "unitary"
+
+    def __post_init__(self) -> None:
+        if self.fft not in FFT_NORMS:
+            raise ValueError(f"fft must be one of {', '.join(FFT_NORMS)}, got {self.fft!r}")
+
+    def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
+                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        norm = FFT_NORMS[self.fft]
+        a, b = self.parts
+        std = sigma * self.std_per_sigma
+        out = []
+        for i, s in enumerate(sums):
+            flat = s.reshape(len(s), -1).to(torch.float64)
+            tau = torch.complex(gaussian(flat, a * std, generator, secure), gaussian(flat, b * std, generator, secure))
+            # F^-1(F(V) + tau) = V + F^-1(tau) exactly (linearity); this form avoids the round-off of V's
+            # round trip through the transform.
+            noise = torch.fft.ifft(tau, dim=-1, norm=norm).real
+            if noise_map is not None:
+                noise = noise_map(i, noise.reshape(s.shape)).reshape(flat.shape)
+            out.append((flat + noise).to(s.dtype).reshape(s.shape))
+        return out
+
+    def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
+        layers = len(clipper.clips) if isinstance(clipper, PerLayerClipping) else 1
+        return sigma * min(abs(self.parts[0]), abs(self.parts[1])) / (relation_factor(relation) * math.sqrt(layers))
+
+
+__all__ = ["BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian"]
