@@ -109,10 +109,10 @@ def _stepper(variant: str, bundle: Any, data: tuple[torch.Tensor, ...]) -> Any:
         step = _vmap_private(module, opt, loader, 1.0, 1.0)
         return lambda: step(*inputs, y)
     mech = mechanisms.get("nonprivate" if variant == "nonprivate" else "dpsgd")
-    plan = mech.plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=100 * len(y),
-                                 batch_size=len(y), epochs=1, sampler="shuffle"))
-    module, opt, _, crit = mech.make_private(module, opt, loader, plan, criterion=nn.CrossEntropyLoss(), clip=1.0,
-                                             grad_sample_mode=variant)
+    plan = mech.plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(y), batch_size=len(y),
+                                 epochs=1000, sampler="fixed"))  # steps: rounds of the benchmark
+    module, opt, _, crit = mech.make_private(module, opt, TensorDataset(*data), plan, criterion=nn.CrossEntropyLoss(),
+                                             generator=torch.Generator().manual_seed(0), grad_sample_mode=variant)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
