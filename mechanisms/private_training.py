@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from mechanisms.noise_addition import NoiseAddition, NoiseMap
 
-GRAD_SAMPLE_MODES = ("hooks", "ghost", "functorch", "ew")
+GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # bk: mechanisms/bookkeeping
 
 
 class ReleaseObserver(Protocol):
@@ -113,6 +113,8 @@ class PrivateGhostOptimizer(PrivateOptimizerMixin, DPOptimizerFastGradientClippi
 def optimizer_class(clipping: str, grad_sample_mode: str) -> type[PrivateOptimizerMixin]:
     if grad_sample_mode not in GRAD_SAMPLE_MODES:
         raise ValueError(f"unknown grad_sample_mode {grad_sample_mode!r}; known: {', '.join(GRAD_SAMPLE_MODES)}")
+    if grad_sample_mode == "bk":  # clipped sums arrive in p.grad, flat or per-layer (book-keeping engine)
+        return PrivateGhostOptimizer
     if grad_sample_mode == "ghost":
         if clipping != "flat":
             raise ValueError("Opacus' ghost mode clips flat only; use grad_sample_mode hooks for per-layer clipping")
@@ -162,14 +164,23 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         kwargs["max_grad_norm"] = clipper.max_grad_norm
     if isinstance(module, GradSampleModule):
         raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
-    wrapped = prepare_module(module, grad_sample_mode, True, **kwargs)
+    max_grad_norm = clipper.max_grad_norm
+    if grad_sample_mode == "bk":  # one backward pass leaves sum_i c_i G_i in p.grad (docs/clipping.md)
+        from mechanisms.bookkeeping import BookkeepingEngine, BookkeepingLoss
+
+        engine = BookkeepingEngine(module, max_grad_norm, clipping=clipper.opacus_clipping)
+        wrapped, max_grad_norm = module, clipper.bound  # the optimizer's scalar bound: the example's bound
+    else:
+        wrapped = prepare_module(module, grad_sample_mode, True, **kwargs)
     dp_optimizer = opt_cls(
         optimizer, noise=parts.noise, planned_steps=plan.steps, after_step=after_step, noise_map=noise_map,
-        noise_multiplier=plan.sigma, max_grad_norm=clipper.max_grad_norm,
+        noise_multiplier=plan.sigma, max_grad_norm=max_grad_norm,
         expected_batch_size=parts.sampler.batch_size, loss_reduction="mean", generator=noise_generator,
         secure_mode=secure_mode)
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(wrapped, dp_optimizer, criterion, "mean")
+    elif grad_sample_mode == "bk":
+        criterion = BookkeepingLoss(engine, criterion)
     return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator), criterion)
 
 

@@ -66,7 +66,7 @@ def trial_key(config: dict[str, Any]) -> str:
 
 SEED_MAX = 2**32 - 1  # numpy's seeds
 MAX_AXIS_VALUES = 10_000
-GRAD_SAMPLE_MODES = ("hooks", "ghost", "functorch", "ew")
+GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # = mechanisms.private_training (no torch import here)
 RESOURCE_KEYS = ("cpus", "gpus")
 
 

@@ -29,7 +29,7 @@ class TrainConfig:
     clip: float = 1.0
     max_train_examples: int | None = None
     eval_batch_size: int = 1024
-    grad_sample_mode: str | None = None  # Opacus mode; None lets the model choose (default hooks)
+    grad_sample_mode: str | None = None  # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -98,6 +98,13 @@ def train(
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
     mode = cfg.grad_sample_mode or bundle.info.get("grad_sample_mode", "hooks")
+    info: dict[str, Any] = {}
+    if mode == "bk" and cfg.grad_sample_mode is None:  # the model's default: fall back where bk cannot clip it
+        from mechanisms.bookkeeping import unsupported
+
+        if why := unsupported(module):
+            mode = bundle.info.get("fallback_grad_sample_mode", "hooks")
+            info["bk_fallback"] = "; ".join(why)
     private = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
                                      generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
                                      secure_mode=secure_mode)
@@ -107,7 +114,7 @@ def train(
     total_steps, done = plan.steps, 0
     final: dict[str, dict[str, float]] = {}
     module.train()
-    with PeakMemory() as memory:
+    with PeakMemory(device=device) as memory:
         for epoch in range(cfg.epochs):
             running, batches = 0.0, 0
             for *xs, y in loader:
@@ -143,4 +150,4 @@ def train(
         "peak_memory_mb": memory.extra_mb,
         "steps_run": float(taken),
     }
-    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode})
+    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode} | info)

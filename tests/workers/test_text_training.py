@@ -37,13 +37,13 @@ def trial(dataset: str, model: str, mechanism: str, *, train: dict[str, Any] | N
     return result
 
 
-def test_bert_tiny_learns_synthetic_text_and_dpsgd_records_ghost_mode():
+def test_bert_tiny_learns_synthetic_text_and_dpsgd_records_bk_mode():
     plain = trial("synthetic-text", "bert-tiny", "nonprivate", train={"epochs": 2, "lr": 2e-3}, dataset_options=SYN)
     assert plain["metrics"]["accuracy"] > 0.75, plain["metrics"]  # chance is 0.5
     assert plain["privacy"]["grad_sample_mode"] is None
     tiny = {"batch_size": 32, "max_train_examples": 96}
     private = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN, train=tiny)
-    assert private["privacy"]["grad_sample_mode"] == "ghost" and private["privacy"]["epsilon_certified"] > 0
+    assert private["privacy"]["grad_sample_mode"] == "bk" and private["privacy"]["epsilon_certified"] > 0
     assert private["metrics"]["steps_run"] >= 1 and np.isfinite(private["metrics"]["train_loss"])
     hooks = trial("synthetic-text", "bert-tiny", "dpsgd", dataset_options=SYN,
                   train=tiny | {"grad_sample_mode": "hooks"})
@@ -51,7 +51,7 @@ def test_bert_tiny_learns_synthetic_text_and_dpsgd_records_ghost_mode():
 
 
 def test_frozen_layers_do_not_move_under_dpsgd():
-    """`trainable: top-1` under DP-SGD: Opacus only privatises (and the optimizer only moves) the top."""
+    """`trainable: top-1` under DP-SGD: the engine only privatises (and the optimizer only moves) the top."""
     from workers import datasets
 
     splits = datasets.load("synthetic-text", {"n_train": 64, "n_test": 16})
@@ -67,7 +67,7 @@ def test_frozen_layers_do_not_move_under_dpsgd():
     plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=64, batch_size=16, epochs=1, sigma=1.0))
     outcome = train(bundle, splits.train, {"test": splits.test}, dpsgd, plan, cfg, device=torch.device("cpu"),
                     generator=torch.Generator().manual_seed(0))
-    assert outcome.info["grad_sample_mode"] == "ghost"
+    assert outcome.info["grad_sample_mode"] == "bk"
     after = bundle.module.state_dict()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith(("model.encoder.layer.5.", "head.")) for k in moved), sorted(moved)[:5]
@@ -113,13 +113,13 @@ def test_sweep_runs_text_models_nonprivate_and_dpsgd(cli, tmp_path, local_ray):
     records = sweep(cli, tmp_path, grid)
     assert len(records) == 6
     dp = [r for r in records if r["config"]["mechanism"] == "dpsgd"]
-    assert {r["privacy"]["grad_sample_mode"] for r in dp} == {"ghost"}
+    assert {r["privacy"]["grad_sample_mode"] for r in dp} == {"bk"}
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("text-tiny").experiment_id])
     assert {r.data.params.get("privacy.grad_sample_mode") for r in runs if r.data.params.get("mechanism") == "dpsgd"} \
-        == {"ghost"}  # the mode is visible in the MLflow UI too
+        == {"bk"}  # the mode is visible in the MLflow UI too
 
 
 def test_example_text_grid_is_valid():

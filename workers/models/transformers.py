@@ -33,8 +33,12 @@ PADDING_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "data2vec-tex
 # Opacus modes measured with benchmarks/mechanism_overhead.py (README, Workloads): ghost clipping is 1.3-3.2x
 # faster than hooks on the text models (whose 30k-token embeddings make per-sample gradients costly), but
 # slower on ViT, whose patch Conv2d and LayerNorms fall back to per-sample gradients in ghost mode anyway.
-TEXT_GRAD_SAMPLE_MODE = "ghost"
-IMAGE_GRAD_SAMPLE_MODE = "hooks"
+# Since issue 11 the default is the book-keeping engine (mechanisms/bookkeeping, docs/clipping.md), measured
+# faster than every Opacus mode on each registry model by benchmarks/clipping_engine.py; a checkpoint it
+# cannot clip (an unsupported layer) falls back to the Opacus mode measured best before, recorded per trial.
+TEXT_GRAD_SAMPLE_MODE = "bk"
+IMAGE_GRAD_SAMPLE_MODE = "hooks"  # vit-tiny: bk not yet benchmarked against hooks (docs/clipping.md)
+FALLBACK = {"text": "ghost", "image": "hooks"}
 
 
 class TextClassifier(nn.Module):
@@ -200,7 +204,8 @@ def _text_bundle(module: TextClassifier, tokenizer: Any, max_length: int, traina
         return encode_texts(tokenizer, list(split.inputs), max_length)
 
     return ModelBundle(module, encode, {
-        "grad_sample_mode": TEXT_GRAD_SAMPLE_MODE, "tokenizer": tokenizer, "max_length": max_length,
+        "grad_sample_mode": TEXT_GRAD_SAMPLE_MODE, "fallback_grad_sample_mode": FALLBACK["text"],
+        "tokenizer": tokenizer, "max_length": max_length,
         "trainable": trainable, "blocks": transformer_blocks(module), **counts, **info})
 
 
@@ -211,7 +216,8 @@ def _image_bundle(module: ImageClassifier, trainable: str, **info: Any) -> Model
     def encode(split: Split) -> tuple[torch.Tensor, ...]:
         return (torch.from_numpy(split.inputs).contiguous(),)
 
-    return ModelBundle(module, encode, {"grad_sample_mode": IMAGE_GRAD_SAMPLE_MODE, "trainable": trainable,
+    return ModelBundle(module, encode, {"grad_sample_mode": IMAGE_GRAD_SAMPLE_MODE,
+                                        "fallback_grad_sample_mode": FALLBACK["image"], "trainable": trainable,
                                         "blocks": transformer_blocks(module), **counts, **info})
 
 

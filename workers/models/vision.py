@@ -10,6 +10,9 @@ from torch import nn
 from workers.datasets.base import Split, Splits
 from workers.models.base import ModelBundle, register
 
+# book-keeping clipping (mechanisms/bookkeeping): measured faster than Opacus' modes (docs/clipping.md)
+GRAD_SAMPLE_MODE = "bk"
+
 
 def _image_tensors(split: Split) -> tuple[torch.Tensor, ...]:
     return (torch.from_numpy(split.inputs),)
@@ -19,7 +22,7 @@ def _image_tensors(split: Split) -> tuple[torch.Tensor, ...]:
 def mlp(splits: Splits, hidden: int = 128) -> ModelBundle:
     n_in = math.prod(splits.input_shape)
     module = nn.Sequential(nn.Flatten(), nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, splits.num_classes))
-    return ModelBundle(module, _image_tensors)
+    return ModelBundle(module, _image_tensors, {"grad_sample_mode": GRAD_SAMPLE_MODE})
 
 
 @register("cnn-small", ("image",), "2 strided convolutions (16, 32 channels, tanh) and a linear head, ~20k params")
@@ -31,4 +34,4 @@ def cnn_small(splits: Splits, channels: int = 16) -> ModelBundle:
         nn.Flatten(),
         nn.Linear(2 * channels * math.ceil(h / 4) * math.ceil(w / 4), splits.num_classes),
     )
-    return ModelBundle(module, _image_tensors)
+    return ModelBundle(module, _image_tensors, {"grad_sample_mode": GRAD_SAMPLE_MODE})

@@ -29,8 +29,9 @@ def test_audited_epsilon_and_mu_are_below_the_truth_in_95_of_100_audits(delta):
     mu = np.array([r.mu_audited for r in runs])
     assert np.sum(eps < eps_true) >= 95
     assert np.sum(mu < 1.0) >= 95
-    assert not any(r.violated for r in runs)
-    assert all(r.claim_status == "ok" for r in runs)
+    # a correct mechanism is called violated at most at the audit's significance (5%)
+    assert sum(r.violated for r in runs) <= 5
+    assert sum(r.claim_status == "ok" for r in runs) >= 95
     assert np.median(mu) > 0.85  # tight, not vacuous
     if delta == 0.1:
         assert np.median(eps) > 0.8 * eps_true

@@ -1,0 +1,72 @@
+"""`nn.Conv2d` (groups = 1, zero padding) through unfold, and its bias.
+
+With A_i = unfold(x_i) in R^{(C kh kw) x T} (one column per output position, T = H_out W_out) the
+convolution is y_i = W A_i + b, W reshaped to d x (C kh kw): a linear layer over T positions with
+p = C kh kw, so per-sample norms and clipped sums are norms.outer_sum's (ghost: Gram matrices of the
+unfolded patches and of the output gradients, T x T each; instantiated: G_i = g_i A_i^T). The bias
+gradient is b_i = sum over positions of g_i. The input gradient is aten's convolution backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mechanisms.bookkeeping.norms import instantiated, outer_sum, prefer_ghost
+from mechanisms.bookkeeping.registry import Rule, Tap, exact_type, register
+
+
+def _check(module: nn.Conv2d) -> str | None:
+    if module.groups != 1:
+        return f"groups={module.groups} (only groups=1 is supported)"
+    if module.padding_mode != "zeros":
+        return f"padding_mode={module.padding_mode!r} (only 'zeros' is supported)"
+    if isinstance(module.padding, str) and module.padding != "valid":
+        return f"padding={module.padding!r} (give explicit padding)"
+    return None
+
+
+def _padding(module: nn.Conv2d) -> tuple[int, ...]:
+    return (0, 0) if isinstance(module.padding, str) else tuple(module.padding)
+
+
+class _Conv2d(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tap: Tap) -> torch.Tensor:
+        module = tap.module
+        ctx.save_for_backward(x, weight)
+        ctx.tap, ctx.bias = tap, bias
+        return F.conv2d(x, weight, bias, module.stride, _padding(module), module.dilation, 1)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        tap = ctx.tap
+        module = tap.module
+        padding = _padding(module)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.nn.grad.conv2d_input(x.shape, weight, g, module.stride, padding, module.dilation, 1)
+        batch, fan_out = g.shape[:2]
+        g3 = g.reshape(batch, fan_out, -1).transpose(1, 2)  # (B, T, d)
+        if ctx.needs_input_grad[1]:
+            patches = F.unfold(x, module.kernel_size, module.dilation, padding, module.stride).transpose(1, 2)
+            ghost = prefer_ghost(patches.shape[1], patches.shape[2], fan_out, tap.norm_mode)
+            norm2, clipped = outer_sum(patches, g3, ghost)
+            shape = weight.shape
+            tap.record(weight, norm2, lambda c: clipped(c).reshape(shape))
+        if ctx.needs_input_grad[2]:
+            tap.record(ctx.bias, *instantiated(g3.sum(1)))
+        return grad_x, None, None, None
+
+
+def forward(module: nn.Conv2d, tap: Tap, x: torch.Tensor) -> torch.Tensor:
+    if not tap.live():
+        return type(module).forward(module, x)
+    return _Conv2d.apply(x, module.weight, module.bias, tap)
+
+
+RULE = register(Rule("conv2d", exact_type(nn.Conv2d), ("weight", "bias"), forward, _check))
