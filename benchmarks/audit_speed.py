@@ -48,7 +48,7 @@ def one_run_overhead(steps: int = 30, m: int = 1000) -> dict:
     """A small MLP trained with privbench's DP-SGD, with and without m Dirac canaries."""
     import torch
     from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
     from mechanisms import dpsgd
     from mechanisms.plan import PrivacySpec
@@ -57,11 +57,11 @@ def one_run_overhead(steps: int = 30, m: int = 1000) -> dict:
         torch.manual_seed(0)
         data = TensorDataset(torch.randn(2048, 64), torch.randint(0, 10, (2048,)))
         model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-        plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=2048, batch_size=128, epochs=1,
+        plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=2048, batch_size=128, epochs=1_000,
                                       sigma=1.0))
-        model, opt, loader, crit = dpsgd.make_private(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                                                      DataLoader(data, batch_size=128), plan,
-                                                      criterion=nn.CrossEntropyLoss(), clip=1.0)
+        model, opt, loader, crit = dpsgd.make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, plan,
+                                                      criterion=nn.CrossEntropyLoss(),
+                                                      generator=torch.Generator().manual_seed(0))
         canaries = DiracCanaries.attach_to(opt, m, sample_rate=plan.sample_rate) if with_canaries else None
         done, start = 0, time.perf_counter()
         while done < steps:

@@ -68,15 +68,15 @@ def wrap(mechanism: str, module: nn.Module, batch: tuple[torch.Tensor, ...], inf
     mech_id = "dp-forward" if mechanism.startswith("dp-forward") else mechanism
     options = {"position": args.position, "freeze_pre_noise": mechanism == "dp-forward-frozen",
                "seed": 0} if mech_id == "dp-forward" else {}
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=len(loader.dataset) * 100,
-                       batch_size=args.batch_size, epochs=1, sigma=None if mech_id == "nonprivate" else 1.0,
+    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=len(loader.dataset),
+                       batch_size=args.batch_size, epochs=10_000, sigma=None if mech_id == "nonprivate" else 1.0,
                        sampler="poisson", options=options)
     mech = mechanisms.get(mech_id)
     plan = mech.plan(spec)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0)
     model, optimizer, _, criterion = mech.make_private(
-        model, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=1.0,
-        grad_sample_mode=info.get("grad_sample_mode", "hooks"), **options)
+        model, optimizer, loader.dataset, plan, criterion=nn.CrossEntropyLoss(), generator=torch.Generator(),
+        grad_sample_mode=info.get("grad_sample_mode", "hooks"))
     model.train()
     return model, optimizer, criterion
 

@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.plan import PrivacySpec
@@ -57,13 +57,13 @@ def main() -> None:
         mech_name, _, mode = name.partition(":")
         mech = mechanisms.get(mech_name)
         module = copy.deepcopy(bundle.module)
-        plan = mech.plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(splits.train),
-                                     batch_size=args.batch, epochs=1))
-        loader = DataLoader(TensorDataset(*batch), batch_size=args.batch)
+        data = TensorDataset(*batch)  # the timed batch is the data: the plan's sampler is not used here
+        plan = mech.plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(data),
+                                     batch_size=len(data), epochs=10_000))  # room for every timed step
         opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=0.1)
         mode = mode or bundle.info.get("grad_sample_mode", "hooks")
-        module, opt, _, crit = mech.make_private(module, opt, loader, plan, criterion=nn.CrossEntropyLoss(), clip=1.0,
-                                                 grad_sample_mode=mode)
+        module, opt, _, crit = mech.make_private(module, opt, data, plan, criterion=nn.CrossEntropyLoss(),
+                                                 generator=torch.Generator().manual_seed(0), grad_sample_mode=mode)
 
         def step(module=module, opt=opt, crit=crit) -> None:
             opt.zero_grad(set_to_none=True)

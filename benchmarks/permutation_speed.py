@@ -72,7 +72,7 @@ VARIANTS = {  # name -> (mechanism id, make_private extras)
     "nonprivate": ("nonprivate", {}),
     "dpsgd": ("dpsgd", {}),
     "shuffled-dpsgd": ("shuffled-dpsgd", {}),
-    "shuffled, no permutation": ("shuffled-dpsgd", {"permute": False}),
+    "shuffled, no permutation": ("shuffled-dpsgd", {"permute": False}),  # the plan's parts, no after-step
     "shuffled, fresh noise": ("shuffled-dpsgd", {"canonical_noise": False}),
 }
 WORKLOADS = {"bert-tiny": "rotten-tomatoes", "gpt2-tiny": "rotten-tomatoes", "vit-tiny": "digits"}
@@ -85,7 +85,7 @@ def step_overhead(model_name: str, *, steps: int = 30, batch_size: int = 32, mod
     from torch.utils.data import DataLoader, TensorDataset
 
     import mechanisms
-    from mechanisms import shuffled_dpsgd
+    from mechanisms import private_training, shuffled_dpsgd
     from mechanisms.plan import PrivacySpec
     from workers import datasets, models
     from workers.measure import PeakMemory
@@ -109,18 +109,18 @@ def step_overhead(model_name: str, *, steps: int = 30, batch_size: int = 32, mod
         options = {"num_params": num_params, "batch_clip_ratio": 16, "permutation_seed": 0} \
             if mech_id == shuffled_dpsgd.ID else {}
         options |= {k: v for k, v in extras.items() if k != "permute"}
-        spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=batch_size, epochs=1, sigma=sigma,
+        spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=batch_size, epochs=1_000, sigma=sigma,
                            options=options)
         mech = mechanisms.get(mech_id)
         plan = mech.plan(spec)
         optimizer = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=1e-3)
-        extra = {"permute": extras["permute"]} if "permute" in extras else {}
-        module, optimizer, _, criterion = mech.make_private(
-            module, optimizer, loader, plan, criterion=nn.CrossEntropyLoss(), clip=1.0, grad_sample_mode=grad_mode,
-            noise_generator=torch.Generator().manual_seed(1), **options, **extra)
+        wrap = private_training.make_private if extras.get("permute") is False else mech.make_private
+        module, optimizer, _, criterion = wrap(
+            module, optimizer, loader.dataset, plan, criterion=nn.CrossEntropyLoss(), grad_sample_mode=grad_mode,
+            generator=torch.Generator().manual_seed(0), noise_generator=torch.Generator().manual_seed(1))
         module.train()
         wrapped[name] = (module, optimizer, criterion)
-        shufflers[name] = getattr(optimizer, "shuffler", None)
+        shufflers[name] = getattr(optimizer, "post_processing", None)
         info = {"model": model_name, "dataset": WORKLOADS[model_name], "trainable_params": num_params,
                 "grad_sample_mode": grad_mode, "batch_size": batch_size, "steps": steps}
     batches = [tuple(t[i:i + batch_size] for t in (*xs, torch.from_numpy(train.labels)))
