@@ -66,6 +66,14 @@ class Mechanism:
     AUDIT_COORDINATEWISE: ClassVar[bool] = True  # privatize_step treats coordinates independently
     private: ClassVar[bool] = True
 
+    @property
+    def summary(self) -> str:
+        """One line for `privbench list mechanisms`: the first line of its module's docstring."""
+        import sys
+
+        doc = sys.modules[type(self).__module__].__doc__ or type(self).__doc__ or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
     # ---- options and parts ---------------------------------------------------------------------------
 
     def options(self, mapping: Mapping[str, Any] | None) -> Any:

@@ -7,17 +7,24 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("PRIVBENCH_HF_OFFLINE", "1"))
+import typer
+from rich.table import Table
 
-import typer  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from orchestrator import audit_cli, privacy_cli, sweep_cli  # noqa: E402
-from orchestrator.console import fail, out  # noqa: E402
-from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors  # noqa: E402
+from orchestrator import audit_cli, privacy_cli, sweep_cli
+from orchestrator.console import fail, out
+from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
 app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
                        "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
+
+
+@app.callback()
+def _entry() -> None:
+    """Process-wide settings, set here (the CLI's entry) rather than on import: Hugging Face offline
+    unless PRIVBENCH_HF_OFFLINE=0 (trials apply the rest in `workers.environment.configure`)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("PRIVBENCH_HF_OFFLINE", "1"))
+
+
 app.add_typer(sweep_cli.app, name="sweep")
 app.add_typer(privacy_cli.app, name="privacy")
 app.command("audit")(audit_cli.audit)
@@ -208,7 +215,7 @@ def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|mod
     from workers import datasets, models
 
     if what == "mechanisms":
-        rows = [(n, (mechanisms.get(n).__doc__ or "").strip().splitlines()[0]) for n in mechanisms.names()]
+        rows = [(n, mechanisms.get(n).summary) for n in mechanisms.names()]
     elif what == "datasets":
         rows = [(n, f"{kind}: {desc}") for n, kind, desc in datasets.describe()]
     elif what == "models":
