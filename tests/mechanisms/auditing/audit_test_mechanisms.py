@@ -17,6 +17,7 @@ def _module(name: str, **attrs: Any) -> types.ModuleType:
     module = types.ModuleType(name)
     module.ID = name
     module.plan = dpsgd.plan  # the claim: DP-SGD's analysis at the configured sigma
+    module.audit_options = dpsgd.mechanism.audit_options  # the options DP-SGD's plan declares
     for key, value in attrs.items():
         setattr(module, key, value)
     return module
