@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Pages other parts of the project write; links to them are checked once they exist.
 PAGES_WRITTEN_ELSEWHERE = {"store.md", "clipping.md", "auditing.md"}
-OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe paper\b|\bdigest('s)? (section )?\d", re.I)
+OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe digest\b|\bdigest('s)? (section )?\d", re.I)
 
 
 def command_lines(text: str) -> list[str]:

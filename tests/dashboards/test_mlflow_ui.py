@@ -81,7 +81,7 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
         assert inp["dataset"]["name"] == "digits" and len(inp["dataset"]["digest"]) == 8
         assert json.loads(inp["dataset"]["profile"])["num_rows"] > 1000
         assert {"key": "mlflow.data.context", "value": "training"} in inp["tags"]
-    assert max(durations) > 3000  # a DP-SGD trial calibrates, trains and audits for seconds
+    assert max(durations) > 1000  # a DP-SGD trial trains and audits for seconds, not the ~0.1 s logging takes
 
 def test_parent_run_holds_grid_leaderboard_and_figures(api, runs):
     _, found = runs

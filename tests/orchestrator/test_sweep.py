@@ -93,14 +93,14 @@ def test_edited_grid_supersedes_old_trials_and_reverting_restores_them(cli, writ
 def test_failing_trial_is_recorded_and_the_rest_finish(cli, write_grid, store):
     grid = write_grid({"name": "withfail", "grid": {"dataset": ["digits", "synthetic"], "model": ["mlp"],
                                                     "mechanism": ["nonprivate"]},
-                       "dataset_options": {"synthetic": {"n_train": -5}}})
+                       "dataset_options": {"synthetic": {"n_train": 10}}})  # valid, but smaller than a batch
     result = cli("sweep", "run", grid, "--store", store)
     assert result.exit_code == 1
     assert "1 trial(s) failed" in result.output and "synthetic" in result.output
     runs = {r.data.params["dataset"]: r for r in active_runs(store, "withfail")}
     assert runs["digits"].data.tags["status"] == "finished" and runs["digits"].info.status == "FINISHED"
     assert runs["synthetic"].data.tags["status"] == "failed" and runs["synthetic"].info.status == "FAILED"
-    assert "n_train" in runs["synthetic"].data.tags["error"] or "negative" in runs["synthetic"].data.tags["error"]
+    assert "exceeds dataset_size" in runs["synthetic"].data.tags["error"]
     status = json.loads(cli("sweep", "status", "withfail", "--store", store, "--json").stdout)
     failed = [t for t in status["trials"] if t["status"] == "failed"]
     assert len(failed) == 1 and failed[0]["error"]

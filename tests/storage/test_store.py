@@ -33,7 +33,9 @@ def client_of(store: Path) -> MlflowClient:
 
 
 def active(client: MlflowClient, name: str) -> list:
-    return client.search_runs([client.get_experiment_by_name(name).experiment_id])
+    """The sweep's trial runs (its parent run holds the grid and summaries, not a trial)."""
+    runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
+    return [r for r in runs if r.data.tags.get("privbench.sweep_run") != "true"]
 
 
 def opened(store: Path, name: str = "s1", **kwargs) -> Store:
