@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from mechanisms.accountants import calibrate_sigma, epsilon
-from mechanisms.batch_selection import NeighborRel
 from mechanisms.clipping import Clipping, FlatClipping, PerLayerClipping
 from mechanisms.mechanism import CLIPPINGS, Claim, Mechanism
 from mechanisms.noise_addition import FFT_NORMS, FrequencyNoise, GaussianNoise
@@ -139,12 +138,5 @@ plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mec
 claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
 
-def effective_scale(options: dict[str, Any], n_tensors: int = 1) -> float:
-    """sigma_eff / sigma for these switches (0: no finite epsilon), from the noise part's declaration."""
-    opts = mechanism.options(options)
-    clipper: Clipping = PerLayerClipping((1.0,) * n_tensors) if opts.clipping == "per-layer" else FlatClipping(1.0)
-    return FrequencyNoise(1.0, opts.parts, opts.fft).noise_multiplier(1.0, clipper, NeighborRel.ADD_OR_REMOVE_ONE)
-
-
-__all__ = ["ID", "NOISE_PARTS", "Gredp", "Options", "effective_scale", "make_private", "mechanism", "plan",
+__all__ = ["ID", "NOISE_PARTS", "Gredp", "Options", "make_private", "mechanism", "plan",
            "privatize_step", "time_domain_clipper"]

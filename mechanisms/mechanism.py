@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -69,8 +70,6 @@ class Mechanism:
     @property
     def summary(self) -> str:
         """One line for `privbench list mechanisms`: the first line of its module's docstring."""
-        import sys
-
         doc = sys.modules[type(self).__module__].__doc__ or type(self).__doc__ or ""
         return doc.strip().splitlines()[0] if doc.strip() else ""
 

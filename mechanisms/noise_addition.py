@@ -81,8 +81,11 @@ class GaussianNoise(NoiseAddition):
             out.append(noise.add_(s))  # in place on the fresh noise: no gradient-sized temporary
         return out
 
+    def sensitivity(self, clipper: Clipping, relation: NeighborRel) -> float:
+        return clipper.sensitivity(relation)
+
     def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
-        return sigma * self.std_per_sigma / clipper.sensitivity(relation)
+        return sigma * self.std_per_sigma / self.sensitivity(clipper, relation)
 
 
 @dataclasses.dataclass(frozen=True)

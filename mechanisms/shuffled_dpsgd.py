@@ -38,6 +38,7 @@ import torch
 from mechanisms.accountants import fenton_wilkinson as fw
 from mechanisms.auditing import tradeoff
 from mechanisms.auditing.cases import AuditCase
+from mechanisms.batch_selection import NeighborRel
 from mechanisms.clipping import FlatClipping
 from mechanisms.mechanism import AfterStepPart, Mechanism
 from mechanisms.noise_addition import BatchClippedGaussian, GaussianNoise, NoiseAddition, NoiseMap
@@ -127,8 +128,8 @@ class Options:
 
 
 def sensitivity(batch_clip_ratio: float | None) -> float:
-    """Add/remove L2 sensitivity of the released sum in units of c: min(1, 2 c'/c) (module docstring)."""
-    return 1.0 if batch_clip_ratio is None else min(1.0, 2.0 * batch_clip_ratio)
+    """Add/remove L2 sensitivity of the released sum in units of c, as the noise part declares it."""
+    return noise_part(1.0, batch_clip_ratio).sensitivity(FlatClipping(1.0), NeighborRel.ADD_OR_REMOVE_ONE)
 
 
 def noise_part(clip: float, batch_clip_ratio: float | None) -> NoiseAddition:

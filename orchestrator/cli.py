@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -41,6 +41,18 @@ def _records(st, sweeps: list[str] | None) -> tuple[list[str], list[dict]]:
     return names, [r for n in names for r in st.records(n)]
 
 
+def _read_for(out_file: Path | None, store: Any, ledger: str | None, sweeps: list[str] | None,
+              metric: str) -> tuple[Any, list[str], list[dict]]:
+    """What leaderboard, report and plot share: a writable output, the store opened read-only, the
+    sweeps' records, and a metric they have."""
+    _writable_parent(out_file)
+    st = _open_store(store, ledger)
+    with store_errors(st.where):
+        names, records = _records(st, sweeps)
+    _known_metric(records, metric)
+    return st, names, records
+
+
 @app.command("leaderboard")
 def leaderboard(
     sweeps: SweepsArg = None,
@@ -64,11 +76,7 @@ def leaderboard(
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
-    _writable_parent(out_file)
-    st = _open_store(store, ledger)
-    with store_errors(st.where):
-        names, records = _records(st, sweeps)
-    _known_metric(records, metric)
+    _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     name = " + ".join(names)
     board = lb.rows(records, metric=metric, view=view)
     if len(names) > 1 and "sweep" not in groups:
@@ -119,12 +127,9 @@ def report(
     """A self-contained HTML report: figures (inline SVG), leaderboard, verdicts and the grid files."""
     from dashboards.report import report as build_report
 
-    _writable_parent(out_file)
-    st = _open_store(store, ledger)
+    st, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     with store_errors(st.where):
-        names, records = _records(st, sweeps)
         grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
-    _known_metric(records, metric)
     _write(out_file, build_report(records, names, grids, metric=metric))
     out.print(f"wrote {out_file}")
 
@@ -146,11 +151,7 @@ def plot(
         fail(f"unknown figure kind {kind!r}; known: {', '.join(figures.KINDS)}")
     if out_file.suffix.lstrip(".").lower() not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
-    _writable_parent(out_file)
-    st = _open_store(store, ledger)
-    with store_errors(st.where):
-        _, records = _records(st, sweeps)
-    _known_metric(records, metric)
+    _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
     figures.save(figures.build(kind, records, metric), out_file)
     out.print(f"wrote {out_file}")
 
