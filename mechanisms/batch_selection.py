@@ -29,6 +29,8 @@ from typing import ClassVar
 import dp_accounting
 import torch
 
+from mechanisms.accountants import events
+
 NeighborRel = dp_accounting.NeighboringRelation
 
 
@@ -91,8 +93,7 @@ class PoissonSampling(BatchSelection):
     neighboring_relation: ClassVar[NeighborRel] = NeighborRel.ADD_OR_REMOVE_ONE
 
     def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
-        sampled = step if self.sample_rate == 1 else dp_accounting.PoissonSampledDpEvent(self.sample_rate, step)
-        return dp_accounting.SelfComposedDpEvent(sampled, self.steps)
+        return events.poisson_sampled(step, self.sample_rate, self.steps)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
         for _ in range(self.steps_per_epoch):
@@ -108,8 +109,7 @@ class FixedSizeSampling(BatchSelection):
     neighboring_relation: ClassVar[NeighborRel] = NeighborRel.REPLACE_ONE
 
     def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
-        sampled = dp_accounting.SampledWithoutReplacementDpEvent(self.dataset_size, self.batch_size, step)
-        return dp_accounting.SelfComposedDpEvent(sampled, self.steps)
+        return events.sampled_without_replacement(step, self.dataset_size, self.batch_size, self.steps)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
         for _ in range(self.steps_per_epoch):

@@ -35,6 +35,20 @@ def participations(sample_rate: float, steps: int, dataset_size: int) -> int:
     return math.ceil(steps / steps_per_epoch)
 
 
+def poisson_sampled(step: dp_accounting.DpEvent, sample_rate: float, steps: int) -> dp_accounting.DpEvent:
+    """`steps` releases of `step`, each on a Poisson sample of rate q (q = 1: every record, every step)."""
+    sampled = step if sample_rate == 1 else dp_accounting.PoissonSampledDpEvent(sample_rate, step)
+    return dp_accounting.SelfComposedDpEvent(sampled, steps)
+
+
+def sampled_without_replacement(
+    step: dp_accounting.DpEvent, dataset_size: int, batch_size: int, steps: int,
+) -> dp_accounting.DpEvent:
+    """`steps` releases of `step`, each on a fresh batch of exactly B of the N records (replace-one)."""
+    sampled = dp_accounting.SampledWithoutReplacementDpEvent(dataset_size, batch_size, step)
+    return dp_accounting.SelfComposedDpEvent(sampled, steps)
+
+
 def dpsgd_event(
     sigma: float, sample_rate: float, steps: int, *, sampler: str = "poisson",
     dataset_size: int | None = None,
@@ -60,17 +74,15 @@ def dpsgd_event(
     require_steps(steps)
     gaussian = dp_accounting.GaussianDpEvent(sigma)
     if sampler == "poisson":
-        step = gaussian if sample_rate == 1 else dp_accounting.PoissonSampledDpEvent(sample_rate, gaussian)
-        return dp_accounting.SelfComposedDpEvent(step, steps)
+        return poisson_sampled(gaussian, sample_rate, steps)
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
     if dataset_size is None or dataset_size < 1:
         raise ValueError(f"a {sampler} sampler needs dataset_size >= 1, got {dataset_size}")
     replace_one = dp_accounting.GaussianDpEvent(sigma / 2)
     if sampler == "fixed":
-        batch = fixed_batch_size(sample_rate, dataset_size)
-        step = dp_accounting.SampledWithoutReplacementDpEvent(dataset_size, batch, replace_one)
-        return dp_accounting.SelfComposedDpEvent(step, steps)
+        return sampled_without_replacement(
+            replace_one, dataset_size, fixed_batch_size(sample_rate, dataset_size), steps)
     return dp_accounting.SelfComposedDpEvent(replace_one, participations(sample_rate, steps, dataset_size))
 
 
