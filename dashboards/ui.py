@@ -25,6 +25,14 @@ def server_command(location: StoreLocation, host: str, port: int) -> list[str]:
     return cmd
 
 
+def runs_table_url(host: str, port: int, experiment_id: str) -> str:
+    """The experiment's runs table. MLflow 3's UI opens an experiment on its GenAI overview when its
+    workflow switch (kept in the browser) says GenAI, its default; `workflowType` in the link overrides it."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"http://{shown}:{port}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
 def check_bindable(host: str, port: int) -> None:
     """MLflow's server exits 0 when it cannot bind; find out first, and say so."""
     try:

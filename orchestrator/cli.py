@@ -194,7 +194,7 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
-    from dashboards.ui import UiError, serve
+    from dashboards.ui import UiError, check_bindable, runs_table_url, serve
     from orchestrator.sweep_cli import locate
 
     location = locate(store, artifacts=artifacts)
@@ -202,7 +202,13 @@ def ui(
         fail(f"{location.display} is already an MLflow server: open it in a browser")
     if not location.exists():
         fail(f"no privbench store at {location.display}")
+    st = _open_store(location)
+    with store_errors(st.where):
+        sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
     try:
+        check_bindable(host, port)
+        for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
+            out.print(f"{name}: {runs_table_url(host, port, experiment_id)}", soft_wrap=True, highlight=False)
         code = serve(location, host, port)
     except UiError as e:
         fail(str(e))

@@ -14,15 +14,18 @@ import urllib.request
 
 import pytest
 
+from tests.dashboards.test_report import chromium
 from tests.dashboards.test_ui import free_port
 
 
 @pytest.fixture(scope="module")
-def api(figure_store):
+def api(figure_store, tmp_path_factory):
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", "--store", str(figure_store),
-                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    printed = tmp_path_factory.mktemp("ui") / "stdout.txt"
+    with printed.open("w") as stdout:
+        server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", "--store", str(figure_store),
+                                   "--port", str(port)], stdout=stdout, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
     base = f"http://127.0.0.1:{port}"
 
     def call(path: str, body: dict | None = None, raw: bool = False):
@@ -41,6 +44,7 @@ def api(figure_store):
             break
         except OSError:
             time.sleep(0.2)
+    call.printed = printed.read_text()  # what `privbench ui` told the user, before the server started
     try:
         yield call
     finally:
@@ -62,6 +66,37 @@ def runs(api):
 def test_experiment_opens_on_the_runs_table(runs):
     exp, _ = runs
     assert {t["key"]: t["value"] for t in exp["tags"]}["mlflow.experimentKind"] == "custom_model_development"
+
+
+def page_text(tmp_path, url: str) -> str:
+    """The text a browser shows for `url` once MLflow's single-page app has rendered it."""
+    dom = chromium(tmp_path, "--virtual-time-budget=30000", "--window-size=1600,1200", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout))
+
+
+@pytest.mark.slow
+def test_the_printed_links_open_the_runs_table_in_a_browser(api, runs, tmp_path):
+    """Viewed in headless Chromium: MLflow 3's UI shows its GenAI overview for an experiment unless the
+    link says otherwise, so `privbench ui` prints one runs-table link per sweep; the runs table and a trial's
+    page show what the issue asked for (duration, source, parent run, dataset)."""
+    exp, found = runs
+    links = dict(re.findall(r"^(\S+): (http://\S+)$", api.printed, re.M))
+    assert set(links) == {"figs", "figs-b"}
+    assert links["figs"].endswith(f"/#/experiments/{exp['experiment_id']}/runs?workflowType=machine_learning")
+    table = page_text(tmp_path, links["figs"])
+    assert "Traces 0" not in table and "Detect Issues" not in table  # not the GenAI overview
+    for shown in ("Run Name", "Duration", "Source", "Dataset", "figs (sweep)", "privbench"):
+        assert shown in table, shown
+    trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
+    page = page_text(tmp_path, links["figs"].replace("/runs?", f"/runs/{trial['info']['run_id']}?"))
+    assert trial["info"]["run_name"] in page
+    about = page[page.index("About this run"):]
+    seconds = (trial["info"]["end_time"] - trial["info"]["start_time"]) / 1000
+    assert re.search(r"Duration (\d+(\.\d+)?)s", about), about[:400]
+    assert abs(float(re.search(r"Duration (\d+(\.\d+)?)s", about)[1]) - seconds) < 0.15
+    assert "Parent run figs (sweep)" in about and "Source privbench" in about
+    assert re.search(r"Datasets digits \([0-9a-f]{8}\) training", about, re.I), about[:600]
 
 
 def test_trial_runs_carry_wall_time_source_and_dataset(runs):
