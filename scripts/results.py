@@ -59,17 +59,16 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="blocks to regenerate (default: all)")
     parser.add_argument("--store", default=str(ROOT / "privbench-store"), help="store the sweeps run in")
     args = parser.parse_args()
-    texts = {page: page.read_text() for page in PAGES}
-    known = {m[2] for text in texts.values() for m in BLOCK.finditer(text)}
+    known = {m[2] for page in PAGES for m in BLOCK.finditer(page.read_text())}
     unknown = set(args.names) - known
     if unknown:
         raise SystemExit(f"no result block named {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     made: dict[str, str] = {}
     for name in args.names or sorted(known):
         made[name] = block(name, args.store)
-        for page, text in texts.items():  # write after each sweep: a long run loses nothing done so far
-            texts[page] = BLOCK.sub(lambda m: m[1] + made[m[2]] + m[4] if m[2] in made else m[0], text)
-            page.write_text(texts[page])
+        for page in PAGES:  # written after each sweep, into the page as it is now: nothing done is lost
+            page.write_text(BLOCK.sub(lambda m: m[1] + made[m[2]] + m[4] if m[2] in made else m[0],
+                                      page.read_text()))
         print(f"{name}: regenerated", file=sys.stderr)
 
 
