@@ -8,7 +8,9 @@ a fresh process that starts its own local Ray:
 - `tune`: Ray Tune, a function trainable calling `run_trial`, with `MLflowLoggerCallback` (what users
   would pick instead).
 
-privbench's extra cost per trial is (T_privbench - T_ray) / N; the goal is <= 100 ms, flat in N.
+privbench's extra cost per trial is (T_privbench - T_ray) / N; the goal is <= 100 ms, flat in N. Each
+row also gives the extra CPU seconds of the driver process per trial (its own user + system time, not
+Ray's or the workers'), which a busy shared machine disturbs less than wall time.
 
     python benchmarks/orchestration.py --n 60 300 1000 [--tune-max 300] [--systems ray privbench tune]
         [--timeout S] [--json out.json]
@@ -71,6 +73,24 @@ assert not results.errors, results.errors[:3]
 """
 
 
+# Runs the benchmarked program and writes the CPU seconds of its own (driver) process at exit: on a shared
+# machine the driver's CPU per trial is a steadier measure of its overhead than the difference of walls.
+DRIVER = """
+import atexit, resource, sys
+cpu_out = sys.argv.pop(1)
+def _cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open(cpu_out, "w") as fh:
+        fh.write(repr(usage.ru_utime + usage.ru_stime))
+atexit.register(_cpu)
+"""
+PRIVBENCH = DRIVER + """
+import runpy
+sys.argv = ["privbench", *sys.argv[1:]]
+runpy.run_module("orchestrator", run_name="__main__")
+"""
+
+
 def timed(cmd: list[str], cwd: Path, timeout: float) -> float | None:
     """Wall seconds of the command, None when it ran past `timeout` (its whole process group, Ray's
     processes included, is then killed)."""
@@ -100,20 +120,26 @@ def measure(n: int, systems: list[str], timeout: float) -> dict[str, float | int
         folder = Path(tmp)
         grid = folder / "grid.yaml"
         grid.write_text(GRID.format(seeds=", ".join(map(str, range(n)))))
+        cpu = {name: folder / f"{name}.cpu" for name in ("ray", "privbench", "tune")}
         commands = {
-            "ray": [sys.executable, "-c", BARE.format(root=str(ROOT), grid=str(grid))],
-            "privbench": [sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--store",
-                          str(folder / "store")],
-            "tune": [sys.executable, "-c", TUNE.format(root=str(ROOT), grid=str(grid), storage=str(folder / "tune"),
-                                                        tracking=f"sqlite:///{folder / 'tune-mlflow.db'}")],
+            "ray": [sys.executable, "-c", DRIVER + BARE.format(root=str(ROOT), grid=str(grid)), str(cpu["ray"])],
+            "privbench": [sys.executable, "-c", PRIVBENCH, str(cpu["privbench"]), "sweep", "run", str(grid),
+                          "--store", str(folder / "store")],
+            "tune": [sys.executable, "-c", DRIVER + TUNE.format(
+                root=str(ROOT), grid=str(grid), storage=str(folder / "tune"),
+                tracking=f"sqlite:///{folder / 'tune-mlflow.db'}"), str(cpu["tune"])],
         }
         row: dict[str, float | int | None] = {"n": n, "load_before": os.getloadavg()[0]}
         for name in ("ray", "privbench", "tune"):
             row[f"{name}_s"] = timed(commands[name], folder, timeout) if name in systems else None
+            row[f"{name}_driver_cpu_s"] = float(cpu[name].read_text()) if cpu[name].exists() else None
         row["load_after"] = os.getloadavg()[0]
     for name in ("privbench", "tune"):
         ok = row[f"{name}_s"] is not None and row["ray_s"] is not None
         row[f"{name}_extra_ms_per_trial"] = 1000 * (row[f"{name}_s"] - row["ray_s"]) / n if ok else None
+        ok = row[f"{name}_driver_cpu_s"] is not None and row["ray_driver_cpu_s"] is not None
+        row[f"{name}_extra_cpu_ms_per_trial"] = (
+            1000 * (row[f"{name}_driver_cpu_s"] - row["ray_driver_cpu_s"]) / n if ok else None)
     return row
 
 
@@ -131,16 +157,18 @@ def main() -> None:
     def cell(value: float | None, unit: str = "", fmt: str = ".1f") -> str:
         return "-" if value is None else f"{value:{fmt}}{unit}"
 
-    print("| N | bare Ray (s) | privbench (s) | privbench extra / trial | Ray Tune + MLflow (s) | Tune extra / trial "
-          "| load avg before / after |")
-    print("|---|---|---|---|---|---|---|")
+    print("| N | bare Ray (s) | privbench (s) | privbench extra / trial | privbench extra driver CPU / trial "
+          "| Ray Tune + MLflow (s) | Tune extra / trial | Tune extra driver CPU / trial | load avg before / after |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in args.n:
         systems = [s for s in args.systems if s != "tune" or n <= args.tune_max]
         row = measure(n, systems, args.timeout)
         rows.append(row)
         print(f"| {n} | {cell(row['ray_s'])} | {cell(row['privbench_s'])} "
-              f"| {cell(row['privbench_extra_ms_per_trial'], ' ms', '.0f')} | {cell(row['tune_s'])} "
+              f"| {cell(row['privbench_extra_ms_per_trial'], ' ms', '.0f')} "
+              f"| {cell(row['privbench_extra_cpu_ms_per_trial'], ' ms', '.0f')} | {cell(row['tune_s'])} "
               f"| {cell(row['tune_extra_ms_per_trial'], ' ms', '.0f')} "
+              f"| {cell(row['tune_extra_cpu_ms_per_trial'], ' ms', '.0f')} "
               f"| {row['load_before']:.1f} / {row['load_after']:.1f} |", flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
