@@ -38,7 +38,9 @@ GRID = {"name": "remote", "seeds": [0, 1], "grid": {"dataset": ["digits"], "mode
 def clean_env() -> dict[str, str]:
     """The environment of a node without privbench: no PYTHONPATH, no privbench settings."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("PRIVBENCH_", "RAY_"))}
-    return env | {"RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray >= 2.5x turns token authentication on when ~/.ray/auth_token exists; this loopback-only
+    # throwaway cluster runs without it, explicitly, so that the test does not depend on that file.
+    return env | {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def ray_cli() -> list[str]:
