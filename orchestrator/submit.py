@@ -57,14 +57,18 @@ def run_all(
 
     `on_start` runs before a trial is submitted and may refuse it (False: another driver has it).
     `on_progress` and `on_tick` (the lease heartbeat) run at most every `poll_s` seconds, not once per
-    result, so the driver's own cost per trial does not grow with the number of trials.
+    result, so the driver's own cost per trial does not grow with the number of trials. Finished
+    trials' slots are refilled before their results are recorded (`on_result`), so the cluster keeps
+    working while the driver writes; a driver killed in between leaves those trials leased and
+    unrecorded, to be redone by the next run, as with a kill at any other moment.
     """
     task = ray.remote(_trial_task)
     board = ProgressBoard.remote()
     queue = deque((c, 0) for c in configs)
     in_flight: dict[Any, tuple[dict[str, Any], int]] = {}
     last_poll = 0.0
-    while queue or in_flight:
+
+    def fill() -> None:
         while queue and len(in_flight) < max_concurrent:
             config, attempt = queue.popleft()
             if on_start(config) is False:
@@ -72,15 +76,21 @@ def run_all(
             opts = {"num_cpus": config["resources"]["cpus"], "num_gpus": config["resources"]["gpus"],
                     "max_retries": 0}
             in_flight[task.options(**opts).remote(config, board)] = (config, attempt)
+
+    while queue or in_flight:
+        fill()
         if not in_flight:
             break
         done, _ = ray.wait(list(in_flight), num_returns=1, timeout=poll_s)
+        if done and len(in_flight) > 1:  # every result that is ready, not one per loop
+            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
         if time.monotonic() - last_poll >= poll_s:
             last_poll = time.monotonic()
             if on_tick is not None:
                 on_tick()
             if on_progress is not None:
                 on_progress(ray.get(board.snapshot.remote()))
+        results = []
         for ref in done:
             config, attempt = in_flight.pop(ref)
             try:
@@ -90,6 +100,9 @@ def run_all(
             if record["status"] == "failed" and attempt < retries:
                 queue.append((config, attempt + 1))
                 continue
-            board.forget.remote(config["trial_key"])
+            results.append(record)
+        fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
+        for record in results:
+            board.forget.remote(record["trial_key"])
             on_result(record)
     ray.kill(board)

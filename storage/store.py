@@ -136,7 +136,12 @@ class Store:
         _quiet_mlflow()
         from mlflow.tracking import MlflowClient
 
-        return MlflowClient(tracking_uri=self.location.tracking_uri)
+        client = MlflowClient(tracking_uri=self.location.tracking_uri)
+        engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
+        if self.ledger.engine is not None and not self.ledger.read_only and getattr(engine, "dialect", None) \
+                is not None and engine.dialect.name == "sqlite":
+            _sqlite_writer(engine)  # the driver writes mlflow.db as it writes the ledger
+        return client
 
     @property
     def client(self) -> Any:
@@ -357,12 +362,6 @@ class Store:
             f"-eps{eps:g}" if eps is not None else "") + f"-seed{config['seed']}"
         env = record.get("environment") or {}
         started, ended = _ms(env.get("started_at")), _ms(env.get("finished_at"))  # the trial's own wall clock
-        run = self.client.create_run(
-            experiment_id, run_name=run_name, start_time=started,
-            tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
-                  "mlflow.parentRunId": self._sweep_run(sweep, experiment_id)} | _source_tags())
-        run_id = run.info.run_id
-        fault("after_create_run")
         now = ended or int(time.time() * 1000)
         privacy = record.get("privacy") or {}
         params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
@@ -376,20 +375,28 @@ class Store:
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
                 "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
         tags |= {f"version.{k}": v for k, v in (env.get("versions") or {}).items()}
+        # Few round trips per run (each is a database transaction): every tag at creation, the
+        # artifacts, then metrics, params and the `recorded` mark in one batch, then the end.
+        run = self.client.create_run(
+            experiment_id, run_name=run_name, start_time=started,
+            tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
+                  "mlflow.parentRunId": self._sweep_run(sweep, experiment_id)} | _source_tags()
+            | {k: str(v)[:5000] for k, v in tags.items() if v is not None})
+        run_id = run.info.run_id
+        fault("after_create_run")
+        self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
+        self.client.log_dict(run_id, dict(record), "result.json")
+        if record.get("traceback"):
+            self.client.log_text(run_id, record["traceback"], "traceback.txt")
         self.client.log_batch(
             run_id,
             metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if _is_number(v)]
             + [Metric(k, float(v), now, i + 1) for k, curve in (record.get("curves") or {}).items()
                for i, v in enumerate(curve) if _is_number(v)],
             params=[Param(k, _param(v)) for k, v in params.items() if v is not None],
-            tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items() if v is not None],
+            tags=[RunTag(RECORDED_TAG, "true")],  # last of the run's content: without it, it was cut off
         )
-        self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
         fault("after_log_batch")
-        self.client.log_dict(run_id, dict(record), "result.json")
-        if record.get("traceback"):
-            self.client.log_text(run_id, record["traceback"], "traceback.txt")
-        self.client.set_tag(run_id, RECORDED_TAG, "true")
         self.client.set_terminated(run_id, "FINISHED" if record["status"] == "finished" else "FAILED",
                                    end_time=ended)
         fault("before_ledger_record")
@@ -410,6 +417,18 @@ class Store:
 
     def sweep_names(self) -> list[str]:
         return self.ledger.sweep_names() if self.ledger.has_schema() else []
+
+
+def _sqlite_writer(engine: Any) -> None:
+    """Give MLflow's SQLite engine the ledger's write settings (WAL, no fsync per commit): new
+    connections get them from the listener, the pooled ones now."""
+    from sqlalchemy import event
+
+    from storage.ledger import sqlite_writer_pragmas
+
+    if not event.contains(engine, "connect", sqlite_writer_pragmas):
+        event.listen(engine, "connect", sqlite_writer_pragmas)
+    engine.dispose()  # connections opened before the listener (MLflow's migrations) are closed
 
 
 def _ms(seconds: Any) -> int | None:

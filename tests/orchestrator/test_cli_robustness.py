@@ -48,49 +48,65 @@ def big_store(tmp_path_factory) -> Path:
     return folder
 
 
-def best_of(n: int, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    """CPU seconds (user + system) of the command, best of n: the test machine's 2 cores are shared, so
-    wall time measures the neighbours' load as much as privbench."""
-    import resource
+# What the CLI may import: heavy libraries only where a command needs them. How fast that makes it is
+# measured, not asserted (a timed test flakes on a shared machine): benchmarks/cli_latency.py.
+HEAVY = ("torch", "ray", "mlflow", "opacus", "mechanisms", "workers", "matplotlib", "sklearn", "transformers",
+         "scipy", "pandas", "numpy", "sqlalchemy", "alembic")
+IMPORTS_PROBE = """
+import atexit, json, runpy, sys
+out = sys.argv[1]
+def dump():
+    with open(out, "w") as fh:
+        json.dump(sorted({m.split(".")[0] for m in sys.modules}), fh)
+atexit.register(dump)
+sys.argv = ["privbench", *sys.argv[2:]]
+runpy.run_module("orchestrator", run_name="__main__")
+"""
 
-    times, result = [], None
-    for _ in range(n):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        result = privbench(*args)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        times.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    return min(times), result
+
+def imported_by(tmp_path: Path, *args: str) -> tuple[set[str], subprocess.CompletedProcess]:
+    """Run `privbench ARGS` in a fresh interpreter; the top-level packages it had imported at exit."""
+    out = tmp_path / "modules.json"
+    result = subprocess.run([sys.executable, "-c", IMPORTS_PROBE, str(out), *map(str, args)], env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    return set(json.loads(out.read_text())) & set(HEAVY), result
 
 
-def test_help_is_fast_and_imports_nothing_heavy():
-    import resource
+def test_help_imports_nothing_heavy(tmp_path):
+    heavy, result = imported_by(tmp_path, "--help")
+    assert result.returncode == 0 and "sweep" in result.stdout, result.stderr
+    assert heavy == set(), f"privbench --help imports {sorted(heavy)}"
+    heavy, result = imported_by(tmp_path, "sweep", "run", "--help")
+    assert result.returncode == 0 and heavy == set(), sorted(heavy)
 
-    cpu = []
-    for _ in range(3):  # CPU time, not wall time: the test machine's 2 cores are shared and often busy
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        result = privbench("--help")
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    assert result.returncode == 0 and "sweep" in result.stdout
-    assert min(cpu) < 0.5, f"privbench --help used {min(cpu):.2f} s of CPU"
-    probe = subprocess.run([sys.executable, "-c", "import sys, orchestrator.cli; "
-                            "print(sorted(m for m in ('torch', 'ray', 'mlflow', 'pandas', 'sqlalchemy', 'mechanisms') "
-                            "if m in sys.modules))"], env=ENV, capture_output=True, text=True)
-    assert probe.stdout.strip() == "[]", probe.stdout + probe.stderr
+
+def test_the_imports_probe_sees_a_heavy_import(tmp_path):
+    """The probe can fail: a command that trains (here a dry run, which loads the mechanisms' registry to
+    check the grid) is seen importing torch."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nseeds: [0]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n")
+    heavy, result = imported_by(tmp_path, "sweep", "run", grid, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert {"torch", "mechanisms"} <= heavy
+
+
+# Read commands read the ledger (SQLAlchemy) and, for tables, pandas; never training, Ray or MLflow.
+READ_ALLOWED = {"sqlalchemy", "pandas", "numpy"}
 
 
 @pytest.mark.parametrize("args", [("sweep", "status", "big"), ("leaderboard", "big", "--format", "json"),
-                                  ("sweep", "list")])
-def test_read_commands_on_150_trials_are_fast(big_store, args):
-    seconds, result = best_of(2, *args, "--store", big_store)
+                                  ("sweep", "list"), ("leaderboard", "big", "--format", "csv")])
+def test_read_commands_import_no_training_ray_or_mlflow(big_store, tmp_path, args):
+    heavy, result = imported_by(tmp_path, *args, "--store", big_store)
     assert result.returncode == 0, result.stderr
-    assert seconds < 2.0, f"{' '.join(args)} took {seconds:.2f} s"
+    assert heavy <= READ_ALLOWED, f"{' '.join(args)} imports {sorted(heavy - READ_ALLOWED)}"
 
 
-def test_export_is_fast_and_complete(big_store, tmp_path):
-    seconds, result = best_of(1, "export", "big", "--store", big_store, "--format", "csv", "--out", tmp_path / "x.csv")
+def test_export_is_complete_and_imports_no_training_ray_or_mlflow(big_store, tmp_path):
+    heavy, result = imported_by(tmp_path, "export", "big", "--store", big_store, "--format", "csv",
+                                "--out", tmp_path / "x.csv")
     assert result.returncode == 0, result.stderr
-    assert seconds < 2.0
+    assert heavy <= READ_ALLOWED, sorted(heavy - READ_ALLOWED)
     assert len((tmp_path / "x.csv").read_text().splitlines()) == 151
 
 

@@ -158,3 +158,61 @@ def test_two_users_share_one_tracking_server_through_a_shared_ledger(pg, tmp_pat
                           "--ledger", ledger, cwd=bob, home=bob)
         assert other.returncode == 2 and "no privbench sweep created" in other.stderr
         assert client.get_run(theirs).info.lifecycle_stage == "active"
+
+
+RACE = [{"sweep": "race", "trial_key": f"k{i}", "dataset": "digits", "model": "mlp", "mechanism": "nonprivate",
+         "epsilon": None, "seed": i} for i in range(6)]
+
+
+def _race_driver(uri: str, barrier, results) -> None:
+    """One driver: released at the same instant as the others on a fresh database, it creates the store
+    (MLflow's schema, the ledger's tables), opens the sweep, then leases and records every trial it can."""
+    from storage.location import resolve
+    from storage.store import Store
+
+    recorded: list[str] = []
+    try:
+        barrier.wait(timeout=120)
+        st = Store(resolve(uri), create=True)
+        st.open_sweep("race", "name: race", RACE)
+        for cfg in RACE:
+            if st.claim("race", cfg["trial_key"]):
+                record = {"sweep": "race", "trial_key": cfg["trial_key"], "status": "finished", "config": cfg,
+                          "metrics": {"accuracy": 0.5}}
+                if st.record(record) is not None:
+                    recorded.append(cfg["trial_key"])
+        st.release("race")
+        results.put(("ok", recorded))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        results.put((f"{type(e).__name__}: {str(e)[:500]}", recorded))
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_drivers_starting_at_once_on_a_fresh_postgres_database(pg, attempt):
+    """Three drivers released by one barrier on an empty database: schema and experiment creation is
+    serialised (advisory lock), all three succeed, and every trial is recorded exactly once."""
+    import multiprocessing
+
+    uri = pg.database()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_race_driver, args=(uri, barrier, results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        out = [results.get(timeout=600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    assert [status for status, _ in out] == ["ok"] * 3, out
+    recorded = [key for _, keys in out for key in keys]
+    assert sorted(recorded) == sorted(c["trial_key"] for c in RACE)  # each trial by exactly one driver
+    rows = ledger_rows(uri, "race")
+    assert {r["status"] for r in rows} == {"finished"} and all(r["attempts"] == 1 for r in rows)
+    client = MlflowClient(tracking_uri=normalise_db_uri(uri))
+    assert len([e for e in client.search_experiments() if e.name == "race"]) == 1
+    runs = [r for r in active_runs(uri, "race") if r.data.tags.get("privbench.sweep_run") != "true"]
+    assert sorted(r.data.tags["privbench.trial_key"] for r in runs) == sorted(recorded)
+    assert {r["run_id"] for r in rows} == {r.info.run_id for r in runs}

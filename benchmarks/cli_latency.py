@@ -1,0 +1,86 @@
+"""How long the CLI takes to answer: `privbench --help` and the read commands on a 150-trial store.
+
+The tests only check what each command imports (tests/orchestrator/test_cli_robustness.py); the
+times are measured here. Each command runs in a fresh interpreter, `--repeat` times; the table gives
+the best and median wall time and the best CPU time (user + system of the child). The issue's targets:
+`--help` under 0.5 s, the read commands under 2 s on 150 trials.
+
+    python benchmarks/cli_latency.py [--trials 150] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from storage.location import resolve  # noqa: E402
+from storage.store import Store  # noqa: E402
+
+
+def build_store(folder: Path, n: int) -> None:
+    """A store with n recorded trials, written through Store as the driver does."""
+    st = Store(resolve(str(folder)), create=True)
+    records = []
+    for i in range(n):
+        mech = "nonprivate" if i % 3 == 0 else "dpsgd"
+        cfg = {"mechanism": mech, "dataset": "digits", "model": "mlp", "seed": i // 3,
+               "epsilon": None if mech == "nonprivate" else float(1 + i % 3), "delta": 1e-5,
+               "train": {"batch_size": 64}}
+        records.append({"sweep": "big", "trial_key": f"key{i:04d}", "status": "finished", "config": cfg,
+                        "metrics": {"accuracy": 0.8 + i / 10_000, "wall_s": 1.0, "step_time_s": 0.01},
+                        "privacy": {"epsilon_claimed": cfg["epsilon"], "epsilon_certified": cfg["epsilon"]}})
+    st.open_sweep("big", "name: big", [r["config"] | {"trial_key": r["trial_key"]} for r in records])
+    for r in records:
+        st.record(r)
+    st.ledger.engine.dispose()
+    st.client._tracking_client.store.engine.dispose()
+
+
+def run(args: list[str], repeat: int) -> tuple[float, float, float]:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    walls, cpus = [], []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "orchestrator", *args], env=env, capture_output=True, text=True)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        if result.returncode != 0:
+            raise RuntimeError(f"privbench {' '.join(args)}: {result.stderr[-1000:]}")
+    return min(walls), statistics.median(walls), min(cpus)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=150)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="privbench-cli-") as tmp:
+        store = Path(tmp) / "store"
+        build_store(store, args.trials)
+        commands = [["--help"], ["sweep", "list"], ["sweep", "status", "big"],
+                    ["leaderboard", "big", "--format", "json"],
+                    ["export", "big", "--format", "csv", "--out", str(Path(tmp) / "x.csv")]]
+        print(f"load average before: {os.getloadavg()[0]:.1f}; {args.trials} trials; best of {args.repeat}")
+        print("| command | best wall (s) | median wall (s) | best CPU (s) |")
+        print("|---|---|---|---|")
+        for cmd in commands:
+            full = cmd if cmd == ["--help"] else [*cmd, "--store", str(store)]
+            best, median, cpu = run(full, args.repeat)
+            print(f"| `privbench {' '.join(cmd[:3])}` | {best:.2f} | {median:.2f} | {cpu:.2f} |", flush=True)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
