@@ -110,11 +110,30 @@ class PrivateGhostOptimizer(PrivateOptimizerMixin, DPOptimizerFastGradientClippi
     """Ghost clipping: the gradients arrive clipped and summed (Opacus' two-pass `ghost` mode)."""
 
 
+class PrivateBookkeepingOptimizer(PrivateGhostOptimizer):
+    """Book-keeping (`bk`): the engine writes each step's clipped sum into a fresh `p.grad` (or adds it to a
+    `p.grad` the caller kept), so `accumulate` hands that tensor to `p.summed_grad` instead of Opacus' deep
+    copy (a copy of every gradient per step: 17 MB on bert-tiny) and leaves `p.grad` empty until `add_noise`
+    writes the release. After a skipped step (Opacus' virtual steps) the next clipped sum is added to the
+    kept one, as Opacus does. Noise, scaling and the plan are the parent's."""
+
+    def accumulate(self) -> None:
+        for p in self.params:  # type: ignore[attr-defined]
+            if p.grad is None:
+                raise RuntimeError("book-keeping: a trainable parameter has no gradient at the optimizer step; "
+                                   "call the engine's loss backward() before step()")
+            if p.summed_grad is not None:
+                p.summed_grad.add_(p.grad)
+            else:
+                p.summed_grad = p.grad
+            p.grad = None
+
+
 def optimizer_class(clipping: str, grad_sample_mode: str) -> type[PrivateOptimizerMixin]:
     if grad_sample_mode not in GRAD_SAMPLE_MODES:
         raise ValueError(f"unknown grad_sample_mode {grad_sample_mode!r}; known: {', '.join(GRAD_SAMPLE_MODES)}")
     if grad_sample_mode == "bk":  # clipped sums arrive in p.grad, flat or per-layer (book-keeping engine)
-        return PrivateGhostOptimizer
+        return PrivateBookkeepingOptimizer
     if grad_sample_mode == "ghost":
         if clipping != "flat":
             raise ValueError("Opacus' ghost mode clips flat only; use grad_sample_mode hooks for per-layer clipping")
@@ -184,6 +203,6 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
     return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator), criterion)
 
 
-__all__ = ["GRAD_SAMPLE_MODES", "PlanViolation", "PrivateDPOptimizer", "PrivateGhostOptimizer",
-           "PrivateOptimizerMixin", "PrivatePerLayerOptimizer", "PrivateTraining", "ReleaseObserver",
-           "make_private", "optimizer_class", "plan_loader"]
+__all__ = ["GRAD_SAMPLE_MODES", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",
+           "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer", "PrivateTraining",
+           "ReleaseObserver", "make_private", "optimizer_class", "plan_loader"]

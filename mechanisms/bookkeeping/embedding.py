@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from mechanisms.bookkeeping.norms import sq_norms
 from mechanisms.bookkeeping.registry import Rule, Tap, exact_type, register
 
 
@@ -43,7 +44,7 @@ def record_embedding(tap: Tap, weight: torch.Tensor, ids: torch.Tensor, g: torch
     keys, where = torch.unique((sample * vocab + ids2).reshape(-1), return_inverse=True)
     rows = g2.new_zeros(keys.shape[0], dim).index_add_(0, where, g2.reshape(-1, dim))
     owner, row_id = keys // vocab, keys % vocab
-    norm2 = g2.new_zeros(batch).index_add_(0, owner, rows.pow(2).sum(1))
+    norm2 = g2.new_zeros(batch).index_add_(0, owner, sq_norms(rows))
 
     def clipped_sum(c: torch.Tensor) -> torch.Tensor:
         return rows.new_zeros(vocab, dim).index_add_(0, row_id, rows * c.to(rows.dtype)[owner].unsqueeze(1))

@@ -51,12 +51,12 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool) -> tuple[torch.Tens
     fan_out = g.shape[-1]
     if positions == 1:
         a1, g1 = a[:, 0], g[:, 0]
-        norm2 = a1.pow(2).sum(1) * g1.pow(2).sum(1)
+        norm2 = sq_norms(a1) * sq_norms(g1)
         return norm2, lambda c: (g1 * c.unsqueeze(1)).t().matmul(a1)
     if ghost:
         gram_a = torch.bmm(a, a.transpose(1, 2))
         gram_g = torch.bmm(g, g.transpose(1, 2))
-        norm2 = (gram_a * gram_g).sum((1, 2))
+        norm2 = torch.bmm(gram_a.view(batch, 1, -1), gram_g.view(batch, -1, 1)).view(batch)  # <A, G>_F
         del gram_a, gram_g
 
         def ghost_sum(c: torch.Tensor) -> torch.Tensor:
@@ -66,7 +66,7 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool) -> tuple[torch.Tens
 
         return norm2, ghost_sum
     per_sample = torch.bmm(g.transpose(1, 2), a)  # (B, d, p)
-    norm2 = per_sample.pow(2).sum((1, 2))
+    norm2 = sq_norms(per_sample)
     return norm2, lambda c: weighted_sum(c, per_sample)
 
 
@@ -79,8 +79,12 @@ def weighted_sum(c: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
 
 def instantiated(per_sample: torch.Tensor) -> tuple[torch.Tensor, ClippedSum]:
     """Squared norms and clipped sum of explicitly held per-sample gradients (B, *param_shape)."""
-    norm2 = per_sample.reshape(per_sample.shape[0], -1).pow(2).sum(1)
-    return norm2, lambda c: weighted_sum(c, per_sample)
+    return sq_norms(per_sample), lambda c: weighted_sum(c, per_sample)
+
+
+def sq_norms(x: torch.Tensor) -> torch.Tensor:
+    """|x_i|^2 over all but the first dimension, (B,): one reduction kernel, no squared temporary."""
+    return torch.linalg.vector_norm(x.flatten(1) if x.dim() > 1 else x.unsqueeze(1), dim=1).square()
 
 
 def clip_factors(norms: torch.Tensor, bound: float) -> torch.Tensor:
