@@ -100,12 +100,14 @@ class ScoreAccumulator:
 
 def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: np.random.Generator, *,
                     score: str = "lr", included: np.ndarray | None = None, layout: CanaryLayout | None = None,
-                    chunk: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+                    chunk: int = 2_000_000, noise_moments: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, included) of m Dirac canaries in the certified release process, drawn directly.
 
     Exactly what `DiracCanaries` observes (residual score) in a correct DP-SGD run with noise
     multiplier `sigma`, including the cross-talk of canaries that share a coordinate (`layout`),
-    scored by the same `ScoreAccumulator`.
+    scored by the same `ScoreAccumulator`. `noise_moments` (3,), if given, accumulates what
+    `DiracCanaries.noise_moments` does: count, sum of squares and of fourth powers of the excluded canaries'
+    observations.
     """
     if included is None:
         included = rng.random(m) < 0.5
@@ -117,12 +119,16 @@ def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: n
         k = min(per, steps - done)
         joins = included & (rng.random((k, m)) < sample_rate)
         if layout is None:
-            acc.add(joins + sigma * rng.standard_normal((k, m)))
+            observed = joins + sigma * rng.standard_normal((k, m))
         else:
             flat = (np.arange(k)[:, None] * n + layout.coordinates[None, :]).ravel()
             pushed = np.bincount(flat, weights=(joins * layout.signs).ravel(), minlength=k * n).reshape(k, n)
             released = pushed + sigma * rng.standard_normal((k, n))
-            acc.add(released[:, layout.coordinates] * layout.signs)
+            observed = released[:, layout.coordinates] * layout.signs
+        acc.add(observed)
+        if noise_moments is not None:
+            sq = observed[:, ~included] ** 2
+            noise_moments += (sq.size, float(sq.sum()), float((sq * sq).sum()))
         done += k
     return acc.scores, included
 
@@ -450,7 +456,7 @@ class NoiseBound:
 
 
 def noise_bound(moments: Sequence[float], sample_rate: float, steps: int, delta: float, *,
-                significance: float = 0.001, kurtosis_tol: float = 0.1) -> NoiseBound | None:
+                significance: float = 0.001, kurtosis_tol: float = 0.1, with_epsilon: bool = True) -> NoiseBound | None:
     """The run's epsilon read off the noise it really added, measured where the auditor sees it.
 
     An excluded canary's residual is the mechanism's noise at its coordinate (in units of C; included canaries
@@ -474,5 +480,5 @@ def noise_bound(moments: Sequence[float], sample_rate: float, steps: int, delta:
     kurtosis = (s4 / n) / (ss / n) ** 2
     sigma_upper = math.sqrt(ss / float(scipy.stats.chi2.ppf(significance, n)))
     gaussian = abs(kurtosis - 3.0) <= kurtosis_tol
-    eps = dpsgd_epsilon(sigma_upper, sample_rate, steps, delta) if gaussian else None
+    eps = dpsgd_epsilon(sigma_upper, sample_rate, steps, delta) if gaussian and with_epsilon else None
     return NoiseBound(sigma, sigma_upper, kurtosis, gaussian, eps, int(n), significance)
