@@ -88,12 +88,41 @@ def rr_soundness(eps: float, repeats: int, m: int, seed: int = 0) -> dict:
             **{f"{k}_median": float(np.median(v)) for k, v in rows.items()}}
 
 
+def family_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, seed: int = 0,
+                     curve_searches: int = 3) -> dict:
+    """Only the two family bounds (`--family-only`): the curve test at the true sigma and the noise bound."""
+    certified = epsilon(dpsgd_event(sigma, q, steps), DELTA)
+    plan = white_box.plan_guesses(m, steps, q, sigma, DELTA, seed=seed)
+    rng = np.random.default_rng([seed, 0x50D])
+    curve, noise, medians = [], [], []
+    for i in range(repeats):
+        moments = np.zeros(3)
+        scores, included = white_box.simulate_scores(m, steps, q, sigma, rng, noise_moments=moments)
+        noise.append(white_box.noise_bound(moments, q, steps, DELTA).epsilon)
+        hits = np.cumsum(included[np.argsort(-scores, kind="stable")])
+        k = len(plan.guess_counts)
+        curve.append(any(white_box.rejects_dpsgd(m, r, int(hits[r - 1]), sigma, q, steps, 0.05 / k)
+                         for r in plan.guess_counts))
+        if i < curve_searches:
+            medians.append(white_box.curve_bound(scores, included, DELTA, q, steps, sigma,
+                                                 guess_counts=plan.guess_counts).epsilon)
+    return {"setting": f"dpsgd sigma={sigma} q={q} T={steps}", "certified": certified, "canaries": m,
+            "curve_ok": int(repeats - np.sum(curve)), "noise_ok": int(np.sum(np.array(noise) <= certified)),
+            "curve_median": float(np.median(medians)), "noise_median": float(np.median(noise)),
+            "noise_max": float(np.max(noise))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--canaries", type=int, default=5000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--family-only", action="store_true", help="only the curve and noise bounds")
     args = parser.parse_args()
+    if args.family_only:
+        for sigma, q, steps in SETTINGS:
+            print(json.dumps(family_soundness(sigma, q, steps, args.repeats, args.canaries)), flush=True)
+        return
     rows = []
     for sigma, q, steps in SETTINGS:
         t0 = time.perf_counter()

@@ -57,6 +57,7 @@ class LeaderboardRow:
     epsilon_audited_steinke: float | None = None
     epsilon_audited_fdp: float | None = None
     epsilon_audited_curve: float | None = None  # within the certified event's family (DP-SGD at q, T, any sigma)
+    epsilon_audited_noise: float | None = None  # read off the noise the run really added (white-box measurement)
     audit_ceiling: float | None = None
     mia_auc: float | None = None
     mia_tpr_at_0_1pct_fpr: float | None = None
@@ -67,11 +68,13 @@ class LeaderboardRow:
 # Leaderboard column -> key of the trial's `privacy` record (workers/audit.py).
 AUDIT_KEYS = {
     "epsilon_audited_steinke": "audit_epsilon_steinke", "epsilon_audited_fdp": "audit_epsilon_fdp",
-    "epsilon_audited_curve": "audit_epsilon_curve", "audit_ceiling": "audit_ceiling",
+    "epsilon_audited_curve": "audit_epsilon_curve", "epsilon_audited_noise": "audit_epsilon_noise",
+    "audit_ceiling": "audit_ceiling",
     "mia_auc": "mia_auc", "mia_tpr_at_0_1pct_fpr": "mia_tpr_at_0.1%_fpr",
     "audit_s": "audit_s", "audit_time_ratio": "audit_time_ratio",
 }
-LOWER_BOUNDS = ("epsilon_audited_steinke", "epsilon_audited_fdp", "epsilon_audited_curve")  # max over seeds
+# Lower bounds: the largest over seeds, as `epsilon_audited`.
+LOWER_BOUNDS = ("epsilon_audited_steinke", "epsilon_audited_fdp", "epsilon_audited_curve", "epsilon_audited_noise")
 
 
 def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:

@@ -102,6 +102,7 @@ def test_report_is_self_contained_html_with_figures_verdicts_and_grid():
 
 
 AUDIT = {"epsilon_audited": 0.4, "audit_epsilon_steinke": 0.3, "audit_epsilon_fdp": 0.4, "audit_epsilon_curve": 0.9,
+         "audit_epsilon_noise": 0.97,
          "audit_ceiling": 0.5, "mia_auc": 0.52, "mia_tpr_at_0.1%_fpr": 0.002, "audit_s": 3.0,
          "audit_time_ratio": 1.05}
 
@@ -125,7 +126,7 @@ def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds()
     header = [h.strip() for h in md[0].strip("|").split("|")]
     cells = dict(zip(header, [c.strip() for c in md[2].strip("|").split("|")], strict=True))
     assert cells["eps audited"] == "0.4" and cells["eps curve"] == "0.9" and cells["ceiling"] == "0.6"
-    assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.1"
+    assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.1" and cells["eps noise"] == "0.97"
     csv = render(board, "csv").splitlines()
     for column in ("epsilon_audited_steinke", "epsilon_audited_fdp", "audit_ceiling", "mia_auc",
                    "mia_tpr_at_0_1pct_fpr", "audit_s", "audit_time_ratio"):
@@ -141,3 +142,14 @@ def test_rows_without_audits_show_dashes_not_numbers():
     assert r.audit_ceiling is None and r.mia_auc is None and r.audit_time_ratio is None
     line = render([r], "markdown").splitlines()[2]
     assert line.count("| - ") >= 5
+
+
+def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_cost():
+    from dashboards.report import report
+
+    r = audited(0, audit_epsilon_noise=1.46, claim_status="violated")
+    r["privacy"] |= {"epsilon_certified": 1.5}
+    page = report([dict(r, sweep="s", curves={}), dict(RECORDS[0], sweep="s", curves={})], ["s"])
+    assert "the noise the run really added gives 1.46" in page
+    assert "DP-SGD&#x27;s own curves" not in page  # 0.9 is below the claim of 1: not a reason
+    assert "(ceiling)" in page and "AUC 0.52" in page and "1.05x the training time" in page
