@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 import numpy as np
@@ -34,14 +35,26 @@ SETTINGS = [  # (sigma, sample rate, steps)
 DELTA = 1e-5
 
 
-def dpsgd_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, seed: int = 0) -> dict:
+def dpsgd_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, seed: int = 0,
+                    curve_searches: int = 10) -> dict:
     certified = epsilon(dpsgd_event(sigma, q, steps), DELTA)
     plan = white_box.plan_guesses(m, steps, q, sigma, DELTA, seed=seed)
     rng = np.random.default_rng([seed, 0x50D])
-    rows = {"audited": [], "steinke": [], "fdp": [], "fdp_gdp": []}
-    for _ in range(repeats):
-        scores, included = white_box.simulate_scores(m, steps, q, sigma, rng)
+    rows = {"audited": [], "steinke": [], "fdp": [], "fdp_gdp": [], "curve": [], "noise": []}
+    for i in range(repeats):
+        moments = np.zeros(3)
+        scores, included = white_box.simulate_scores(m, steps, q, sigma, rng, noise_moments=moments)
         b = white_box.one_run_bounds(scores, included, DELTA, guess_counts=plan.guess_counts)
+        rows["noise"].append(white_box.noise_bound(moments, q, steps, DELTA).epsilon)
+        if i < curve_searches:  # the full search (seconds), for the median
+            rows["curve"].append(white_box.curve_bound(scores, included, DELTA, q, steps, sigma,
+                                                       guess_counts=plan.guess_counts).epsilon)
+        else:  # above the certified epsilon iff the true curve is rejected (rejection is monotone in sigma)
+            hits = np.cumsum(included[np.argsort(-scores, kind="stable")])
+            k = len(plan.guess_counts)
+            rows["curve"].append(math.inf if any(
+                white_box.rejects_dpsgd(m, r, int(hits[r - 1]), sigma, q, steps, 0.05 / k)
+                for r in plan.guess_counts) else 0.0)
         auditor = CanaryScoreAuditor(scores[included], scores[~included])
         rows["audited"].append(b.epsilon_audited)
         # each estimator alone at the full significance, with the same fixed guesses
@@ -53,7 +66,8 @@ def dpsgd_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, se
         rows["fdp_gdp"].append(b.epsilon_fdp_gdp)
     return {"setting": f"dpsgd sigma={sigma} q={q} T={steps}", "certified": certified, "canaries": m,
             **{f"{k}_ok": int(np.sum(np.array(v) <= certified)) for k, v in rows.items()},
-            **{f"{k}_median": float(np.median(v)) for k, v in rows.items()}}
+            **{f"{k}_median": float(np.median(v)) for k, v in rows.items() if k != "curve"},
+            "curve_median": float(np.median(rows["curve"][:curve_searches]))}
 
 
 def rr_soundness(eps: float, repeats: int, m: int, seed: int = 0) -> dict:
@@ -74,12 +88,41 @@ def rr_soundness(eps: float, repeats: int, m: int, seed: int = 0) -> dict:
             **{f"{k}_median": float(np.median(v)) for k, v in rows.items()}}
 
 
+def family_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, seed: int = 0,
+                     curve_searches: int = 3) -> dict:
+    """Only the two family bounds (`--family-only`): the curve test at the true sigma and the noise bound."""
+    certified = epsilon(dpsgd_event(sigma, q, steps), DELTA)
+    plan = white_box.plan_guesses(m, steps, q, sigma, DELTA, seed=seed)
+    rng = np.random.default_rng([seed, 0x50D])
+    curve, noise, medians = [], [], []
+    for i in range(repeats):
+        moments = np.zeros(3)
+        scores, included = white_box.simulate_scores(m, steps, q, sigma, rng, noise_moments=moments)
+        noise.append(white_box.noise_bound(moments, q, steps, DELTA).epsilon)
+        hits = np.cumsum(included[np.argsort(-scores, kind="stable")])
+        k = len(plan.guess_counts)
+        curve.append(any(white_box.rejects_dpsgd(m, r, int(hits[r - 1]), sigma, q, steps, 0.05 / k)
+                         for r in plan.guess_counts))
+        if i < curve_searches:
+            medians.append(white_box.curve_bound(scores, included, DELTA, q, steps, sigma,
+                                                 guess_counts=plan.guess_counts).epsilon)
+    return {"setting": f"dpsgd sigma={sigma} q={q} T={steps}", "certified": certified, "canaries": m,
+            "curve_ok": int(repeats - np.sum(curve)), "noise_ok": int(np.sum(np.array(noise) <= certified)),
+            "curve_median": float(np.median(medians)), "noise_median": float(np.median(noise)),
+            "noise_max": float(np.max(noise))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--canaries", type=int, default=5000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--family-only", action="store_true", help="only the curve and noise bounds")
     args = parser.parse_args()
+    if args.family_only:
+        for sigma, q, steps in SETTINGS:
+            print(json.dumps(family_soundness(sigma, q, steps, args.repeats, args.canaries)), flush=True)
+        return
     rows = []
     for sigma, q, steps in SETTINGS:
         t0 = time.perf_counter()
@@ -90,11 +133,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"{'setting':36} {'certified':>9}  ok/{args.repeats}: audited steinke fdp fdp_gdp   medians")
+    print(f"{'setting':36} {'certified':>9}  ok/{args.repeats}: audited steinke fdp fdp_gdp curve noise   medians")
     for r in rows:
+        fam = f"{r.get('curve_ok', '-'):>5} {r.get('noise_ok', '-'):>5}"
+        med = " ".join(f"{r[k + '_median']:.3f}" if k + "_median" in r else "-"
+                       for k in ("audited", "steinke", "fdp", "fdp_gdp", "curve", "noise"))
         print(f"{r['setting']:36} {r['certified']:9.3f}  {r['audited_ok']:>12} {r['steinke_ok']:>7} {r['fdp_ok']:>3} "
-              f"{r['fdp_gdp_ok']:>7}   {r['audited_median']:.3f} {r['steinke_median']:.3f} {r['fdp_median']:.3f} "
-              f"{r['fdp_gdp_median']:.3f}")
+              f"{r['fdp_gdp_ok']:>7} {fam}   {med}", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ WORKLOADS = {
 KEYS = ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "audit_epsilon_steinke", "audit_epsilon_fdp",
         "audit_epsilon_fdp_gdp", "audit_epsilon_legacy", "audit_ceiling", "audit_tightness", "audit_ceiling_tightness",
         "audit_canaries", "audit_guesses", "audit_s", "audit_time_ratio", "mia_auc", "mia_tpr_at_0.1%_fpr",
-        "claim_status")
+        "audit_epsilon_curve", "audit_epsilon_noise", "audit_sigma_measured", "sigma", "audit_run_violated",
+        "audit_plan_s", "audit_family_s", "claim_status")
 
 
 def run(workload: str, epsilon: float, before: bool, seed: int = 0) -> dict:

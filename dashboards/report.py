@@ -56,12 +56,32 @@ def verdict_sentence(r: LeaderboardRow) -> str:
     if r.claim_status == "violated":
         step = (f"; one audited step measured mu {r.mu_audited:.3g} against the claimed {r.mu_claimed:.3g}"
                 if r.mu_audited is not None and r.mu_claimed is not None else "")
+        family = [f"{name} {value:.3g}" for name, value in (("the noise the run really added gives",
+                                                             r.epsilon_audited_noise),
+                                                            ("the test against DP-SGD's own curves gives",
+                                                             r.epsilon_audited_curve))
+                  if value is not None and r.epsilon_claimed is not None and value > r.epsilon_claimed]
+        run = f"; within the certified family, {' and '.join(family)}" if family else ""
         return (f"{where}: violated. An experiment refutes the claim of epsilon {claimed}: the audited lower "
-                f"bound is {audited}{step}; the sound bound is {certified}.")
+                f"bound is {audited}{run}{step}; the sound bound is {certified}.")
     if r.claim_status == "uncertified":
         return (f"{where}: uncertified. No sound analysis of what the code does is known, so only the claim "
                 f"({claimed}) is reported; the audited lower bound is {audited}.")
     return f"{where}: no verdict (no finished private trial)."
+
+
+def audit_sentence(r: LeaderboardRow) -> str:
+    """The audit's other numbers for a row: ceiling, membership inference, cost ('' when none were recorded)."""
+    parts = []
+    if r.audit_ceiling is not None:
+        parts.append(f"the same analysis reaches {r.audit_ceiling:.3g} on the certified mechanism simulated exactly "
+                     "(ceiling)")
+    if r.mia_auc is not None:
+        tpr = "" if r.mia_tpr_at_0_1pct_fpr is None else f", TPR {r.mia_tpr_at_0_1pct_fpr:.3g} at 0.1% FPR"
+        parts.append(f"a loss-threshold membership-inference attack has AUC {r.mia_auc:.3g}{tpr}")
+    if r.audit_time_ratio is not None:
+        parts.append(f"the audits cost {r.audit_time_ratio:.3g}x the training time")
+    return (" Audit: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _svg(fig: Any, salt: str) -> str:
@@ -82,7 +102,10 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
              f"<p>{len(records)} trials ({sum(r.get('status') == 'finished' for r in records)} finished). Rows are "
              "ranked by utility at equal certified epsilon. <b>claimed</b>: the mechanism's own published analysis; "
              "<b>certified</b>: a sound upper bound (PLD) on the noise the code adds; <b>audited</b>: an empirical "
-             "95% lower bound from canaries.</p>", "<h2>Figures</h2>"]
+             "95% lower bound from canaries; <b>curve</b> / <b>noise</b>: lower bounds that assume the run is "
+             "DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: what the audit's analysis "
+             "reaches on the certified mechanism simulated exactly; <b>audit x</b>: run time with the audits over "
+             "without.</p>", "<h2>Figures</h2>"]
     for kind in ("privacy-utility", "verdicts", "overhead", "curves"):
         fig = figures.build(kind, records, metric)
         parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
@@ -91,7 +114,8 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
     parts += ["<h2>Leaderboard</h2>", table, "<h2>Verdicts</h2><ul class='verdicts'>"]
     for r in board:
         if r.mechanism != "nonprivate":
-            parts.append(f"<li class='{html.escape(r.claim_status or 'none')}'>{html.escape(verdict_sentence(r))}</li>")
+            text = html.escape(verdict_sentence(r) + audit_sentence(r))
+            parts.append(f"<li class='{html.escape(r.claim_status or 'none')}'>{text}</li>")
     parts.append("</ul><h2>Grid files</h2>")
     for name in sweeps:
         text = (grids or {}).get(name) or "(grid not stored)"

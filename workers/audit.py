@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from mechanisms.claims import REL_TOL
+
 MODES = ("step", "one-run", "both", "off")
 MIAS = ("loss", "off")
 STATISTICS = ("lr", "sum")
@@ -44,6 +46,7 @@ class AuditConfig:
     statistic: str = "lr"  # white-box score of a gradient canary: likelihood ratio across steps, or sum
     max_canaries: int = 50_000
     ceiling: bool = True  # simulate the certified mechanism under the same analysis
+    family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
     mia: str = "loss"  # black-box loss-threshold membership inference on train vs held-out examples
     mia_examples: int = 5_000
     # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
@@ -153,6 +156,7 @@ class OneRun:
         self.skipped: str | None = None
         self.audit_plan: Any = None
         self.plan_s = 0.0
+        self.shape: tuple[float, float, int] | None = None
 
     def attach(self, optimizer: Any) -> Callable[[], float] | None:
         """Returns a clock of the seconds the canaries spent inside optimizer steps (kept out of the step time)."""
@@ -163,7 +167,7 @@ class OneRun:
 
         t0 = time.perf_counter()
         n_params = sum(p.numel() for p in optimizer.params)
-        shape = dpsgd_shape(self.plan.effective_event)
+        shape = self.shape = dpsgd_shape(self.plan.effective_event)
         guess_counts = None
         m = self.cfg.canaries_for(n_params, shape, self.plan.delta, self.seed)
         if shape is not None:
@@ -198,6 +202,7 @@ class OneRun:
             "audit_one_run_s": e.overhead_s, "audit_estimate_s": e.estimate_s, "audit_plan_s": self.plan_s,
             "audit_steps": e.steps, "audit_epsilon_legacy": self.legacy_epsilon(delta),
         }
+        out |= self.family_fields(delta)
         certified = getattr(self.plan, "epsilon_certified", None)
         if certified:
             out["audit_tightness"] = e.epsilon / certified
@@ -208,6 +213,36 @@ class OneRun:
             out |= {"audit_ceiling": c.epsilon_audited, "audit_ceiling_steinke": c.epsilon_steinke,
                     "audit_ceiling_fdp": c.epsilon_fdp,
                     "audit_ceiling_guess_counts": list(self.audit_plan.guess_counts)}
+        return out
+
+
+    def family_fields(self, delta: float) -> dict[str, Any]:
+        """The two run-level bounds that lean on the certified event's shape (T Poisson-subsampled Gaussian
+        steps at rate q, noise multiplier unknown): the one-run f-DP test against that family's curves
+        (`audit_epsilon_curve`) and the white-box noise measurement (`audit_epsilon_noise`). Either above the
+        claim refutes it (`audit_run_violated`); `epsilon_audited` stays the assumption-free bound."""
+        from mechanisms.auditing import white_box
+
+        if self.shape is None or self.canaries is None:
+            return {}
+        t0 = time.perf_counter()
+        sigma, rate, steps = self.shape
+        c = self.canaries
+        out: dict[str, Any] = {}
+        if c.guess_counts and self.cfg.family_bounds:
+            b = white_box.curve_bound(c.statistic_scores(), c.included, delta, rate, steps, sigma,
+                                      guess_counts=c.guess_counts)
+            out |= {"audit_epsilon_curve": b.epsilon, "audit_sigma_curve": b.sigma}
+        n = white_box.noise_bound(c.noise_moments, rate, steps, delta) if self.cfg.family_bounds else None
+        if n is not None:
+            out |= {"audit_sigma_measured": n.sigma, "audit_sigma_measured_upper": n.sigma_upper,
+                    "audit_noise_kurtosis": n.kurtosis, "audit_epsilon_noise": n.epsilon}
+        claimed = getattr(self.plan, "epsilon_claimed", None)
+        if out and claimed is not None:
+            found = [out.get(k) for k in ("audit_epsilon_curve", "audit_epsilon_noise")]
+            out["audit_run_violated"] = any(e is not None and e > claimed * (1 + REL_TOL) for e in found)
+        if out:
+            out["audit_family_s"] = time.perf_counter() - t0
         return out
 
 
@@ -261,7 +296,7 @@ def audit_cost(audits: dict[str, Any], train_s: float | None) -> dict[str, Any]:
     """What the run-level audits cost: seconds (planning, in-step canaries, bounds, MIA) and the run's
     time with them over its time without (`audit_time_ratio`; the one-step audit is not counted, it
     audits the mechanism, not the run)."""
-    keys = ("audit_plan_s", "audit_one_run_s", "audit_estimate_s", "mia_s")
+    keys = ("audit_plan_s", "audit_one_run_s", "audit_estimate_s", "audit_family_s", "mia_s")
     spent = sum(float(audits[k]) for k in keys if audits.get(k) is not None)
     if not any(audits.get(k) is not None for k in keys):
         return {}

@@ -131,7 +131,9 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
             "grad_sample_mode": outcome.info.get("grad_sample_mode") if private else None,
             "bk_fallback": outcome.info.get("bk_fallback") if private else None,  # why bk could not clip it
             "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
-                                         audit_violated=bool(audits.get("audit_step_violated")), private=private),
+                                         audit_violated=bool(audits.get("audit_step_violated")
+                                                              or audits.get("audit_run_violated")),
+                                         private=private),
         }
         metrics = outcome.metrics | {"wall_s": time.time() - started, "calibration_s": calibration_s,
                                      "n_train": float(len(train_split))}

@@ -98,6 +98,9 @@ class DiracCanaries:
         self._layout: list[tuple[int, Any, np.ndarray]] = []  # (param index, local offsets, canary ids)
         self._data = np.zeros(m)
         self._step_obs = np.zeros(m)
+        # Moments of the excluded canaries' residuals (pure noise at a coordinate no canary of theirs pushes;
+        # pushes of included canaries sharing it only add variance): the white-box noise measurement.
+        self.noise_moments = np.zeros(3)  # (count, sum of y^2, sum of y^4)
 
     @property
     def lr_scores(self) -> np.ndarray:
@@ -183,6 +186,9 @@ class DiracCanaries:
             self._step_obs[ids] = released * self.signs[ids] / self.clip
         self.scores += self._step_obs
         self._lr.add(self._step_obs)
+        out = self._step_obs[~self.included]
+        sq = out * out
+        self.noise_moments += (out.size, float(sq.sum()), float((sq * sq).sum()))
         self.steps += 1
 
     # -- estimates --------------------------------------------------------------------------

@@ -98,7 +98,11 @@ def fdp_objective(m: int, n_guess: int, n_correct: int, epsilon: float, delta: f
     the observed counts are reached with probability `significance`; the claim is rejected when
     r + h falls short of the fraction of canaries actually guessed.
     """
-    inv = _blow_up_inverse(family, float(epsilon), float(delta))
+    return curve_objective(m, n_guess, n_correct, _blow_up_inverse(family, float(epsilon), float(delta)), significance)
+
+
+def curve_objective(m: int, n_guess: int, n_correct: int, inv: Callable[[float], float], significance: float) -> float:
+    """`fdp_objective` against any claimed curve, given as its blow-up inverse `inv` (see `_blow_up_inverse`)."""
     r = significance * n_correct / m
     h = significance * (n_guess - n_correct) / m
     for i in range(n_correct - 1, -1, -1):

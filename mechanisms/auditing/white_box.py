@@ -31,13 +31,15 @@ exactly as private as certified) and the soundness checks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from mechanisms.auditing import one_run
 from mechanisms.auditing.canary import CanaryScoreAuditor, Explicit
 
 SCORES = ("lr", "sum")
@@ -98,12 +100,14 @@ class ScoreAccumulator:
 
 def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: np.random.Generator, *,
                     score: str = "lr", included: np.ndarray | None = None, layout: CanaryLayout | None = None,
-                    chunk: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+                    chunk: int = 2_000_000, noise_moments: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, included) of m Dirac canaries in the certified release process, drawn directly.
 
     Exactly what `DiracCanaries` observes (residual score) in a correct DP-SGD run with noise
     multiplier `sigma`, including the cross-talk of canaries that share a coordinate (`layout`),
-    scored by the same `ScoreAccumulator`.
+    scored by the same `ScoreAccumulator`. `noise_moments` (3,), if given, accumulates what
+    `DiracCanaries.noise_moments` does: count, sum of squares and of fourth powers of the excluded canaries'
+    observations.
     """
     if included is None:
         included = rng.random(m) < 0.5
@@ -115,12 +119,16 @@ def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: n
         k = min(per, steps - done)
         joins = included & (rng.random((k, m)) < sample_rate)
         if layout is None:
-            acc.add(joins + sigma * rng.standard_normal((k, m)))
+            observed = joins + sigma * rng.standard_normal((k, m))
         else:
             flat = (np.arange(k)[:, None] * n + layout.coordinates[None, :]).ravel()
             pushed = np.bincount(flat, weights=(joins * layout.signs).ravel(), minlength=k * n).reshape(k, n)
             released = pushed + sigma * rng.standard_normal((k, n))
-            acc.add(released[:, layout.coordinates] * layout.signs)
+            observed = released[:, layout.coordinates] * layout.signs
+        acc.add(observed)
+        if noise_moments is not None:
+            sq = observed[:, ~included] ** 2
+            noise_moments += (sq.size, float(sq.sum()), float((sq * sq).sum()))
         done += k
     return acc.scores, included
 
@@ -306,3 +314,171 @@ def choose_canaries(n_params: int, steps: int, sample_rate: float, sigma: float,
         if m >= max_canaries:
             break
     return best_m
+
+
+# -- the run within its certified family: DP-SGD at the run's (q, T), noise multiplier unknown -----------------
+
+
+@functools.lru_cache(maxsize=256)
+def dpsgd_profile(sigma: float, sample_rate: float, steps: int, *, points: int = 400,
+                  discretization: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+    """(eps_i, delta_i): points of the privacy profile of T Poisson-subsampled Gaussian steps (PLD, add or
+    remove one, pessimistic connect-the-dots: every delta_i is an upper bound on the true delta(eps_i)).
+
+    The curve max_i f_{eps_i, delta_i} is a valid trade-off curve of the mechanism and lies (pointwise) at or
+    below its exact curve, so testing it instead of the exact one can only make a rejection harder. The
+    discretisation must be fine against the per-step privacy loss: at 1e-2 the pessimistic rounding of
+    673 steps at sigma 40 (digits) inflates delta(0) several times over and the curve collapses.
+    """
+    from dp_accounting.pld import privacy_loss_distribution
+
+    pld = privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=sigma, sampling_prob=sample_rate, value_discretization_interval=discretization
+    ).self_compose(steps)
+    top = 1.0
+    while top < 200 and float(pld.get_delta_for_epsilon(top)) > 1e-15:
+        top *= 2
+    eps = np.concatenate([np.linspace(0.0, top, points), np.geomspace(1e-4, top, points // 4)])
+    eps.sort()
+    deltas = np.minimum(np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64), 1.0)
+    return eps, deltas
+
+
+def profile_inverse(eps: np.ndarray, deltas: np.ndarray) -> Callable[[float], float]:
+    """The blow-up inverse of max_i f_{eps_i, delta_i} (the envelope of `one_run._blow_up_inverse`'s approx-dp
+    pieces): the smallest alpha at which every piece's blow-up reaches x."""
+    down, up, one = np.exp(-eps), np.exp(np.minimum(eps, 700.0)), 1.0 - deltas
+
+    def inv(x: float) -> float:
+        return max(0.0, float(np.max((x - deltas) * down)), float(np.max(one - up * (1.0 - x))))
+
+    return inv
+
+
+def rejects_dpsgd(m: int, guesses: int, correct: int, sigma: float, sample_rate: float, steps: int,
+                  significance: float) -> bool:
+    """Do the guesses reject "DP-SGD at noise multiplier `sigma` with respect to every canary"?"""
+    if correct == 0:
+        return False
+    inv = profile_inverse(*dpsgd_profile(round(float(sigma), 6), sample_rate, steps))
+    return one_run.curve_objective(m, guesses, correct, inv, significance) > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveBound:
+    """The run-level bound within the certified event's family (see `curve_bound`)."""
+
+    epsilon: float  # the epsilon at delta of DP-SGD at `sigma`: 0.0 when no noise multiplier is rejected
+    sigma: float | None  # the smallest noise multiplier found rejected (None: none)
+    guesses: int
+    significance: float
+    wall_s: float
+
+
+def curve_bound(scores: np.ndarray, included: np.ndarray, delta: float, sample_rate: float, steps: int,
+                sigma_certified: float, *, guess_counts: Sequence[int], significance: float = 0.05,
+                rel_tol: float = 0.01) -> CurveBound:
+    """A lower bound on the run's epsilon when it is T Poisson-subsampled Gaussian steps of rate q, as the sound
+    analysis of what runs says (the certified event), with the noise multiplier the unknown.
+
+    For each noise multiplier s the f-DP one-run test (Mahloujifar et al., the recursion of `epsilon_one_run_fdp`)
+    checks the guesses against DP-SGD's own curve at (q, T, s) instead of the weakest curve of its (eps, delta)
+    pair: much stronger, and sound because the mechanism's curve is one of these (if the run were DP-SGD at
+    s_true, every s <= s_true is rejected with probability <= significance; rejection is monotone in s). The
+    smallest s found rejected, s*, makes "the noise is below s*" a 1 - significance statement, and the epsilon of
+    DP-SGD at s* (PLD, at `delta`) a lower bound on the run's. The search reports the rejected end of its bracket
+    (never an interpolation) and the guesses are the top-r rules fixed before the run (Bonferroni over them).
+    """
+    t0 = time.perf_counter()
+    scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
+    m, n_in = scores.size, int(included.sum())
+    if n_in in (0, m) or not guess_counts:
+        return CurveBound(0.0, None, 0, significance, time.perf_counter() - t0)
+    s = significance / len(guess_counts)
+    order = np.argsort(-scores, kind="stable")
+    hits = np.cumsum(included[order])
+    rules = [(int(r), int(hits[min(r, m) - 1])) for r in guess_counts]
+
+    def rejected(sigma: float) -> tuple[bool, int]:
+        for r, v in rules:
+            if v > r / 2 and rejects_dpsgd(m, r, v, sigma, sample_rate, steps, s):
+                return True, r
+        return False, 0
+
+    hi = float(sigma_certified)
+    ok, best_r = rejected(hi)
+    tries = 0
+    while not ok:  # the truth itself not rejected (the usual case): look at more private claims
+        hi *= 2
+        tries += 1
+        if tries > 6:
+            return CurveBound(0.0, None, 0, significance, time.perf_counter() - t0)
+        ok, best_r = rejected(hi)
+    lo = hi / 2 if tries else 0.0
+    if not tries:  # rejected at the certified sigma already: a less private claim may be rejected too
+        lo = hi / 2
+        while rejected(lo)[0] and lo > 1e-3:
+            hi, lo = lo, lo / 2
+        best_r = rejected(hi)[1]
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2 if lo > 0 else hi / 2
+        ok, r = rejected(mid)
+        if ok:
+            hi, best_r = mid, r
+        else:
+            lo = mid
+    epsilon = dpsgd_epsilon(hi, sample_rate, steps, delta)
+    return CurveBound(epsilon, hi, best_r, significance, time.perf_counter() - t0)
+
+
+def dpsgd_epsilon(sigma: float, sample_rate: float, steps: int, delta: float) -> float:
+    """PLD epsilon at `delta` of DP-SGD (q, T, sigma) with the *optimistic* discretisation (privacy buckets): at
+    most the exact value (about 3% under it at digits' q and T), as a lower bound must be."""
+    from dp_accounting.pld import privacy_loss_distribution
+
+    pld = privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=sigma, sampling_prob=sample_rate, pessimistic_estimate=False, use_connect_dots=False,
+        value_discretization_interval=1e-4)
+    return float(pld.self_compose(steps).get_epsilon_for_delta(delta))
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseBound:
+    """The white-box noise measurement (see `noise_bound`)."""
+
+    sigma: float  # root mean square of the excluded canaries' residuals, in units of the clip
+    sigma_upper: float  # its one-sided (1 - significance) upper confidence bound (chi-square)
+    kurtosis: float  # E[y^4] / E[y^2]^2: 3 for Gaussian noise
+    gaussian: bool  # kurtosis within `kurtosis_tol` of 3 (otherwise no epsilon is read off sigma)
+    epsilon: float | None  # DP-SGD (q, T, sigma_upper) at delta, optimistic PLD; None when not gaussian
+    samples: int
+    significance: float
+
+
+def noise_bound(moments: Sequence[float], sample_rate: float, steps: int, delta: float, *,
+                significance: float = 0.001, kurtosis_tol: float = 0.1, with_epsilon: bool = True) -> NoiseBound | None:
+    """The run's epsilon read off the noise it really added, measured where the auditor sees it.
+
+    An excluded canary's residual is the mechanism's noise at its coordinate (in units of C; included canaries
+    sharing the coordinate add variance, which can only raise sigma). With N such observations, sum of squares
+    S, the chi-square bound sigma^2 <= S / chi2_{significance}(N) holds with probability 1 - significance if the
+    noise is N(0, sigma^2) i.i.d. over steps (taking squares around 0, not the sample mean, also only raises it).
+    When the certified event says the run is T Poisson-subsampled Gaussian steps of rate q with sensitivity C,
+    the run is then at least as leaky as DP-SGD at sigma_upper, whose epsilon (optimistic PLD) is a lower bound.
+
+    Unlike the one-run bounds this rests on the noise model (Gaussian, independent across steps), so it is
+    reported only when the measured kurtosis is that of a Gaussian, and only for DP-SGD-shaped certified events.
+    It measures the noise the code really adds, not the noise its parts declare (what `epsilon_certified`
+    reads): a noise part adding less than it declares shows here first.
+    """
+    import scipy.stats
+
+    n, ss, s4 = (float(x) for x in moments)
+    if n < 1000 or ss <= 0:
+        return None
+    sigma = math.sqrt(ss / n)
+    kurtosis = (s4 / n) / (ss / n) ** 2
+    sigma_upper = math.sqrt(ss / float(scipy.stats.chi2.ppf(significance, n)))
+    gaussian = abs(kurtosis - 3.0) <= kurtosis_tol
+    eps = dpsgd_epsilon(sigma_upper, sample_rate, steps, delta) if gaussian and with_epsilon else None
+    return NoiseBound(sigma, sigma_upper, kurtosis, gaussian, eps, int(n), significance)

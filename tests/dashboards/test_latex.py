@@ -26,7 +26,7 @@ def test_latex_is_booktabs_with_math_utilities_right_aligned_numbers_and_escaped
     text = render(rows(BOARD_RECORDS), "latex")
     assert "±" not in text and "\\toprule" in text and "\\bottomrule" in text
     spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", text).group(1)
-    assert spec == "lrrrrrlrrr"  # mechanism and status left, every numeric column right
+    assert spec == "lrrrrrrrrrrlrrr"  # mechanism and status left, every numeric column right
     header = text.splitlines()[text.splitlines().index(r"\toprule") + 1]
     assert header.endswith(r"\\") and header.count("&") == len(spec) - 1
     body = body_rows(text)

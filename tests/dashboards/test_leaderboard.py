@@ -99,3 +99,57 @@ def test_report_is_self_contained_html_with_figures_verdicts_and_grid():
     assert page.startswith("<!doctype html>") and page.count("<svg") == 4
     assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)  # nothing loaded from elsewhere
     assert "violated. An experiment refutes the claim" in page and "seeds: [0, 1]" in page
+
+
+AUDIT = {"epsilon_audited": 0.4, "audit_epsilon_steinke": 0.3, "audit_epsilon_fdp": 0.4, "audit_epsilon_curve": 0.9,
+         "audit_epsilon_noise": 0.97,
+         "audit_ceiling": 0.5, "mia_auc": 0.52, "mia_tpr_at_0.1%_fpr": 0.002, "audit_s": 3.0,
+         "audit_time_ratio": 1.05}
+
+
+def audited(seed, **changes):
+    r = record("dpsgd", 1.0, seed, 0.8, certified=1.0, claimed=1.0)
+    r["privacy"] |= AUDIT | changes
+    return r
+
+
+def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds():
+    board = rows([audited(0), audited(1, audit_epsilon_steinke=0.35, audit_epsilon_curve=0.7, audit_ceiling=0.7,
+                                      mia_auc=0.56, audit_time_ratio=1.15, **{"mia_tpr_at_0.1%_fpr": 0.004})])
+    (r,) = board
+    assert r.epsilon_audited_steinke == pytest.approx(0.35) and r.epsilon_audited_fdp == pytest.approx(0.4)
+    assert r.epsilon_audited_curve == pytest.approx(0.9)  # the strongest evidence over seeds, as epsilon_audited
+    assert r.audit_ceiling == pytest.approx(0.6) and r.mia_auc == pytest.approx(0.54)
+    assert r.mia_tpr_at_0_1pct_fpr == pytest.approx(0.003) and r.audit_time_ratio == pytest.approx(1.1)
+    assert r.audit_s == pytest.approx(3.0)
+    md = render(board, "markdown").splitlines()
+    header = [h.strip() for h in md[0].strip("|").split("|")]
+    cells = dict(zip(header, [c.strip() for c in md[2].strip("|").split("|")], strict=True))
+    assert cells["eps audited"] == "0.4" and cells["eps curve"] == "0.9" and cells["ceiling"] == "0.6"
+    assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.1" and cells["eps noise"] == "0.97"
+    csv = render(board, "csv").splitlines()
+    for column in ("epsilon_audited_steinke", "epsilon_audited_fdp", "audit_ceiling", "mia_auc",
+                   "mia_tpr_at_0_1pct_fpr", "audit_s", "audit_time_ratio"):
+        assert column in csv[0].split(",")
+    tex = render(board, "latex")
+    assert "ceiling" in tex and "MIA AUC" in tex and "1.10$\\times$" in tex and " 0.9 " in tex
+    page = render(board, "html")
+    assert "<th>MIA AUC</th>" in page and "<td>0.54</td>" in page
+
+
+def test_rows_without_audits_show_dashes_not_numbers():
+    (r,) = [x for x in rows(RECORDS) if x.mechanism == "dpsgd"]
+    assert r.audit_ceiling is None and r.mia_auc is None and r.audit_time_ratio is None
+    line = render([r], "markdown").splitlines()[2]
+    assert line.count("| - ") >= 5
+
+
+def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_cost():
+    from dashboards.report import report
+
+    r = audited(0, audit_epsilon_noise=1.46, claim_status="violated")
+    r["privacy"] |= {"epsilon_certified": 1.5}
+    page = report([dict(r, sweep="s", curves={}), dict(RECORDS[0], sweep="s", curves={})], ["s"])
+    assert "the noise the run really added gives 1.46" in page
+    assert "DP-SGD&#x27;s own curves" not in page  # 0.9 is below the claim of 1: not a reason
+    assert "(ceiling)" in page and "AUC 0.52" in page and "1.05x the training time" in page

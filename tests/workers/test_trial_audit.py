@@ -48,6 +48,34 @@ def test_gredp_trial_is_violated_by_the_step_audit():
     assert p["epsilon_certified"] > p["epsilon_claimed"]
 
 
+def test_gredp_is_violated_at_run_level_without_the_step_audit():
+    """One-run mode only: the white-box noise measurement reads GReDP's sigma / sqrt 2 off the released updates,
+    so the run-level bound exceeds the claim; the correct DP-SGD at the same settings stays ok."""
+    audit = {"mode": "one-run", "canaries": 300, "mia": "off"}
+    p = trial("gredp", epsilon=1.0, audit=audit)
+    assert "audit_step_violated" not in p
+    assert p["audit_sigma_measured_upper"] < p["sigma"]  # less noise than the claim's sigma
+    assert p["epsilon_claimed"] < p["audit_epsilon_noise"] <= p["epsilon_certified"]
+    assert p["audit_run_violated"] is True and p["claim_status"] == "violated"
+    assert p["epsilon_audited"] < p["epsilon_claimed"]  # the assumption-free bound alone does not catch it
+    d = trial("dpsgd", epsilon=1.0, audit=audit)
+    assert d["audit_epsilon_noise"] <= d["epsilon_certified"] and d["audit_sigma_measured_upper"] >= d["sigma"]
+    assert d["audit_run_violated"] is False and d["claim_status"] == "ok"
+    assert d["audit_epsilon_curve"] <= d["epsilon_certified"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+def test_gredp_example_settings_violated_at_run_level(eps):
+    """examples/gredp.yaml's settings (digits, MLP 32, 30 epochs, canaries auto)."""
+    p = trial("gredp", epsilon=eps, model_options={"hidden": 32},
+              mechanism_options={"noise": "complex", "fft": "unitary", "clipping": "flat"},
+              train=dict(epochs=30, batch_size=64, lr=0.5, optimizer="sgd", clip=1.0),
+              audit={"mode": "one-run", "mia": "off"})
+    assert p["epsilon_claimed"] < p["audit_epsilon_noise"] <= p["epsilon_certified"]
+    assert p["claim_status"] == "violated" and p["audit_run_violated"] is True
+
+
 def test_nonprivate_and_audit_off_record_no_audit():
     assert trial("nonprivate", epsilon=None)["epsilon_audited"] is None
     p = trial("dpsgd", audit={"mode": "off", "mia": "off"})
