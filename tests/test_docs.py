@@ -145,3 +145,28 @@ def test_readme_is_a_front_page_starting_with_the_two_setup_commands():
     assert first_block == ("bash scripts/setup.sh && privbench sweep run examples/quickstart.yaml && privbench "
                            "leaderboard quickstart\nbash scripts/setup.sh && python3 -m pytest\n")
     assert len(text.splitlines()) < 250
+
+
+RESULT_BLOCK = re.compile(r"<!-- results: ([\w-]+) -->\n(.*?)<!-- /results -->", re.S)
+
+
+def test_result_tables_are_what_the_commands_print():
+    """Result tables are written by scripts/results.py from a run and `leaderboard --format markdown`:
+    each block names the commands that made it, and its columns are the ones the leaderboard prints
+    today (a table pasted by hand, or left from older columns, fails here)."""
+    import yaml
+
+    from dashboards.render import render
+
+    header = render([], "markdown").splitlines()[0]
+    blocks = [(doc.name, *m.groups()) for doc in DOCS for m in RESULT_BLOCK.finditer(doc.read_text())]
+    assert {name for _, name, _ in blocks} >= {"quickstart", "gdp", "gredp", "shuffled_dpsgd", "dp_forward", "text"}
+    for doc, name, body in blocks:
+        sweep = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())["name"]
+        assert f"`privbench sweep run examples/{name}.yaml` (" in body, f"{doc}: block {name} was not generated"
+        assert f"`privbench leaderboard {sweep} --format markdown`" in body, f"{doc}: block {name}"
+        table = [line for line in body.splitlines() if line.startswith("|")]
+        assert table[0] == header, f"{doc}: block {name} has other columns than the leaderboard prints"
+        assert len(table) > 2 and all(line.count(" | ") == header.count(" | ") for line in table[2:])
+    outside = RESULT_BLOCK.sub("", "\n".join(doc.read_text() for doc in DOCS))
+    assert header not in outside, "a leaderboard table outside the generated blocks"
