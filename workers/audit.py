@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -47,6 +48,9 @@ class AuditConfig:
     max_canaries: int = 50_000
     ceiling: bool = True  # simulate the certified mechanism under the same analysis
     family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
+    # The curve-family search refines its bound for at most this share of the run's training time (at least
+    # 3 s): at small noise and many steps each of its PLDs takes seconds, and the audit should stay near 1.1x.
+    family_budget: float = 0.02
     mia: str = "loss"  # black-box loss-threshold membership inference on train vs held-out examples
     mia_examples: int = 5_000
     # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
@@ -65,6 +69,8 @@ class AuditConfig:
             raise ValueError(f"audit statistic must be one of {STATISTICS}, got {self.statistic!r}")
         if not 0 < self.step_significance < 0.5:
             raise ValueError(f"audit step_significance must lie in (0, 0.5), got {self.step_significance}")
+        if not 0 <= self.family_budget < math.inf:
+            raise ValueError(f"audit family_budget must be a finite share >= 0, got {self.family_budget}")
         if self.mia not in MIAS:
             raise ValueError(f"audit mia must be one of {MIAS}, got {self.mia!r}")
 
@@ -191,7 +197,7 @@ class OneRun:
 
         return CanaryScoreAuditor(c.scores[c.included], c.scores[~c.included]).epsilon_one_run(0.05, delta)
 
-    def fields(self, delta: float) -> dict[str, Any]:
+    def fields(self, delta: float, train_s: float | None = None) -> dict[str, Any]:
         if self.canaries is None:
             return {"audit_one_run_skipped": self.skipped} if self.skipped else {}
         e = self.canaries.estimate(delta)
@@ -202,7 +208,7 @@ class OneRun:
             "audit_one_run_s": e.overhead_s, "audit_estimate_s": e.estimate_s, "audit_plan_s": self.plan_s,
             "audit_steps": e.steps, "audit_epsilon_legacy": self.legacy_epsilon(delta),
         }
-        out |= self.family_fields(delta)
+        out |= self.family_fields(delta, None if train_s is None else max(3.0, self.cfg.family_budget * train_s))
         certified = getattr(self.plan, "epsilon_certified", None)
         if certified:
             out["audit_tightness"] = e.epsilon / certified
@@ -216,7 +222,7 @@ class OneRun:
         return out
 
 
-    def family_fields(self, delta: float) -> dict[str, Any]:
+    def family_fields(self, delta: float, budget_s: float | None = None) -> dict[str, Any]:
         """The two run-level bounds that lean on the certified event's shape (T Poisson-subsampled Gaussian
         steps at rate q, noise multiplier unknown): the one-run f-DP test against that family's curves
         (`audit_epsilon_curve`) and the white-box noise measurement (`audit_epsilon_noise`). Either above the
@@ -231,7 +237,7 @@ class OneRun:
         out: dict[str, Any] = {}
         if c.guess_counts and self.cfg.family_bounds:
             b = white_box.curve_bound(c.statistic_scores(), c.included, delta, rate, steps, sigma,
-                                      guess_counts=c.guess_counts)
+                                      guess_counts=c.guess_counts, budget_s=budget_s)
             out |= {"audit_epsilon_curve": b.epsilon, "audit_sigma_curve": b.sigma}
         n = white_box.noise_bound(c.noise_moments, rate, steps, delta) if self.cfg.family_bounds else None
         if n is not None:

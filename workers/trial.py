@@ -120,7 +120,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
                         attach=one_run.attach if one_run else None)
         audits: dict[str, Any] = {"epsilon_audited": None}
         if one_run is not None:
-            audits |= one_run.fields(plan.delta)
+            audits |= one_run.fields(plan.delta, outcome.metrics.get("train_s"))
         audits |= mia_fields(bundle, train_split, splits.test, audit_cfg, device=device, seed=int(config["seed"]))
         audits |= audit_cost(audits, outcome.metrics.get("train_s"))
         if audit_cfg.step and private:

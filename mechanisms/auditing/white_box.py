@@ -377,7 +377,7 @@ class CurveBound:
 
 def curve_bound(scores: np.ndarray, included: np.ndarray, delta: float, sample_rate: float, steps: int,
                 sigma_certified: float, *, guess_counts: Sequence[int], significance: float = 0.05,
-                rel_tol: float = 0.01) -> CurveBound:
+                rel_tol: float = 0.01, budget_s: float | None = None) -> CurveBound:
     """A lower bound on the run's epsilon when it is T Poisson-subsampled Gaussian steps of rate q, as the sound
     analysis of what runs says (the certified event), with the noise multiplier the unknown.
 
@@ -388,8 +388,16 @@ def curve_bound(scores: np.ndarray, included: np.ndarray, delta: float, sample_r
     smallest s found rejected, s*, makes "the noise is below s*" a 1 - significance statement, and the epsilon of
     DP-SGD at s* (PLD, at `delta`) a lower bound on the run's. The search reports the rejected end of its bracket
     (never an interpolation) and the guesses are the top-r rules fixed before the run (Bonferroni over them).
+
+    Each step of the search is a PLD of T steps (seconds at small noise and many steps). With `budget_s` the
+    search stops refining once that much time is spent: every bracket end it reports was rejected, so an early
+    stop gives a looser bound, never an unsound one (no rejected s yet: no bound).
     """
     t0 = time.perf_counter()
+
+    def spent() -> bool:
+        return budget_s is not None and time.perf_counter() - t0 > budget_s
+
     scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
     m, n_in = scores.size, int(included.sum())
     if n_in in (0, m) or not guess_counts:
@@ -411,16 +419,16 @@ def curve_bound(scores: np.ndarray, included: np.ndarray, delta: float, sample_r
     while not ok:  # the truth itself not rejected (the usual case): look at more private claims
         hi *= 2
         tries += 1
-        if tries > 6:
+        if tries > 6 or spent():
             return CurveBound(0.0, None, 0, significance, time.perf_counter() - t0)
         ok, best_r = rejected(hi)
     lo = hi / 2 if tries else 0.0
     if not tries:  # rejected at the certified sigma already: a less private claim may be rejected too
         lo = hi / 2
-        while rejected(lo)[0] and lo > 1e-3:
+        while not spent() and rejected(lo)[0] and lo > 1e-3:
             hi, lo = lo, lo / 2
         best_r = rejected(hi)[1]
-    while hi - lo > rel_tol * hi:
+    while hi - lo > rel_tol * hi and not spent():
         mid = (lo + hi) / 2 if lo > 0 else hi / 2
         ok, r = rejected(mid)
         if ok:

@@ -66,7 +66,7 @@ def test_vit_tiny_builds_on_image_datasets(images, dataset):
     logits = bundle.module(pixels)
     assert logits.shape == (4, s.num_classes) and torch.isfinite(logits).all()
     assert 300_000 < bundle.info["total_params"] < 1_000_000 and bundle.info["num_layers"] == 4
-    assert bundle.info["grad_sample_mode"] == "hooks"  # bk not yet benchmarked on ViT (docs/clipping.md)
+    assert bundle.info["grad_sample_mode"] == "bk" and bundle.info["fallback_grad_sample_mode"] == "hooks"
 
 
 def test_kind_mismatch_is_refused(text, images):

@@ -92,6 +92,21 @@ def test_curve_bound_is_under_certified_and_beats_nothing_on_correct_dpsgd():
     assert b.epsilon >= approx.epsilon_fdp  # the family's own curve is a stronger claim than f_{eps, delta}
 
 
+def test_curve_bound_under_a_time_budget_is_looser_never_higher():
+    """The search stops refining when its budget is spent and reports a rejected noise multiplier: the bound
+    is at most the full search's (no budget left before any rejection: no bound)."""
+    sigma = 1.5
+    plan = white_box.plan_guesses(3000, T, Q, sigma, DELTA, seed=1)
+    scores, included = white_box.simulate_scores(3000, T, Q, sigma, np.random.default_rng(5))
+    full = white_box.curve_bound(scores, included, DELTA, Q, T, sigma, guess_counts=plan.guess_counts)
+    none = white_box.curve_bound(scores, included, DELTA, Q, T, sigma, guess_counts=plan.guess_counts, budget_s=0)
+    assert none.epsilon == 0.0 and none.sigma is None  # the truth is not rejected; no time to look further
+    white_box.dpsgd_profile.cache_clear()
+    some = white_box.curve_bound(scores, included, DELTA, Q, T, sigma, guess_counts=plan.guess_counts,
+                                 budget_s=0.5 * full.wall_s)
+    assert some.epsilon <= full.epsilon and (some.sigma is None or some.sigma >= full.sigma)
+
+
 def test_curve_bound_is_zero_without_signal():
     rng = np.random.default_rng(6)
     scores, included = rng.standard_normal(3000), rng.random(3000) < 0.5
