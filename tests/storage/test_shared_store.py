@@ -16,6 +16,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from storage.location import normalise_db_uri
+from storage.store import SWEEP_RUN_TAG
 from tests.servers import PG_PASSWORD, mlflow_server, stop_group
 
 pytestmark = pytest.mark.slow
@@ -70,9 +71,13 @@ def ledger_rows(uri: str, sweep: str = "shared") -> list[dict]:
 
 
 def active_runs(tracking_uri: str, name: str = "shared") -> list:
+    """The sweep's trial runs; its one parent run (grid, leaderboard, figures) is checked and left out."""
     client = MlflowClient(tracking_uri=normalise_db_uri(tracking_uri))
     exp = client.get_experiment_by_name(name)
-    return client.search_runs([exp.experiment_id]) if exp else []
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    parents = [r for r in runs if r.data.tags.get(SWEEP_RUN_TAG) == "true"]
+    assert len(parents) <= 1, f"{len(parents)} parent runs for one sweep"
+    return [r for r in runs if r.data.tags.get(SWEEP_RUN_TAG) != "true"]
 
 
 def assert_each_trial_once(runs: list, rows: list[dict], n: int = 4) -> None:
