@@ -42,8 +42,7 @@ def build_store(folder: Path, n: int) -> None:
     st.open_sweep("big", "name: big", [r["config"] | {"trial_key": r["trial_key"]} for r in records])
     for r in records:
         st.record(r)
-    st.ledger.engine.dispose()
-    st.client._tracking_client.store.engine.dispose()
+    st.close()  # last connections closed: the WAL is checkpointed into the files
 
 
 def run(args: list[str], repeat: int) -> tuple[float, float, float]:

@@ -120,7 +120,7 @@ def engine_for(uri: str, *, read_only: bool = False) -> sa.Engine:
         return sa.create_engine("sqlite://", creator=_sqlite_ro_connect(path), poolclass=sa.pool.NullPool)
     eng = sa.create_engine(uri)
     if eng.dialect.name == "sqlite":
-        event.listen(eng, "connect", sqlite_writer_pragmas)
+        write_like_the_driver(eng)
     return eng
 
 
@@ -136,6 +136,15 @@ def sqlite_writer_pragmas(dbapi_conn: Any, _: Any = None) -> None:
     dbapi_conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")  # concurrent readers wait
     dbapi_conn.execute("PRAGMA journal_mode = WAL")
     dbapi_conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def write_like_the_driver(engine: sa.Engine) -> None:
+    """Give a SQLite engine the driver's write settings (`sqlite_writer_pragmas`): the ledger's, and MLflow's
+    engine on `mlflow.db`. New connections get them from the listener; pooled ones opened before it (MLflow's
+    migrations) are closed."""
+    if not event.contains(engine, "connect", sqlite_writer_pragmas):
+        event.listen(engine, "connect", sqlite_writer_pragmas)
+    engine.dispose()
 
 
 class Ledger:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from storage.errors import Conflict, StoreError, translated
-from storage.ledger import Ledger, lease_seconds, new_owner
+from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
 from storage.location import StoreLocation, data_home, mask, resolve, sqlite_path
 
 TRIAL_KEY_TAG = "privbench.trial_key"
@@ -137,11 +137,17 @@ class Store:
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=self.location.tracking_uri)
-        engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
-        if self.ledger.engine is not None and not self.ledger.read_only and getattr(engine, "dialect", None) \
-                is not None and engine.dialect.name == "sqlite":
-            _sqlite_writer(engine)  # the driver writes mlflow.db as it writes the ledger
+        engine = _mlflow_engine(client)
+        if not self.ledger.read_only and engine is not None and engine.dialect.name == "sqlite":
+            write_like_the_driver(engine)  # the driver writes mlflow.db as it writes the ledger
         return client
+
+    def close(self) -> None:
+        """Close the store's database connections; on SQLite the last one checkpoints the WAL into the files."""
+        self.ledger.engine.dispose()
+        engine = _mlflow_engine(self._client) if self._client is not None else None
+        if engine is not None:
+            engine.dispose()
 
     @property
     def client(self) -> Any:
@@ -417,16 +423,10 @@ class Store:
         return self.ledger.sweep_names() if self.ledger.has_schema() else []
 
 
-def _sqlite_writer(engine: Any) -> None:
-    """Give MLflow's SQLite engine the ledger's write settings (WAL, no fsync per commit): new
-    connections get them from the listener, the pooled ones now."""
-    from sqlalchemy import event
-
-    from storage.ledger import sqlite_writer_pragmas
-
-    if not event.contains(engine, "connect", sqlite_writer_pragmas):
-        event.listen(engine, "connect", sqlite_writer_pragmas)
-    engine.dispose()  # connections opened before the listener (MLflow's migrations) are closed
+def _mlflow_engine(client: Any) -> Any:
+    """MLflow's SQLAlchemy engine behind a client, None for a tracking server. MLflow has no public hook
+    for its database connections, so this is the one place that reaches through the client for it."""
+    return getattr(getattr(client._tracking_client, "store", None), "engine", None)
 
 
 # The privacy record's numbers a trial run logs as MLflow metrics (docs/auditing.md lists the audit keys).

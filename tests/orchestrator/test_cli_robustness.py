@@ -43,8 +43,7 @@ def big_store(tmp_path_factory) -> Path:
     st.open_sweep("big", "name: big", [r["config"] | {"trial_key": r["trial_key"]} for r in recs])
     for r in recs:
         st.record(r)
-    st.ledger.engine.dispose()  # last connections closed: the WAL is checkpointed into the files
-    st.client._tracking_client.store.engine.dispose()
+    st.close()  # last connections closed: the WAL is checkpointed into the files
     return folder
 
 

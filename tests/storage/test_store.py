@@ -224,7 +224,7 @@ def drop_table(path: Path, table: str) -> None:
 def test_damaged_ledger_is_one_clear_error(store, damage, message):
     st = opened(store)
     st.record(record_for("k0"))
-    st.ledger.engine.dispose()  # the last connection checkpoints the WAL: the damage hits the real file
+    st.close()  # the last connection checkpoints the WAL: the damage hits the real file
     damage(store / "ledger.db")
     with pytest.raises(StoreError, match=message) as info:
         st = Store(resolve(store))
