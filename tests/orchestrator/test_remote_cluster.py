@@ -76,7 +76,7 @@ def stop_session(sid: int, grace_s: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[dict[str, object]]:
-    """`ray start --head` on free ports with a dedicated temp dir; `ray stop` of that one afterwards."""
+    """`ray start --head` on free ports with a dedicated temp dir; its session's processes stopped afterwards."""
     temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths have a length limit
     port, dashboard = free_port(), free_port()
     env = clean_env()
