@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from workers.config import TrialConfig
 from workers.trial import run_trial
 
 
@@ -29,27 +30,27 @@ class ProgressBoard:
         self.state.pop(key, None)
 
 
-def _trial_task(config: dict[str, Any], board: Any) -> dict[str, Any]:
+def _trial_task(config: TrialConfig, board: Any) -> dict[str, Any]:
     def report(done: int, total: int, info: dict[str, Any]) -> None:
-        board.update.remote(config["trial_key"], done, total, info)
+        board.update.remote(config.trial_key, done, total, info)
 
     return run_trial(config, on_progress=report)
 
 
-def failed_record(config: dict[str, Any], error: BaseException) -> dict[str, Any]:
+def failed_record(config: TrialConfig, error: BaseException) -> dict[str, Any]:
     """A trial whose task died (worker crash, OOM kill, lost node) is a failed result too."""
     import traceback
 
     from workers.result import TrialResult
 
-    return TrialResult(config["sweep"], config["trial_key"], "failed", config, metrics={},
+    return TrialResult(config.sweep, config.trial_key, "failed", config.to_dict(), metrics={},
                        error=f"{type(error).__name__}: {error}".splitlines()[0][:2000],
                        traceback="".join(traceback.format_exception(error))).to_record()
 
 
 def run_all(
-    configs: list[dict[str, Any]], *, max_concurrent: int, retries: int,
-    on_start: Callable[[dict[str, Any]], bool | None], on_result: Callable[[dict[str, Any]], None],
+    configs: list[TrialConfig], *, max_concurrent: int, retries: int,
+    on_start: Callable[[TrialConfig], bool | None], on_result: Callable[[dict[str, Any]], None],
     on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None,
     on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
 ) -> None:
@@ -65,7 +66,7 @@ def run_all(
     task = ray.remote(_trial_task)
     board = ProgressBoard.remote()
     queue = deque((c, 0) for c in configs)
-    in_flight: dict[Any, tuple[dict[str, Any], int]] = {}
+    in_flight: dict[Any, tuple[TrialConfig, int]] = {}
     last_poll = 0.0
 
     def fill() -> None:
@@ -73,8 +74,7 @@ def run_all(
             config, attempt = queue.popleft()
             if on_start(config) is False:
                 continue
-            opts = {"num_cpus": config["resources"]["cpus"], "num_gpus": config["resources"]["gpus"],
-                    "max_retries": 0}
+            opts = {"num_cpus": config.resources.cpus, "num_gpus": config.resources.gpus, "max_retries": 0}
             in_flight[task.options(**opts).remote(config, board)] = (config, attempt)
 
     while queue or in_flight:

@@ -17,9 +17,7 @@ Two audits answer two different questions, so their numbers are kept apart:
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import math
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -28,73 +26,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms.claims import REL_TOL
-
-MODES = ("step", "one-run", "both", "off")
-MIAS = ("loss", "off")
-STATISTICS = ("lr", "sum")
-
-
-@dataclasses.dataclass(frozen=True)
-class AuditConfig:
-    """Grid key `audit`. `canaries: auto` (see `canaries_for`) takes up to 25 canaries per trainable
-    coordinate, as many as a simulation says help (docs/auditing.md)."""
-
-    mode: str = "step"
-    samples: int = 20_000
-    dim: int = 1_000
-    canaries: int | str = "auto"
-    enabled: bool = True
-    statistic: str = "lr"  # white-box score of a gradient canary: likelihood ratio across steps, or sum
-    max_canaries: int = 50_000
-    ceiling: bool = True  # simulate the certified mechanism under the same analysis
-    family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
-    # The curve-family search refines its bound for at most this share of the run's training time (at least
-    # 3 s): at small noise and many steps each of its PLDs takes seconds, and the audit should stay near 1.1x.
-    family_budget: float = 0.02
-    mia: str = "loss"  # black-box loss-threshold membership inference on train vs held-out examples
-    mia_examples: int = 5_000
-    # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
-    # claim is exactly the Gaussian curve the audit tests), too often for a leaderboard; at 0.1% it is 1 in
-    # 1,000, while a broken noise step (GReDP's sigma / sqrt 2) is still refuted by a wide margin.
-    step_significance: float = 0.001
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"audit mode must be one of {MODES}, got {self.mode!r}")
-        if self.canaries != "auto" and (not isinstance(self.canaries, int) or self.canaries < 1):
-            raise ValueError(f"audit canaries must be 'auto' or an integer >= 1, got {self.canaries!r}")
-        if self.samples < 4 or self.dim < 1 or self.max_canaries < 1 or self.mia_examples < 10:
-            raise ValueError("audit samples must be >= 4, dim and max_canaries >= 1, mia_examples >= 10")
-        if self.statistic not in STATISTICS:
-            raise ValueError(f"audit statistic must be one of {STATISTICS}, got {self.statistic!r}")
-        if not 0 < self.step_significance < 0.5:
-            raise ValueError(f"audit step_significance must lie in (0, 0.5), got {self.step_significance}")
-        if not 0 <= self.family_budget < math.inf:
-            raise ValueError(f"audit family_budget must be a finite share >= 0, got {self.family_budget}")
-        if self.mia not in MIAS:
-            raise ValueError(f"audit mia must be one of {MIAS}, got {self.mia!r}")
-
-    @property
-    def step(self) -> bool:
-        return self.enabled and self.mode in ("step", "both")
-
-    @property
-    def one_run(self) -> bool:
-        return self.enabled and self.mode in ("one-run", "both")
-
-    def canaries_for(self, n_params: int, shape: tuple[float, float, int] | None, delta: float, seed: int) -> int:
-        """`auto`: 1, 3, 10 or 25 canaries per trainable coordinate (at most `max_canaries`), whichever
-        a simulation of the certified mechanism predicts to give the largest bound
-        (`white_box.choose_canaries`); one per coordinate when the mechanism is not DP-SGD-shaped."""
-        if self.canaries != "auto":
-            return int(self.canaries)
-        if shape is None:
-            return max(1, min(self.max_canaries, n_params))
-        from mechanisms.auditing import white_box
-
-        sigma, rate, steps = shape
-        return white_box.choose_canaries(n_params, steps, rate, sigma, delta, score=self.statistic, seed=seed,
-                                         max_canaries=self.max_canaries)
+from workers.config import AuditConfig
 
 
 def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:

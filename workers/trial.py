@@ -13,6 +13,7 @@ import random
 import socket
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,11 @@ import mechanisms
 from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacySpec
 from workers import datasets, models
-from workers.audit import AuditConfig, OneRun, audit_cost, mia_fields, step_audit
+from workers.audit import OneRun, audit_cost, mia_fields, step_audit
+from workers.config import TrialConfig
 from workers.environment import configure
 from workers.result import TrialResult
-from workers.train import Diverged, Progress, TrainConfig, train
+from workers.train import Diverged, Progress, train
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
 
@@ -63,71 +65,86 @@ def noise_generator(seed: int, device: torch.device, secure: bool = False) -> to
     return torch.Generator(device=device).manual_seed(int(state) >> 1)
 
 
-def pick_device(gpus: float) -> torch.device:
-    """CUDA when a GPU was granted and is usable; otherwise CPU (a granted but absent GPU is not fatal)."""
-    return torch.device("cuda") if gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
+def pick_device(gpus: float | str) -> torch.device:
+    """CUDA when a GPU was granted (or, unresolved outside a sweep, `auto`) and is usable; otherwise CPU
+    (a granted but absent GPU is not fatal)."""
+    wanted = gpus == "auto" or float(gpus) > 0
+    return torch.device("cuda") if wanted and torch.cuda.is_available() else torch.device("cpu")
 
 
-def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int,
+def privacy_spec(config: TrialConfig, dataset_size: int,
                  trainable: list[torch.nn.Parameter] | None = None) -> PrivacySpec:
-    delta = config["delta"]
+    delta = config.delta
     if delta == "1/(2N)":  # resolved here, where N (the training set actually used) is known
         delta = 1 / (2 * dataset_size)
+    cfg = config.train
     return PrivacySpec(
-        epsilon=config.get("epsilon"), delta=float(delta), dataset_size=dataset_size,
+        epsilon=config.epsilon, delta=float(delta), dataset_size=dataset_size,
         batch_size=cfg.batch_size, epochs=cfg.epochs, clip=cfg.clip,
-        calibration=config.get("calibration", "claimed"), accountant=config.get("accountant", "pld"),
-        sampler=config.get("sampler", "poisson"), sigma=config.get("sigma"),
-        options=config.get("mechanism_options", {}),
+        calibration=config.calibration, accountant=config.accountant,
+        sampler=config.sampler, sigma=config.sigma, options=dict(config.mechanism_options),
         model_dim=sum(p.numel() for p in trainable) if trainable else None,
         n_tensors=len(trainable) if trainable else None,
         tensor_sizes=tuple(p.numel() for p in trainable) if trainable else None,
     )
 
 
-def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
+def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
+    """A `TrialConfig` as is; a mapping (a notebook's, a stored one) checked into one (ConfigError)."""
+    return config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
+
+
+def failed(config: TrialConfig | Mapping[str, Any], error: str, tb: str | None, metrics: dict[str, Any] | None = None,
+           environment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of a trial that did not finish: a result too, recorded like any other."""
+    plain = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
+    return TrialResult(str(plain.get("sweep", "?")), str(plain.get("trial_key", "?")), "failed", plain,
+                       metrics=metrics or {}, environment=environment or {}, error=error, traceback=tb).to_record()
+
+
+def run_trial(config: TrialConfig | Mapping[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
     """Run one (dataset, model, mechanism, epsilon, seed) trial and return its result record."""
     configure()
     started = time.time()
     env = {"hostname": socket.gethostname(), "pid": os.getpid(), "versions": library_versions(),
            "started_at": started}
     try:
-        gpus = float(config.get("resources", {}).get("gpus", 0) or 0)
-        cpus = int(config.get("resources", {}).get("cpus", 1) or 1)
-        torch.set_num_threads(max(1, cpus))
+        config = as_config(config)
+        gpus, cpus = config.resources.gpus, max(1, int(config.resources.cpus))
+        torch.set_num_threads(cpus)
         device = pick_device(gpus)
-        env |= {"device": device.type, "gpus_granted": gpus, "cpus": cpus} | _ray_node()
-        cfg = TrainConfig(**config.get("train", {}))
-        mechanism = mechanisms.get(config["mechanism"])
-        generator = seed_everything(int(config["seed"]))
-        splits = datasets.load(config["dataset"], config.get("dataset_options", {}))
+        env |= {"device": device.type, "gpus_granted": 0.0 if gpus == "auto" else float(gpus), "cpus": cpus} \
+            | _ray_node()
+        cfg = config.train
+        mechanism = mechanisms.get(config.mechanism)
+        generator = seed_everything(config.seed)
+        splits = datasets.load(config.dataset, dict(config.dataset_options))
         train_split = splits.train
         if cfg.max_train_examples and cfg.max_train_examples < len(train_split):
             keep = np.random.default_rng(0).permutation(len(train_split))[: cfg.max_train_examples]
             train_split = train_split.subset(np.sort(keep))
-        bundle = models.build(config["model"], splits, config.get("model_options", {}))
+        bundle = models.build(config.model, splits, dict(config.model_options))
         t0 = time.perf_counter()
         trainable = [p for p in bundle.module.parameters() if p.requires_grad]
-        plan = mechanism.plan(privacy_spec(config, cfg, len(train_split), trainable))
+        plan = mechanism.plan(privacy_spec(config, len(train_split), trainable))
         calibration_s = time.perf_counter() - t0
-        audit_cfg = AuditConfig(**config.get("audit", {}))
+        audit_cfg = config.audit
         private = plan.sigma is not None or plan.epsilon_claimed is not None
-        one_run = OneRun(audit_cfg, plan, int(config["seed"])) if audit_cfg.one_run and private else None
-        secure = bool(config.get("secure_rng", False))
+        one_run = OneRun(audit_cfg, plan, config.seed) if audit_cfg.one_run and private else None
         outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
                         device=device, generator=generator, on_progress=on_progress,
-                        noise_generator=noise_generator(int(config["seed"]), device, secure), secure_mode=secure,
-                        attach=one_run.attach if one_run else None)
+                        noise_generator=noise_generator(config.seed, device, config.secure_rng),
+                        secure_mode=config.secure_rng, attach=one_run.attach if one_run else None)
         audits: dict[str, Any] = {"epsilon_audited": None}
         if one_run is not None:
             audits |= one_run.fields(plan.delta, outcome.metrics.get("train_s"))
-        audits |= mia_fields(bundle, train_split, splits.test, audit_cfg, device=device, seed=int(config["seed"]))
+        audits |= mia_fields(bundle, train_split, splits.test, audit_cfg, device=device, seed=config.seed)
         audits |= audit_cost(audits, outcome.metrics.get("train_s"))
         if audit_cfg.step and private:
-            audits |= step_audit(mechanism, plan, cfg.clip, audit_cfg, dict(config.get("mechanism_options", {})),
-                                 int(config["seed"]), cpus, [p.numel() for p in trainable])
+            audits |= step_audit(mechanism, plan, cfg.clip, audit_cfg, dict(config.mechanism_options),
+                                 config.seed, cpus, [p.numel() for p in trainable])
         privacy = plan.as_record() | audits | {
-            "epsilon_target": config.get("epsilon"),
+            "epsilon_target": config.epsilon,
             "grad_sample_mode": outcome.info.get("grad_sample_mode") if private else None,
             "bk_fallback": outcome.info.get("bk_fallback") if private else None,  # why bk could not clip it
             "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
@@ -137,15 +154,11 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         }
         metrics = outcome.metrics | {"wall_s": time.time() - started, "calibration_s": calibration_s,
                                      "n_train": float(len(train_split))}
-        return TrialResult(config["sweep"], config["trial_key"], "finished", config, metrics, outcome.curves,
+        return TrialResult(config.sweep, config.trial_key, "finished", config.to_dict(), metrics, outcome.curves,
                            privacy, env | {"finished_at": time.time()}).to_record()
     except Exception as exc:  # noqa: BLE001 - a failed trial is a result, not a crash
-        return TrialResult(
-            config.get("sweep", "?"), config.get("trial_key", "?"), "failed", config,
-            metrics={"wall_s": time.time() - started}, environment=env | {"finished_at": time.time()},
-            error=str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-        ).to_record()
+        return failed(config, str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}",
+                      traceback.format_exc(), {"wall_s": time.time() - started}, env | {"finished_at": time.time()})
 
 
 def _ray_node() -> dict[str, str | None]:
