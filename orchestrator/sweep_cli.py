@@ -193,8 +193,21 @@ def _run_with_progress(st: Any, sweep: str, todo: list[Any], limit: int,
             progress.console.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
             progress.advance(overall)
 
+        def load_phase(cfg: Any) -> dict[str, Any] | None:
+            stored = st.ledger.phase(sweep, cfg.trial_key)
+            if stored is None:
+                return None
+            output = json.loads(stored)
+            output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
+            return output
+
+        def save_phase(cfg: Any, output: dict[str, Any]) -> None:
+            st.ledger.save_phase(sweep, cfg.trial_key, st.owner, json.dumps(output))
+            fault("after_phase_saved")
+
         run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
-                on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep))
+                on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
+                save_phase=save_phase)
     if skipped:
         err.print(f"{len(skipped)} trial(s) were run by another driver at the same time")
     return failures

@@ -316,6 +316,21 @@ class TrialConfig:
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
 
     @property
+    def plan_key(self) -> str:
+        """What the trial's privacy plan depends on: the mechanism and its options, the target or sigma, delta,
+        the accountant and calibration, the sampler's geometry (the training set: dataset, its options and
+        `max_train_examples`; batch size, epochs) and clip, and the model (its trainable tensors' sizes).
+        Not the seed: trials that differ only in it (or in other settings) share one plan."""
+        t = self.train
+        view = {"mechanism": self.mechanism, "mechanism_options": dict(self.mechanism_options),
+                "epsilon": self.epsilon, "sigma": self.sigma, "delta": self.delta, "accountant": self.accountant,
+                "calibration": self.calibration, "sampler": self.sampler, "dataset": self.dataset,
+                "dataset_options": dict(self.dataset_options), "max_train_examples": t.max_train_examples,
+                "batch_size": t.batch_size, "epochs": t.epochs, "clip": t.clip, "model": self.model,
+                "model_options": dict(self.model_options)}
+        return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
     def label(self) -> str:
         eps = f" eps={self.epsilon:g}" if self.epsilon is not None else ""
         return f"{self.mechanism} {self.dataset}/{self.model}{eps} seed={self.seed}"
