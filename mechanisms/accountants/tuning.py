@@ -276,6 +276,15 @@ def noisy_score(count_noise: float) -> dp_accounting.DpEvent:
     return dp_accounting.GaussianDpEvent(count_noise)
 
 
+def _distinct(events: Sequence[dp_accounting.DpEvent]) -> list[dp_accounting.DpEvent]:
+    """Events without repeats, by equality (a `ComposedDpEvent` holds a list, so it cannot be hashed)."""
+    out: list[dp_accounting.DpEvent] = []
+    for event in events:
+        if event not in out:
+            out.append(event)
+    return out
+
+
 def _relation(event: dp_accounting.DpEvent) -> dp_accounting.NeighboringRelation:
     """Fixed-size batches are analysed under replace-one, as `reference.epsilon_report` does for RDP."""
     if poisson_dominating(event) != event:
@@ -308,7 +317,7 @@ def selection_rdp(events: Sequence[dp_accounting.DpEvent], runs: RunCount) -> np
     Several (the space varies batch size or epochs): Q's curve is bounded by their pointwise maximum and
     the same dp-accounting transform is applied to that curve (its public event takes one event only).
     """
-    distinct = tuple(dict.fromkeys(events))
+    distinct = _distinct(events)
     if not distinct:
         raise ValueError("a selection needs at least one run event")
     if len(distinct) == 1:
@@ -328,7 +337,7 @@ def rdp_to_epsilon(rdp: np.ndarray, delta: float) -> float:
 
 def run_epsilon(events: Sequence[dp_accounting.DpEvent], delta: float, accountant: str = "pld") -> float:
     """The certified epsilon of one candidate run: the worst over the events a candidate can have."""
-    values = [certified_epsilon(e, delta, accountant) for e in dict.fromkeys(events)]
+    values = [certified_epsilon(e, delta, accountant) for e in _distinct(events)]
     if any(v is None for v in values):
         raise ValueError(f"{accountant} cannot analyse a candidate's event")
     return max(values)
