@@ -60,9 +60,26 @@ def measure() -> list[dict]:
     return rows
 
 
+def summary(rows: list[dict]) -> list[str]:
+    """One row per (target, mean): per-run sigma's selection epsilon, and the total budget's sigma ratio."""
+    names = [r.label().split("(")[0] for r in run_counts(1)]
+    lines = ["| target eps | eps run (PLD / RDP) | mean K | " + " | ".join(f"{n}: eps tuned, sigma x" for n in names)
+             + " | fixed N composed |", "|---" * (4 + len(names)) + "|"]
+    for target in TARGETS:
+        for mean in MEANS:
+            cells = [r for r in rows if r["target"] == target and r["mean"] == mean]
+            first = cells[0]
+            lines.append(f"| {target:g} | {first['eps_run']:.2f} / {first['eps_run_rdp']:.2f} | {mean} | "
+                         + " | ".join(f"{r['eps_tuned']:.2f}, {r['sigma_total'] / r['sigma_run']:.2f}"
+                                      for r in cells) + f" | {first['eps_fixed_n']:.2f} |")
+    return lines
+
+
 def markdown(rows: list[dict]) -> str:
     lines = [f"DP-SGD on digits: N = {N_TRAIN}, q = {BATCH}/{N_TRAIN}, T = {FAMILY.steps}, delta = {DELTA:g}; "
              f"negative-binomial shape {SHAPE}", "",
+             "summary: eps tuned = the selection's epsilon at the per-run sigma; sigma x = the sigma budget "
+             "total needs over the per-run sigma", "", *summary(rows), "",
              "budget: per-run (sigma for one run at the target)", "",
              "| target eps | mean K | distribution | sigma | eps run (PLD) | eps run (RDP) | eps tuned (RDP) "
              "| x target | fixed N = mean, composed (PLD) |",
