@@ -292,8 +292,10 @@ def _relation(event: dp_accounting.DpEvent) -> dp_accounting.NeighboringRelation
     return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
 
-def _rdp_accountant(event: dp_accounting.DpEvent) -> rdp_privacy_accountant.RdpAccountant:
-    accountant = rdp_privacy_accountant.RdpAccountant(ORDERS, _relation(event))
+def _rdp_accountant(event: dp_accounting.DpEvent, relation: dp_accounting.NeighboringRelation | None = None,
+                    ) -> rdp_privacy_accountant.RdpAccountant:
+    """dp-accounting's RDP accountant at `ORDERS` after composing `event` (under the run event's relation)."""
+    accountant = rdp_privacy_accountant.RdpAccountant(ORDERS, relation or _relation(event))
     if not accountant.supports(event):
         raise ValueError(f"dp-accounting's RDP accountant cannot analyse {type(event).__name__} for tuning")
     logger = logging.getLogger("absl")  # one warning per fractional order it drops (harmless: excluded)
@@ -321,7 +323,8 @@ def selection_rdp(events: Sequence[dp_accounting.DpEvent], runs: RunCount) -> np
     if not distinct:
         raise ValueError("a selection needs at least one run event")
     if len(distinct) == 1:
-        return _rdp_accountant(RepeatAndSelectDpEvent(distinct[0], float(runs.mean), runs.dp_shape)).rdp
+        selection = RepeatAndSelectDpEvent(distinct[0], float(runs.mean), runs.dp_shape)
+        return _rdp_accountant(selection, _relation(distinct[0])).rdp
     if len({_relation(e) for e in distinct}) > 1:
         raise ValueError("the candidates' events assume different neighbouring relations (mixed samplers)")
     base = np.max([run_rdp(e) for e in distinct], axis=0)

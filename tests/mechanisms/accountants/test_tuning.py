@@ -320,3 +320,12 @@ def test_noisy_validation_score_is_part_of_each_run():
     assert tuned_epsilon([with_score], runs, DELTA) > tuned_epsilon([run], runs, DELTA)
     with pytest.raises(ValueError, match="val_noise"):
         noisy_score(0)
+
+
+def test_fixed_size_batches_are_tuned_under_replace_one():
+    """A fixed-batch run (replace-one) keeps its relation inside the selection, as its own RDP does."""
+    fixed = DpsgdEvents(64 / 1258, 100, sampler="fixed", dataset_size=1258)(1.5)
+    runs = RunCount("geometric", 8)
+    assert_close(selection_rdp([fixed], runs), ref_geometric(run_rdp(fixed), 8), rel=1e-6)
+    poisson = DpsgdEvents(64 / 1258, 100)(1.5)
+    assert tuned_epsilon([fixed], runs, DELTA) > tuned_epsilon([poisson], runs, DELTA)
