@@ -55,7 +55,7 @@ TUNABLE = ("lr", "clip", "batch_size", "epochs")  # training settings a space ma
 INTEGER_SETTINGS = frozenset({"batch_size", "epochs"})
 MAX_SUPPORT = 512  # distinct privacy-relevant settings a space may produce (each is accounted for)
 ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
-_COUNT_STREAM, _CANDIDATE_STREAM = 0, 1  # independent numpy streams per (seed, purpose)
+_COUNT_STREAM, _CANDIDATE_STREAM, _TRAINING_STREAM = 0, 1, 2  # independent streams per (seed, purpose)
 
 EventFamily = Callable[[float], dp_accounting.DpEvent]
 
@@ -226,6 +226,12 @@ def draw_candidates(space: Sequence[Param], count: int, seed: int) -> tuple[Cand
     return tuple(Candidate(i, tuple((p.name, p.draw(rng)) for p in ordered)) for i in range(count))
 
 
+def candidate_seed(seed: int, index: int) -> int:
+    """The training seed of candidate `index`: the K runs must be independent copies of Q, so two candidates
+    that drew the same setting must still train with different randomness (never the cell's own seed)."""
+    return int(np.random.SeedSequence([seed, _TRAINING_STREAM, index]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
 @dataclasses.dataclass(frozen=True)
 class TuneSpec:
     """A parsed `tune:` block. `val_noise`: standard deviation of the Gaussian added to the count of correct
@@ -394,11 +400,13 @@ class TuningAccount:
 
 @functools.lru_cache(maxsize=256)
 def account(families: tuple[Hashable, ...], runs: RunCount, epsilon: float, delta: float, budget: str = "total",
-            rel_tol: float = 1e-3) -> TuningAccount:
+            rel_tol: float = 1e-3, base_sigmas: tuple[float, ...] | None = None) -> TuningAccount:
     """Noise for every candidate and the resulting epsilons, for a target `epsilon` at `delta`.
 
     `families`: one hashable sigma -> DpEvent per privacy setting the space can produce (one when only lr
-    and clip vary). Each is first calibrated to the target for one run (PLD, as an ordinary trial is).
+    and clip vary). Each is first calibrated to the target for one run (PLD, as a trial with certified
+    calibration is), unless `base_sigmas` gives the per-run sigmas the mechanism chose itself (e.g. from
+    its claimed accountant): the epsilons are certified either way.
     `per-run` keeps those sigmas and reports the selection's epsilon on top. `total` scales all of them by
     the smallest factor s (on calibrate's 1 + rel_tol grid) with which the whole selection meets the
     target: achieved epsilon <= target, within rel_tol of it.
@@ -409,7 +417,9 @@ def account(families: tuple[Hashable, ...], runs: RunCount, epsilon: float, delt
         raise ValueError(f"unknown budget {budget!r}; known: {', '.join(BUDGETS)}")
     if not families:
         raise ValueError("account needs at least one event family")
-    base = tuple(calibrate_sigma(f, epsilon, delta, "pld", rel_tol).sigma for f in families)
+    if base_sigmas is not None and len(base_sigmas) != len(families):
+        raise ValueError(f"{len(base_sigmas)} base sigmas for {len(families)} event families")
+    base = base_sigmas or tuple(calibrate_sigma(f, epsilon, delta, "pld", rel_tol).sigma for f in families)
 
     def events_at(scale: float) -> list[dp_accounting.DpEvent]:
         return [f(scale * s) for f, s in zip(families, base, strict=True)]

@@ -329,3 +329,23 @@ def test_fixed_size_batches_are_tuned_under_replace_one():
     assert_close(selection_rdp([fixed], runs), ref_geometric(run_rdp(fixed), 8), rel=1e-6)
     poisson = DpsgdEvents(64 / 1258, 100)(1.5)
     assert tuned_epsilon([fixed], runs, DELTA) > tuned_epsilon([poisson], runs, DELTA)
+
+
+def test_given_per_run_sigma_is_kept_or_scaled():
+    """A mechanism that picked its own per-run sigma: per-run keeps it, total scales it to the target."""
+    runs = RunCount("geometric", 8)
+    per_run = account((DIGITS,), runs, 2.0, DELTA, "per-run", base_sigmas=(1.1,))
+    assert per_run.sigmas == (1.1,) and per_run.epsilon_tuned == tuned_epsilon([DIGITS(1.1)], runs, DELTA)
+    total = account((DIGITS,), runs, 2.0, DELTA, "total", base_sigmas=(1.1,))
+    assert 2.0 * (1 - 1e-3) <= total.epsilon_tuned <= 2.0
+    assert math.isclose(total.sigmas[0], account((DIGITS,), runs, 2.0, DELTA, "total").sigmas[0], rel_tol=2e-3)
+    with pytest.raises(ValueError, match="base sigmas"):
+        account((DIGITS,), runs, 2.0, DELTA, "total", base_sigmas=(1.1, 1.2))
+
+
+def test_candidates_train_with_independent_seeds():
+    from mechanisms.accountants.tuning import candidate_seed
+
+    seeds = [candidate_seed(0, i) for i in range(100)] + [candidate_seed(1, i) for i in range(100)]
+    assert len(set(seeds)) == 200 and all(0 <= s < 2**31 for s in seeds)
+    assert candidate_seed(0, 3) == candidate_seed(0, 3) and 0 not in seeds[:1]
