@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
 import urllib.parse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -76,18 +78,41 @@ def connect(address: str | None) -> dict[str, float]:
     return dict(ray.cluster_resources())
 
 
-def gpus_for(request: Any, cluster_gpus: float) -> float:
-    """`auto` = 1 GPU per trial when the cluster has GPUs, else 0; a number is taken as is."""
-    if request == "auto":
-        return 1.0 if cluster_gpus >= 1 else 0.0
-    return float(request)
+# Packing `gpus: auto`: a trial's share of a GPU is 1/k for the most trials k that fit in its memory, each
+# needing its measured peak (one training step and one evaluation batch, `workers.trial.step_memory`) with
+# HEADROOM for what one step does not show (fragmentation, a longer text batch), plus its own CUDA context.
+HEADROOM = 1.5
+CUDA_CONTEXT_MB = 600.0
+MAX_PER_GPU = 8  # more processes than this on one GPU contend for it more than they share it
 
 
-def resolve_gpus(trials: list[TrialConfig], cluster_gpus: float) -> list[TrialConfig]:
-    """The trials with `gpus: auto` resolved for this cluster (`gpus_for`); other settings unchanged."""
-    return [t if t.resources.gpus != "auto" else
-            dataclasses.replace(t, resources=dataclasses.replace(t.resources, gpus=gpus_for("auto", cluster_gpus)))
-            for t in trials]
+def packed_share(need_mb: float, gpu_mb: float) -> float:
+    """The GPU share of a trial that needs `need_mb` on a GPU of `gpu_mb`: 1/k, rounded down to Ray's
+    precision (1e-4) so that k shares fit in one GPU; 1.0 when two do not fit."""
+    per_trial = need_mb * HEADROOM + CUDA_CONTEXT_MB
+    k = max(1, min(MAX_PER_GPU, int(gpu_mb // per_trial)))
+    return 1.0 if k == 1 else math.floor(1e4 / k) / 1e4
+
+
+def gpus_for(request: Any, cluster_gpus: float, memory: tuple[float, float | None] | None = None) -> float:
+    """`auto`: no GPU on a cluster without one; else the packed share for the trial's measured memory
+    (need, GPU size in MB), or a whole GPU when it was not measured. A number is taken as is."""
+    if request != "auto":
+        return float(request)
+    if cluster_gpus < 1:
+        return 0.0
+    if memory is None or memory[1] is None or not memory[0] > 0:
+        return 1.0
+    return packed_share(*memory)
+
+
+def resolve_gpus(trials: list[TrialConfig], cluster_gpus: float,
+                 memory: Mapping[str, tuple[float, float | None]] | None = None) -> list[TrialConfig]:
+    """The trials with `gpus: auto` resolved for this cluster (`gpus_for`, with the memory measured per
+    `TrialConfig.memory_key`); other settings unchanged."""
+    memory = memory or {}
+    return [t if t.resources.gpus != "auto" else dataclasses.replace(t, resources=dataclasses.replace(
+        t.resources, gpus=gpus_for("auto", cluster_gpus, memory.get(t.memory_key)))) for t in trials]
 
 
 def resource_problems(trials: list[TrialConfig], resources: dict[str, float]) -> list[str]:

@@ -105,7 +105,12 @@ def run(
         fail(str(e))
     todo.sort(key=lambda c: c.mechanism == "nonprivate")  # long trials first
     finished_before = len(spec.trials) - len(todo)
-    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0))
+    memory = {}
+    if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):
+        from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
+
+        memory = measure_memory([c for c in todo if c.resources.gpus == "auto"], 1.0)
+    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0), memory)
     per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
     err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {finished_before} already finished, "

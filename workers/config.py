@@ -331,6 +331,18 @@ class TrialConfig:
         return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property
+    def memory_key(self) -> str:
+        """What a trial's accelerator memory depends on (its workload, engine and batch sizes; not the seed,
+        the target or the audit): trials sharing it are measured once for packing (`gpus: auto`)."""
+        t = self.train
+        view = {"dataset": self.dataset, "dataset_options": dict(self.dataset_options), "model": self.model,
+                "model_options": dict(self.model_options), "mechanism": self.mechanism,
+                "mechanism_options": dict(self.mechanism_options), "batch_size": t.batch_size,
+                "eval_batch_size": t.eval_batch_size, "optimizer": t.optimizer,
+                "grad_sample_mode": t.grad_sample_mode, "precision": t.precision}
+        return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
     def label(self) -> str:
         eps = f" eps={self.epsilon:g}" if self.epsilon is not None else ""
         return f"{self.mechanism} {self.dataset}/{self.model}{eps} seed={self.seed}"

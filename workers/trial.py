@@ -44,7 +44,7 @@ from workers.audit import (
     one_run_fields,
     step_audit,
 )
-from workers.config import TrialConfig
+from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, train
@@ -249,6 +249,29 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                        privacy, output.environment | {"finished_at": time.time()}).to_record()
 
 
+def step_memory(config: TrialConfig) -> tuple[float, float | None]:
+    """Peak memory (MB) of one private training step and one evaluation pass at the trial's batch sizes
+    on its device, and the device's size in MB (None on CPU): what `gpus: auto` packs trials by.
+
+    The measured run is the trial's own accelerator phase on one batch (`max_train_examples` = the batch
+    size, one epoch: one step), at a fixed sigma (the noise level does not change the memory) and without
+    audits. On a GPU the figure is the allocator's peak reservation (weights, optimizer state, activations,
+    per-sample norms); on CPU, the extra resident memory of the step.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # a reused worker's cached blocks are not this trial's
+    private = config.epsilon is not None or config.sigma is not None
+    probe = dataclasses.replace(
+        config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
+        train=dataclasses.replace(config.train, epochs=1, max_train_examples=config.train.batch_size))
+    output = accelerator_phase(probe, plan_phase(probe))
+    device = pick_device(config.resources.gpus)
+    if device.type == "cuda":
+        return (torch.cuda.max_memory_reserved(device) / 2**20,
+                torch.cuda.get_device_properties(device).total_memory / 2**20)
+    return float(output.metrics.get("peak_memory_mb") or 0.0), None
+
+
 def failed(config: TrialConfig | Mapping[str, Any], error: BaseException | str, tb: str | None = None,
            metrics: dict[str, Any] | None = None, environment: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of a trial that did not finish: a result too, recorded like any other."""
@@ -287,4 +310,4 @@ def _ray_node() -> dict[str, str | None]:
 
 
 __all__ = ["AcceleratorOutput", "Planned", "accelerator_phase", "analysis_phase", "plan_phase", "run_trial",
-           "step_phase"]
+           "step_memory", "step_phase"]
