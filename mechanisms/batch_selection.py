@@ -30,6 +30,7 @@ import dp_accounting
 import torch
 
 from mechanisms.accountants import events
+from mechanisms.accountants.validation import require_sample_rate, require_steps
 
 NeighborRel = dp_accounting.NeighboringRelation
 
@@ -139,6 +140,30 @@ class ShuffleSampling(BatchSelection):
 SAMPLERS: dict[str, type[BatchSelection]] = {s.name: s for s in (PoissonSampling, FixedSizeSampling, ShuffleSampling)}
 
 
+@dataclasses.dataclass(frozen=True)
+class PoissonRate:
+    """Poisson sampling stated by its rate q and step count T rather than by (N, B, epochs): for accounting
+    alone (`privbench privacy --sample-rate --steps`, DP-Forward's claimed central analysis). Its event is
+    `PoissonSampling`'s, through the same `events.poisson_sampled`; it runs nothing (no `epoch`)."""
+
+    sample_rate: float
+    steps: int
+
+    name: ClassVar[str] = "poisson"
+    neighboring_relation: ClassVar[NeighborRel] = NeighborRel.ADD_OR_REMOVE_ONE
+
+    def __post_init__(self) -> None:
+        require_sample_rate(self.sample_rate)
+        require_steps(self.steps)
+
+    def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+        return events.poisson_sampled(step, self.sample_rate, self.steps)
+
+    def describe(self) -> dict[str, object]:
+        return {"sampler": self.name, "steps": self.steps, "sample_rate": self.sample_rate,
+                "neighboring_relation": relation_name(self.neighboring_relation)}
+
+
 def batch_selection(name: str, dataset_size: int, batch_size: int, epochs: int) -> BatchSelection:
     if name not in SAMPLERS:
         raise ValueError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
@@ -162,5 +187,5 @@ class EpochBatches(torch.utils.data.Sampler[list[int]]):
         return self.selection.epoch(self.generator)
 
 
-__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonSampling",
+__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonRate", "PoissonSampling",
            "ShuffleSampling", "batch_selection", "relation_name"]

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 import mechanisms
+from mechanisms.clipping import GRAD_SAMPLE_MODES
 from mechanisms.registry import UnknownName
 from orchestrator import grid_yaml
 from workers import datasets, models
@@ -66,7 +67,6 @@ def trial_key(config: dict[str, Any]) -> str:
 
 SEED_MAX = 2**32 - 1  # numpy's seeds
 MAX_AXIS_VALUES = 10_000
-GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # = mechanisms.private_training (no torch import here)
 RESOURCE_KEYS = ("cpus", "gpus")
 
 

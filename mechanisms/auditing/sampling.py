@@ -18,13 +18,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mechanisms.auditing.canary import CanaryScores
 from mechanisms.auditing.cases import AuditCase
+
+if TYPE_CHECKING:
+    from mechanisms.mechanism import Mechanism
 
 CHUNK_ELEMENTS = 1 << 21  # values per privatize_step call (16 MB of float64)
 PATHS = ("auto", "full", "support")
@@ -47,7 +49,7 @@ def choose_path(case: AuditCase, coordinatewise: bool, path: str = "auto") -> st
     return path
 
 
-def sample_scores(module: ModuleType, case: AuditCase, *, sigma: float, clip: float, samples: int,
+def sample_scores(module: Mechanism, case: AuditCase, *, sigma: float, clip: float, samples: int,
                   seed: int, case_index: int = 0, path: str = "full", workers: int | None = None,
                   options: Mapping[str, Any] | None = None) -> CanaryScores:
     """`samples` scores per side: held_out from rows `base`, held_in from rows `base + canary`."""
