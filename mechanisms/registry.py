@@ -122,6 +122,10 @@ class Registry(Generic[T]):
         self._load()
         return dict(self._broken)
 
+    def name_of(self, obj: Any) -> str:
+        """The name `obj` declares; TypeError when it does not follow this kind's contract."""
+        return self._check(obj)
+
     def accepts(self, obj: Any) -> bool:
         try:
             self._check(obj)

@@ -27,7 +27,7 @@ from workers.train import TrainConfig
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train", "model_train", "secure_rng"}
+             "mechanism_train", "model_train", "secure_rng", "plugins"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 ACCOUNTANTS = ("pld", "rdp")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -47,6 +47,7 @@ class GridSpec:
     raw: dict[str, Any]
     text: str
     trials: tuple[dict[str, Any], ...]
+    plugins: tuple[str, ...] = ()  # modules the driver imported and ships to the cluster (workers.plugins)
 
     @property
     def gpus_requested(self) -> float:
@@ -150,6 +151,29 @@ def _delta(value: Any, problems: list[str]) -> float | str | None:
         problems.append(f"delta: must lie in (0, 1), got {delta:g}")
         return None
     return delta
+
+
+def _plugins(value: Any, source: str, problems: list[str]) -> list[str]:
+    """`plugins:` modules, imported and registered now (so the grid validates their names like built-ins);
+    a module not installed is looked for beside the grid file."""
+    from workers import plugins as plugins_lib
+
+    names = _as_list(value) if value is not None else []
+    folder = [Path(source).parent] if Path(source).is_file() else []
+    for name in names:
+        try:
+            plugins_lib.load([name], search=folder)
+        except (mechanisms.PluginError, ImportError) as e:
+            problems.append(str(e))
+    return [str(n) for n in names]
+
+
+def mechanism_private(mechanism: str) -> bool:
+    """Whether a mechanism claims privacy (unknown names are reported with the grid axis)."""
+    try:
+        return mechanisms.get(str(mechanism)).private
+    except (UnknownName, mechanisms.PluginError):
+        return True
 
 
 def _check_names(kind: str, values: list[Any], lookup: Any, problems: list[str]) -> None:
@@ -278,6 +302,7 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
         problems.append(f"name: {name!r} must be 1-100 letters, digits, '_', '-' or '.' (starting with a letter "
                         "or digit)")
         name = str(name)
+    plugins = _plugins(raw.get("plugins"), source, problems)
     grid = raw.get("grid")
     if not isinstance(grid, dict):
         raise GridError(problems + ["grid: missing or not a mapping of dataset/model/mechanism/epsilon lists"])
@@ -295,7 +320,7 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     _check_names("dataset", axes["dataset"], datasets.get_loader, problems)
     _check_names("model", axes["model"], models.get_entry, problems)
     _check_names("mechanism", axes["mechanism"], mechanisms.get, problems)
-    private = [m for m in axes["mechanism"] if m != "nonprivate"]
+    private = [m for m in axes["mechanism"] if mechanism_private(m)]
     epsilons: list[float] = []
     for e in axes["epsilon"]:
         value = _number("grid.epsilon", e, problems, gt=0)
@@ -373,22 +398,23 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
         raise GridError(problems)
 
     base = {"secure_rng": True} if secure_rng is True else {}
+    base |= {"plugins": list(plugins)} if plugins else {}  # the workers import them before the trial
     base |= {"delta": delta, "accountant": accountant, "calibration": calibration, "sampler": sampler,
             "resources": {"cpus": cpus, "gpus": gpus}, "audit": audit}
     configs: list[dict[str, Any]] = []
     for d, m, mech, seed in itertools.product(axes["dataset"], axes["model"], axes["mechanism"], seeds):
-        targets: list[float | None] = [None] if mech == "nonprivate" or not epsilons else list(epsilons)
+        targets: list[float | None] = [None] if not mechanism_private(mech) or not epsilons else list(epsilons)
         for eps in targets:
             cfg = base | {"train": train | model_train.get(m, {}) | mechanism_train.get(mech, {}),
                           "dataset": str(d), "model": str(m), "mechanism": str(mech), "epsilon": eps,
-                          "seed": seed, "sigma": sigma if mech != "nonprivate" and eps is None else None,
+                          "seed": seed, "sigma": sigma if mechanism_private(mech) and eps is None else None,
                           "mechanism_options": options["mechanism_options"].get(mech, {}),
                           "model_options": options["model_options"].get(m, {}),
                           "dataset_options": options["dataset_options"].get(d, {})}
             cfg = {"sweep": name} | cfg
             cfg["trial_key"] = trial_key(cfg)
             configs.append(cfg)
-    return GridSpec(name, raw, text, tuple(configs))
+    return GridSpec(name, raw, text, tuple(configs), tuple(plugins))
 
 
 def load(path: str | Path) -> GridSpec:

@@ -21,7 +21,7 @@ import torch
 import mechanisms
 from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacySpec
-from workers import datasets, models
+from workers import datasets, models, plugins
 from workers.audit import AuditConfig, OneRun, audit_cost, mia_fields, step_audit
 from workers.environment import configure
 from workers.result import TrialResult
@@ -98,6 +98,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         device = pick_device(gpus)
         env |= {"device": device.type, "gpus_granted": gpus, "cpus": cpus} | _ray_node()
         cfg = TrainConfig(**config.get("train", {}))
+        plugins.load(config.get("plugins", ()))  # the grid's `plugins:` modules, shipped by the driver
         mechanism = mechanisms.get(config["mechanism"])
         generator = seed_everything(int(config["seed"]))
         splits = datasets.load(config["dataset"], config.get("dataset_options", {}))
@@ -111,7 +112,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
         plan = mechanism.plan(privacy_spec(config, cfg, len(train_split), trainable))
         calibration_s = time.perf_counter() - t0
         audit_cfg = AuditConfig(**config.get("audit", {}))
-        private = plan.sigma is not None or plan.epsilon_claimed is not None
+        private = mechanism.private
         one_run = OneRun(audit_cfg, plan, int(config["seed"])) if audit_cfg.one_run and private else None
         secure = bool(config.get("secure_rng", False))
         outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mechanisms import PrivacySpec, dpsgd, dpsgd_gdp
-from mechanisms.accountants import DpsgdEvents, epsilon
+from mechanisms.accountants import epsilon
+from tests.events import poisson_events
 
 MNIST = dict(delta=1e-5, dataset_size=60000, batch_size=256)
 
@@ -19,7 +20,7 @@ def test_claimed_is_the_target_and_certified_is_pld_at_the_clt_sigma(epochs, tar
     assert plan.epsilon_claimed == pytest.approx(target, rel=1e-6)
     assert plan.epsilon_certified == pytest.approx(true_eps, rel=0.01)
     spec = PrivacySpec(epsilon=target, epochs=epochs, **MNIST)
-    assert plan.epsilon_certified == pytest.approx(epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(plan.sigma),
+    assert plan.epsilon_certified == pytest.approx(epsilon(poisson_events(spec.sample_rate, spec.steps)(plan.sigma),
                                                            spec.delta))
 
 

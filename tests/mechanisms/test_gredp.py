@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from mechanisms import PrivacySpec, dpsgd, gredp
-from mechanisms.accountants import DpsgdEvents, epsilon
+from mechanisms.accountants import epsilon
+from tests.events import poisson_events
 from mechanisms.noise_addition import FrequencyNoise
 from workers.trial import run_trial
 
@@ -56,9 +57,9 @@ def test_torch_privatize_matches_the_declared_noise():
 def test_certified_event_uses_the_effective_sigma(options, scale):
     spec = PrivacySpec(**{**SPEC.__dict__, "epsilon": None, "sigma": 2.0, "options": options, "n_tensors": 4})
     plan = gredp.plan(spec)
-    expected = epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(2.0 * scale), spec.delta)
+    expected = epsilon(poisson_events(spec.sample_rate, spec.steps)(2.0 * scale), spec.delta)
     assert plan.epsilon_certified == pytest.approx(expected)
-    assert plan.epsilon_claimed == pytest.approx(epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(2.0), spec.delta))
+    assert plan.epsilon_claimed == pytest.approx(epsilon(poisson_events(spec.sample_rate, spec.steps)(2.0), spec.delta))
     if scale < 1:
         assert plan.epsilon_certified > plan.epsilon_claimed
 

@@ -11,7 +11,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mechanisms import dpsgd
-from mechanisms.accountants import dpsgd_event, epsilon
+from mechanisms.accountants import epsilon
+from tests.events import poisson_event
 from mechanisms.auditing import DiracCanaries
 from mechanisms.clipping import FlatClipping, PerLayerClipping
 from mechanisms.noise_addition import GaussianNoise
@@ -62,7 +63,7 @@ def test_tiny_opacus_run_gives_a_sound_and_useful_one_run_bound():
     assert inside.mean() == pytest.approx(steps, abs=0.3)  # C per step, in units of C
     assert outside.mean() == pytest.approx(0.0, abs=0.3)
     assert outside.std() == pytest.approx(sigma * np.sqrt(steps), rel=0.2)  # residual = pure noise
-    certified = epsilon(dpsgd_event(sigma, plan.sample_rate, steps), 1e-5)
+    certified = epsilon(poisson_event(sigma, plan.sample_rate, steps), 1e-5)
     assert 1.0 < est.epsilon <= certified
     assert 0 <= est.overhead_s < 5
     json.dumps(est.as_record())
@@ -74,7 +75,7 @@ def test_canaries_join_steps_at_the_sample_rate():
     train(model, optimizer, loader, criterion, 24)
     inside = canaries.scores[canaries.included]
     assert inside.mean() == pytest.approx(0.25 * 24, rel=0.1)
-    assert canaries.estimate(1e-5).epsilon <= epsilon(dpsgd_event(0.5, 0.25, 24), 1e-5)
+    assert canaries.estimate(1e-5).epsilon <= epsilon(poisson_event(0.5, 0.25, 24), 1e-5)
 
 
 @pytest.mark.parametrize("clip", [1.0, [1.0, 0.5]], ids=["flat", "per-layer"])
