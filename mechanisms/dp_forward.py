@@ -202,6 +202,8 @@ def certification_gap(options: Options) -> str | None:
                 "tokens seen move); no finite epsilon holds. Set freeze_pre_noise: true")
     if options.epsilon_labels is None:
         return "labels are used in the clear (SeqDP only): example-level DP does not hold. Set epsilon_labels"
+    from mechanisms.forward_noise import parse_position
+
     if parse_position(options.position).sequence_level:
         return ("a sequence-level release is not private in its shape and mask: batches are trimmed to their "
                 "longest example (the n x d shape depends on other examples) and post-noise layers read each "

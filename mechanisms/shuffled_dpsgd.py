@@ -1,6 +1,6 @@
 """Shuffled DP-SGD (Yang, Ji, Xiang 2024; arXiv 2407.15414).
 
-DP-SGD plus two parts, composed onto `dpsgd.make_private` rather than copied:
+DP-SGD plus two parts, composed onto DP-SGD's `make_private` rather than copied:
 
 - noise (`batch_clip_noise`): the sum of per-sample-clipped gradients is clipped again, as one flat
   vector, to c' = `batch_clip_ratio` * c (Alg. 1 line 12), then N(0, (sigma c)^2) is added;

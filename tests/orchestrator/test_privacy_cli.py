@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import mechanisms
-from mechanisms.plan import PrivacySpec
-
 from mechanisms.accountants import calibrate_sigma, epsilon
-from tests.events import poisson_event, poisson_events
+from mechanisms.plan import PrivacySpec
 from orchestrator.cli import app
+from tests.events import poisson_event, poisson_events
 
 runner = CliRunner()
 MNIST = ["--sample-rate", str(256 / 60000), "--steps", "14063", "--delta", "1e-5"]

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms.accountants import DpsgdSetting, calibrate, calibrate_sigma, epsilon, sigma_for
-from tests.events import poisson_events
 from mechanisms.accountants.calibration import MAX_LEVEL
 from mechanisms.accountants.reference import FRESH
 from mechanisms.noise_addition import GaussianNoise
+from tests.events import poisson_events
 
 
 def on_grid(sigma: float, rel_tol: float) -> bool:

@@ -10,12 +10,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mechanisms.accountants import epsilon, epsilon_report
-from tests.events import poisson_event
 from mechanisms.accountants import prv as prv_module
 from mechanisms.accountants.adaptive_pld import discretization_for
 from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import _pld_epsilon, pld_accountant, rdp_accountant
 from mechanisms.batch_selection import PoissonRate, batch_selection
+from tests.events import poisson_event
 
 MNIST = (1.1, 256 / 60000, 14063)
 CIFAR = (3.0, 4096 / 50000, 2500)

@@ -12,11 +12,11 @@ from torch.utils.data import TensorDataset
 
 from mechanisms import dpsgd
 from mechanisms.accountants import epsilon
-from tests.events import poisson_event
 from mechanisms.auditing import DiracCanaries
 from mechanisms.clipping import FlatClipping, PerLayerClipping
 from mechanisms.noise_addition import GaussianNoise
 from mechanisms.plan import PrivacySpec
+from tests.events import poisson_event
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Secure RNG turned off"),
               pytest.mark.filterwarnings("ignore:Full backward hook")]
@@ -27,14 +27,14 @@ def make_run(*, sigma: float, batch: int, n: int = 256, seed: int = 0, clip=1.0)
     torch.manual_seed(seed)
     data = TensorDataset(torch.randn(n, 50), torch.randint(0, 10, (n,)))
     model = nn.Linear(50, 10)
-    plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=batch, epochs=100,
+    plan = dpsgd.mechanism.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=batch, epochs=100,
                                   sigma=sigma))
     if isinstance(clip, list):  # per-layer bounds: the training path with a per-layer clipper
         plan = dataclasses.replace(plan, parts=dataclasses.replace(plan.parts, clipper=PerLayerClipping(tuple(clip))))
     elif clip != 1.0:
         plan = dataclasses.replace(plan, parts=dataclasses.replace(plan.parts, clipper=FlatClipping(clip),
                                                                    noise=GaussianNoise(clip)))
-    model, optimizer, loader, criterion = dpsgd.make_private(
+    model, optimizer, loader, criterion = dpsgd.mechanism.make_private(
         model, torch.optim.SGD(model.parameters(), lr=0.1), data, plan, criterion=nn.CrossEntropyLoss(),
         generator=torch.Generator().manual_seed(seed), noise_generator=torch.Generator().manual_seed(seed))
     return model, optimizer, loader, criterion, plan

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mechanisms.accountants import epsilon
-from tests.events import poisson_event
 from mechanisms.auditing import one_run, white_box
+from tests.events import poisson_event
 
 Q, T, DELTA = 0.05, 200, 1e-5
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from mechanisms.accountants import epsilon
-from tests.events import poisson_event
 from mechanisms.auditing import CanaryScoreAuditor, white_box
+from tests.events import poisson_event
 
 
 def test_log_lr_step_is_the_subsampled_gaussian_likelihood_ratio():
