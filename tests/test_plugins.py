@@ -8,10 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from mechanisms.registry import ACCOUNTANTS, MECHANISMS
 from workers.datasets.base import DATASETS
@@ -67,7 +67,8 @@ def test_registries_import_no_torch_opacus_transformers_or_scipy():
 def test_list_imports_nothing_heavy(what):
     result = run_python("import runpy, sys\n"
                         f"sys.argv = ['privbench', 'list', {what!r}]\n"
-                        "try:\n    runpy.run_module('orchestrator', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+                        "try:\n    runpy.run_module('orchestrator', run_name='__main__')\n"
+                        "except SystemExit:\n    pass\n"
                         "print(sorted({k.split('.')[0] for k in sys.modules}))")
     assert result.returncode == 0, result.stderr
     assert not {m for m in HEAVY if f"'{m}'" in result.stdout.splitlines()[-1]}, result.stdout[-500:]
@@ -155,3 +156,19 @@ def test_notebook_registration_and_contract_checks():
         mechanisms.unregister("mine-test")
     with pytest.raises(mechanisms.PluginError, match="not a mechanisms.Mechanism"):
         mechanisms.register(object())
+
+
+def test_the_readme_example_is_the_tested_package():
+    """README's "write a package" section shows the example plugin's own entry points and code."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Bring your own mechanism"):text.index("## Documentation")]
+    toml_block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    package = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert tomllib.loads(toml_block)["project"]["entry-points"] == package
+    source = (PLUGIN / "ext_mech" / "mechanisms.py").read_text()
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for line in code.splitlines():
+        line = line.split("  #")[0].rstrip()
+        assert not line.strip() or line in source, f"README shows {line!r}, not in ext_mech/mechanisms.py"
