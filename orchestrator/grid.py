@@ -29,7 +29,6 @@ TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibrati
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
              "mechanism_train", "model_train", "secure_rng", "plugins"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
-ACCOUNTANTS = ("pld", "rdp")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -357,8 +356,9 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
         except ValueError as e:
             problems.append(f"{where}: {e}")
     accountant = raw.get("accountant", "pld")
-    if accountant not in ACCOUNTANTS:
-        problems.append(f"accountant: unknown {accountant!r}; known: {list(ACCOUNTANTS)}")
+    calibrating = [n for n, a in mechanisms.registry.ACCOUNTANTS.items() if a.calibrates]  # incl. plugins
+    if accountant not in calibrating:
+        problems.append(f"accountant: unknown {accountant!r}; known: {calibrating}")
     calibration = raw.get("calibration", "claimed")
     if not isinstance(calibration, str) or calibration not in mechanisms.plan.CALIBRATIONS:
         problems.append(f"calibration: must be one of {list(mechanisms.plan.CALIBRATIONS)}, got {calibration!r}")

@@ -80,7 +80,7 @@ def check(trials: list[dict], store: Path, env: dict[str, str]) -> None:
     assert privacy["epsilon_certified"] <= 4.0 + 1e-9
     assert privacy["epsilon_audited"] is not None and privacy["epsilon_audited_step"] is not None
     assert privacy["parts"]["clip_bound"] == pytest.approx(0.5)  # the plugin's clipping: C / 2 (C = 1)
-    assert private["environment"]["node_ip"] == "127.0.0.1"  # ran on the cluster's worker
+    assert private["environment"]["node_id"]  # ran in a Ray worker of the cluster the driver joined
 
 
 def test_an_installed_plugin_runs_on_the_cluster(tmp_path):

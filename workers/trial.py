@@ -129,6 +129,7 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
                                  int(config["seed"]), cpus, [p.numel() for p in trainable])
         privacy = plan.as_record() | audits | {
             "epsilon_target": config.get("epsilon"),
+            "private": private,  # Mechanism.private: whether the trial claims any privacy (not a name test)
             "grad_sample_mode": outcome.info.get("grad_sample_mode") if private else None,
             "bk_fallback": outcome.info.get("bk_fallback") if private else None,  # why bk could not clip it
             "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],

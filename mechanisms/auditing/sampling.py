@@ -8,7 +8,7 @@ Two paths, same scores in distribution:
 - `full`: each row is the whole `dim`-dimensional batch sum; the statistic sees the whole release.
   The cost is dominated by the mechanism's noise generation, about 16-20 ns per Gaussian on this
   machine: 2 x 20,000 x 100,000 values is ~40-70 s on 2 cores.
-- `support`: only for mechanisms declaring `AUDIT_COORDINATEWISE` and projection statistics: the
+- `support`: only for mechanisms declaring `Mechanism.audit_coordinatewise` and projection statistics: the
   mechanism runs on the canary's support columns only. For a coordinatewise step the projection
   on the canary depends on nothing else, so this is exact, and dim no longer costs anything.
 """

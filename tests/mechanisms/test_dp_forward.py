@@ -441,7 +441,8 @@ def test_privatize_step_normalises_rows_then_adds_gaussian_noise():
 def test_audit_refutes_the_sensitivity_c_claim():
     from mechanisms.auditing import audit_step
 
-    code = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16, options={"sensitivity": "C"})
+    code = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16,
+                      options={"sensitivity": "C"})
     paper = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16)
     assert code.violated and code.claim_status == "violated"
     assert not paper.violated
