@@ -24,13 +24,15 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import dp_accounting
-import torch
 
 from mechanisms.accountants import events
 from mechanisms.accountants.validation import require_sample_rate, require_steps
+
+if TYPE_CHECKING:  # torch loads when batches are drawn: accounting (`privbench privacy`) never pays for it
+    import torch
 
 NeighborRel = dp_accounting.NeighboringRelation
 
@@ -97,6 +99,8 @@ class PoissonSampling(BatchSelection):
         return events.poisson_sampled(step, self.sample_rate, self.steps)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        import torch
+
         for _ in range(self.steps_per_epoch):
             mask = torch.rand(self.dataset_size, generator=generator) < self.sample_rate
             yield mask.nonzero().flatten().tolist()
@@ -113,6 +117,8 @@ class FixedSizeSampling(BatchSelection):
         return events.sampled_without_replacement(step, self.dataset_size, self.batch_size, self.steps)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        import torch
+
         for _ in range(self.steps_per_epoch):
             yield torch.randperm(self.dataset_size, generator=generator)[: self.batch_size].tolist()
 
@@ -132,6 +138,8 @@ class ShuffleSampling(BatchSelection):
         return dp_accounting.SelfComposedDpEvent(step, self.epochs)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        import torch
+
         order = torch.randperm(self.dataset_size, generator=generator)
         for batch in torch.tensor_split(order, self.steps_per_epoch):
             yield batch.tolist()
@@ -174,8 +182,9 @@ def relation_name(relation: NeighborRel) -> str:
     return relation.name.lower().replace("_", "-")
 
 
-class EpochBatches(torch.utils.data.Sampler[list[int]]):
-    """Adapts a `BatchSelection` to torch's batch-sampler protocol: `len` is the steps of one epoch."""
+class EpochBatches:
+    """Adapts a `BatchSelection` to torch's batch-sampler protocol (an iterable of index lists with a
+    length, what `DataLoader(batch_sampler=...)` takes): `len` is the steps of one epoch."""
 
     def __init__(self, selection: BatchSelection, generator: torch.Generator) -> None:
         self.selection, self.generator = selection, generator
