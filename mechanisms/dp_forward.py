@@ -263,6 +263,7 @@ def certified_sigma(spec: PrivacySpec, options: Options) -> float:
 
 class DpForward(Mechanism):
     ID = ID
+    references = ("arXiv:2309.06746",)
     Options = Options
     audit_coordinatewise = False  # normalisation couples the coordinates of a state
 

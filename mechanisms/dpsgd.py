@@ -30,6 +30,7 @@ class Options:
 
 class DpSgd(Mechanism):
     ID = ID
+    references = ("arXiv:1607.00133",)
     Options = Options
 
     def clipper(self, spec: PrivacySpec, options: Any) -> Clipping:

@@ -26,6 +26,7 @@ def _gdp_sampler(sampler: str) -> str:
 
 class DpSgdGdp(DpSgd):
     ID = ID
+    references = ("arXiv:1911.11607",)
     Options = Options
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:

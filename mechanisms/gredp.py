@@ -86,6 +86,7 @@ def time_domain_clipper(options: Options, clip: float, tensor_sizes: Sequence[in
 
 class Gredp(Mechanism):
     ID = ID
+    references = ("arXiv:2409.11663",)
     Options = Options
     audit_coordinatewise = False  # the FFT mixes coordinates
     audit_per_tensor = True  # the transform runs per parameter tensor

@@ -79,6 +79,7 @@ class Mechanism:
 
     ID: ClassVar[str]
     Options: ClassVar[type] = NoOptions
+    references: ClassVar[tuple[str, ...]] = ()  # the papers it implements (arXiv ids), shown with its results
     #: True when the mechanism claims privacy; False for a reference run (no noise, no epsilon), which the
     #: grid runs once per seed without an epsilon axis and the leaderboard uses as the utility baseline.
     private: ClassVar[bool] = True
@@ -93,13 +94,11 @@ class Mechanism:
 
     @property
     def description(self) -> str:
-        """What `privbench list mechanisms` shows: the first paragraph of its module's docstring."""
-        doc = sys.modules[type(self).__module__].__doc__ or type(self).__doc__ or ""
+        """What `privbench list mechanisms` shows: the first paragraph of the class' own docstring, else of
+        its module's (one mechanism per module, as the built-ins)."""
+        module = sys.modules.get(type(self).__module__)
+        doc = type(self).__dict__.get("__doc__") or (module.__doc__ if module else None) or ""
         return " ".join(doc.strip().split("\n\n")[0].split())
-
-    @property
-    def summary(self) -> str:
-        return self.description
 
     # ---- options and parts ---------------------------------------------------------------------------
 

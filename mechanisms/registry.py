@@ -139,6 +139,8 @@ def _mechanism_id(obj: Any) -> str:
 
     if not isinstance(obj, Mechanism):
         raise TypeError(f"{obj!r} is not a mechanisms.Mechanism instance")
+    if not isinstance(getattr(obj, "ID", None), str) or not obj.ID:
+        raise TypeError(f"{type(obj).__name__} has no ID (the name grids use)")
     return obj.ID
 
 

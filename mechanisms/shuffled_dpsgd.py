@@ -152,6 +152,7 @@ def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -
 
 class ShuffledDpSgd(Mechanism):
     ID = ID
+    references = ("arXiv:2407.15414",)
     Options = Options
     audit_coordinatewise = False  # the permutation mixes coordinates
 

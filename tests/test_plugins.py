@@ -157,6 +157,12 @@ def test_notebook_registration_and_contract_checks():
     with pytest.raises(mechanisms.PluginError, match="not a mechanisms.Mechanism"):
         mechanisms.register(object())
 
+    class NoId(mechanisms.Mechanism):
+        pass
+
+    with pytest.raises(mechanisms.PluginError, match="NoId has no ID"):
+        mechanisms.register(NoId())
+
 
 def test_the_readme_example_is_the_tested_package():
     """README's "write a package" section shows the example plugin's own entry points and code."""
