@@ -7,7 +7,7 @@ import math
 import os
 import socket
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,18 +42,21 @@ def _reachable(address: str) -> None:
         raise ClusterError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
 
 
-def runtime_env() -> dict[str, Any]:
-    """Ship privbench's own packages to the cluster's workers (`py_modules`): nodes need only the
-    dependencies installed, not privbench. `PRIVBENCH_SHIP_CODE=0` turns it off (privbench installed
-    on every node)."""
-    if os.environ.get("PRIVBENCH_SHIP_CODE", "1") == "0":
-        return {}
+def runtime_env(plugins: Sequence[str] = ()) -> dict[str, Any]:
+    """Ship privbench's own packages, and the grid's `plugins:` modules, to the cluster's workers
+    (`py_modules`): nodes need only the dependencies installed, not privbench nor the plugins.
+    `PRIVBENCH_SHIP_CODE=0` turns shipping privbench off (privbench installed on every node)."""
     import importlib
 
-    return {"py_modules": [importlib.import_module(name) for name in SHIPPED_PACKAGES]}
+    from workers.plugins import shipped
+
+    modules = shipped(plugins)
+    if os.environ.get("PRIVBENCH_SHIP_CODE", "1") != "0":
+        modules = [importlib.import_module(name) for name in SHIPPED_PACKAGES] + modules
+    return {"py_modules": modules} if modules else {}
 
 
-def connect(address: str | None) -> dict[str, float]:
+def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float]:
     """Start a local Ray instance (address None) or join one (`auto`, `ray://host:10001`, `host:port`).
 
     Returns the cluster's total resources. Joining a cluster ships privbench's code to it (see
@@ -68,8 +71,12 @@ def connect(address: str | None) -> dict[str, float]:
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         if address is None:
             kwargs["include_dashboard"] = False
+            if plugins:  # local workers do not see modules the driver found beside the grid file
+                from workers.plugins import shipped
+
+                kwargs["runtime_env"] = {"py_modules": shipped(plugins)}
         elif not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
-            kwargs["runtime_env"] = runtime_env()
+            kwargs["runtime_env"] = runtime_env(plugins)
         try:
             ray.init(address=address, **kwargs)
         except Exception as e:  # noqa: BLE001 - any connection failure is a usage problem here

@@ -87,7 +87,7 @@ def run(
     from orchestrator import cluster
 
     try:
-        resources = cluster.connect(address)
+        resources = cluster.connect(address, spec.plugins)
     except cluster.ClusterError as e:
         fail(str(e))
     problems = cluster.resource_problems(list(spec.trials), resources)
@@ -103,7 +103,7 @@ def run(
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
         fail(str(e))
-    todo.sort(key=lambda c: c.mechanism == "nonprivate")  # long trials first
+    todo.sort(key=lambda c: not grid.mechanism_private(c.mechanism))  # long (private) trials first
     finished_before = len(spec.trials) - len(todo)
     memory = {}
     if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):

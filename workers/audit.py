@@ -18,17 +18,18 @@ Two audits answer two different questions, so their numbers are kept apart:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mechanisms.auditing.dirac_canaries import CanaryObservations, decode_array, encode_array
 from mechanisms.claims import REL_TOL
 from workers.config import AuditConfig
+
+if TYPE_CHECKING:
+    from mechanisms.mechanism import Mechanism
 
 
 def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
@@ -46,18 +47,18 @@ def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
     return out
 
 
-def step_audit(mechanism: ModuleType, plan: Any, clip: float, cfg: AuditConfig, options: dict[str, Any],
+def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, options: dict[str, Any],
                seed: int, workers: int, tensor_sizes: Sequence[int] | None = None) -> dict[str, Any]:
     """Fields for the record; empty when the mechanism has no noise to audit.
 
     A mechanism whose release transforms each parameter tensor on its own (gredp's per-tensor FFT) is
     audited on the model's tensor structure scaled to the audited dimension (`tensor_sizes`).
     """
-    if plan.sigma is None or not hasattr(mechanism, "privatize_step"):
+    if plan.sigma is None or not mechanism.private:
         return {}
     from mechanisms.auditing import audit_step
 
-    if tensor_sizes and "tensor_sizes" in inspect.signature(mechanism.privatize_step).parameters:
+    if tensor_sizes and mechanism.audit_per_tensor:
         options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
 
     audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,

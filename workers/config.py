@@ -23,9 +23,7 @@ T = TypeVar("T")
 ECHO_CHARS = 80  # how much of a bad value an error message repeats
 SEED_MAX = 2**32 - 1  # numpy's seeds
 OPTIMIZERS = ("sgd", "adam", "adamw")  # workers/train.py builds each
-GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # = mechanisms.private_training's (tested)
 PRECISIONS = ("fp32", "bf16", "fp16")
-ACCOUNTANTS = ("pld", "rdp")
 AUDIT_MODES = ("step", "one-run", "both", "off")
 MIAS = ("loss", "off")
 STATISTICS = ("lr", "sum")
@@ -113,6 +111,19 @@ def _samplers() -> Any:
     return SAMPLERS
 
 
+def _grad_sample_modes() -> Any:
+    from mechanisms.clipping import GRAD_SAMPLE_MODES
+
+    return GRAD_SAMPLE_MODES
+
+
+def _accountants() -> list[str]:
+    """The accountants that can calibrate (built-ins and plugins), from their registry."""
+    from mechanisms.registry import ACCOUNTANTS
+
+    return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
+
+
 def _calibrations() -> Any:
     from mechanisms.plan import CALIBRATIONS
 
@@ -133,7 +144,7 @@ class TrainConfig:
     max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
     eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
     # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
-    grad_sample_mode: str | None = bounded(None, choices=GRAD_SAMPLE_MODES)
+    grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)
     precision: str = bounded("fp32", choices=PRECISIONS)  # autocast dtype of the forward and backward passes
 
     def __post_init__(self) -> None:
@@ -267,7 +278,7 @@ class TrialConfig:
     seed: int = bounded(0, ge=0, most=SEED_MAX)
     sigma: float | None = bounded(None, gt=0)
     delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
-    accountant: str = bounded("pld", choices=ACCOUNTANTS)
+    accountant: str = bounded("pld", choices=_accountants)
     calibration: str = bounded("claimed", choices=_calibrations)
     sampler: str = bounded("poisson", choices=_samplers)
     secure_rng: bool = False
@@ -278,6 +289,9 @@ class TrialConfig:
     model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dataset_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     sweep: str = "trial"
+    # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
+    # trial computes, so not part of the key
+    plugins: tuple[str, ...] = ()
     # `train.lr`-style names of the settings the grid wrote out (see `_written`); not part of equality
     written: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
     trial_key: str = dataclasses.field(init=False, compare=False)
@@ -350,7 +364,8 @@ class TrialConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping for the ledger and MLflow (`from_dict` reads it back): the settings as
         the grid wrote them, plus the sweep, the resources and the key."""
-        return {"sweep": self.sweep, "resources": dataclasses.asdict(self.resources)} | self._key_view() | {
+        plugins = {"plugins": list(self.plugins)} if self.plugins else {}
+        return {"sweep": self.sweep, "resources": dataclasses.asdict(self.resources)} | plugins | self._key_view() | {
             "trial_key": self.trial_key}
 
     @classmethod
@@ -377,6 +392,8 @@ class TrialConfig:
         plain = {k: v for k, v in config.items() if k in known and k not in parts and k != "trial_key"}
         for name in OPTION_TABLES:
             plain[name] = dict(plain.get(name) or {}) if isinstance(plain.get(name) or {}, Mapping) else plain[name]
+        if "plugins" in plain:
+            plain["plugins"] = tuple(plain["plugins"] or ())
         missing = [n for n in ("dataset", "model", "mechanism") if n not in plain]
         if missing:
             raise ConfigError([f"a trial config needs {', '.join(missing)}"])

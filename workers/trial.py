@@ -33,7 +33,7 @@ import torch
 import mechanisms
 from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacyPlan, PrivacySpec
-from workers import datasets, models
+from workers import datasets, models, plugins
 from workers.audit import (
     MiaLosses,
     OneRun,
@@ -130,6 +130,13 @@ def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
     return [p for p in bundle.module.parameters() if p.requires_grad]
 
 
+def _prepare(config: TrialConfig) -> None:
+    """What every phase does first, in whichever process runs it: the process-wide settings, and the
+    grid's `plugins:` modules (shipped by the driver), so their names resolve here too."""
+    configure()
+    plugins.load(config.plugins)
+
+
 # phases -----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Planned:
@@ -150,7 +157,7 @@ def plan_phase(config: TrialConfig) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
     training set's size and the trainable tensors' sizes."""
     t0 = time.perf_counter()
-    configure()
+    _prepare(config)
     _, train_split, bundle = _workload(config)
     spec = privacy_spec(config, len(train_split), _trainable(bundle))
     t1 = time.perf_counter()
@@ -188,7 +195,7 @@ class AcceleratorOutput:
 def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progress | None = None) -> AcceleratorOutput:
     """Train and evaluate under the plan on the trial's device, and make the forward passes the audits need."""
     t0, started = time.perf_counter(), time.time()
-    configure()
+    _prepare(config)
     gpus, cpus = config.resources.gpus, max(1, int(config.resources.cpus))
     torch.set_num_threads(cpus)
     device = pick_device(gpus)
@@ -216,6 +223,7 @@ def step_phase(config: TrialConfig, planned: Planned) -> dict[str, Any]:
     """The one-step audit of the mechanism at the plan's sigma (no trained model needed; CPU)."""
     if not (config.audit.step and planned.private):
         return {}
+    _prepare(config)
     return step_audit(mechanisms.get(config.mechanism), planned.plan, config.train.clip, config.audit,
                       dict(config.mechanism_options), config.seed, max(1, int(config.resources.cpus)),
                       list(planned.spec.tensor_sizes or ()))
@@ -225,6 +233,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                    step: Mapping[str, Any]) -> dict[str, Any]:
     """The run's audit bounds and MIA scores from the accelerator's output, and the trial's record."""
     t0 = time.perf_counter()
+    _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
@@ -235,6 +244,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     private, info = planned.private, output.info
     privacy = plan.as_record() | audits | {
         "epsilon_target": config.epsilon,
+        "private": private,  # whether the trial claims any privacy (dashboards read this, not a name)
         "grad_sample_mode": info.get("grad_sample_mode") if private else None,
         "bk_fallback": info.get("bk_fallback") if private else None,  # why bk could not clip it
         "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
