@@ -31,13 +31,21 @@ def split_credentials(uri: str) -> tuple[str, str, str | None, str]:
 
     The credentials end at the *last* `@` and the user at the first `:`, so a password may hold `/`, `@`,
     `#`, `:`, `?` or spaces unescaped (a URL parser would cut it at the first of them and take the rest
-    for the host). A password that is already percent-escaped is decoded once, as SQLAlchemy does."""
+    for the host). A password that is already percent-escaped is decoded once, as SQLAlchemy does; a `%`
+    that does not start a valid escape (`100%`, `per%cent`) is kept as it is."""
     scheme, _, rest = uri.partition("://")
     userinfo, at, host = rest.rpartition("@")
     if not at:
         return scheme, "", None, rest
     user, colon, password = userinfo.partition(":")
-    return (scheme, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None, host)
+    return scheme, _unescape(user), _unescape(password) if colon else None, host
+
+
+def _unescape(text: str) -> str:
+    try:
+        return urllib.parse.unquote(text, errors="strict")
+    except UnicodeDecodeError:  # not an escape someone meant: the text as typed
+        return text
 
 
 def join_credentials(scheme: str, user: str, password: str | None, rest: str, *, hide: bool = False) -> str:

@@ -178,8 +178,9 @@ class Store:
         keeps taking its writes through the open connection, and every result would be lost."""
         found = {}
         for path in {sqlite_path(self.location.ledger_uri), sqlite_path(self.location.tracking_uri)} - {None}:
-            info = path.stat()
-            found[path] = (info.st_dev, info.st_ino)
+            with contextlib.suppress(FileNotFoundError):
+                info = path.stat()
+                found[path] = (info.st_dev, info.st_ino)
         return found
 
     def check_intact(self) -> None:
