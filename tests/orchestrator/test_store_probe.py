@@ -280,3 +280,71 @@ def test_hostile_passwords_on_every_print_path(pg, tmp_path, password):
     for result in (normal, wrong, refused, ui):
         assert password not in result.stdout + result.stderr
         assert password.split("@")[-1] not in result.stderr.replace("127.0.0.1", "")
+
+
+SWEEP = ("name: faults\nseeds: [0, 1, 2]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n"
+         "train: {epochs: 1, batch_size: 64, lr: 0.5, max_train_examples: 128}\naudit: {enabled: false}\n"
+         "resources: {cpus: 1, gpus: 0}\n")
+
+
+def driver(grid_file: Path, store: Path, fault: str | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in ENV.items() if k != "PRIVBENCH_FAULT"} | {"PYTHONUNBUFFERED": "1"}
+    env |= {"PRIVBENCH_FAULT": fault} if fault else {}
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid_file), "--store",
+                             str(store), "--max-concurrent", "1"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    from tests.servers import stop_group
+
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        stop_group(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def errors(result: subprocess.CompletedProcess) -> list[str]:
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.slow
+def test_a_store_deleted_mid_sweep_stops_the_driver_with_exit_1(tmp_path):
+    """The driver pauses (fault hook) just before writing its second result; the store is deleted; it
+    resumes, writes into the deleted file, notices, and stops with one line instead of `3 finished`."""
+    import shutil
+    import signal
+
+    from tests.storage.test_store_faults import proc_state
+
+    grid_file, store = tmp_path / "grid.yaml", tmp_path / "store"
+    grid_file.write_text(SWEEP)
+    proc = driver(grid_file, store, "before_ledger_record:2:stop")
+    try:
+        deadline = time.monotonic() + 400
+        while proc_state(proc.pid) != "T":
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the driver never reached its second record"
+            time.sleep(0.1)
+        shutil.rmtree(store)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    result = finish(proc)
+    lines = errors(result)
+    assert result.returncode == 1 and len(lines) == 1 and "was deleted while the sweep ran" in lines[0], result.stderr
+    assert "3 finished" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_sweep_is_one_line_exit_1_and_the_rerun_resumes(tmp_path):
+    grid_file, store = tmp_path / "grid.yaml", tmp_path / "store"
+    grid_file.write_text(SWEEP)
+    result = finish(driver(grid_file, store, "before_ledger_record:2:enospc"))
+    lines = errors(result)
+    assert result.returncode == 1 and len(lines) == 1 and "disk is full; what was recorded is kept" in lines[0]
+    status = privbench("sweep", "status", "faults", "--store", store, "--json")
+    assert json.loads(status.stdout)["counts"].get("finished") == 1
+    rerun = finish(driver(grid_file, store))
+    assert rerun.returncode == 0 and "1 already finished, 2 to run" in rerun.stderr, rerun.stderr[-3000:]
