@@ -28,7 +28,7 @@ def server_env(location: StoreLocation) -> dict[str, str]:
     """The store reaches `mlflow server` through its environment, which only this user (and root) can read:
     `mlflow server` reads these variables for its options and hands the URI on to its workers the same way.
     Uvicorn's access log (a line per request) is off; real errors still print."""
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    env = {"MLFLOW_DISABLE_TELEMETRY": "true"} | os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
                         "MLFLOW_BACKEND_STORE_URI": location.tracking_uri,
                         "MLFLOW_REGISTRY_STORE_URI": location.tracking_uri}
     env.setdefault("MLFLOW_UVICORN_OPTS", "--no-access-log")

@@ -284,6 +284,21 @@ def store_errors(where: str = "store") -> Iterator[None]:
         fail(str(e))
 
 
+def not_into_store(out_file: Path | None, st: Any) -> None:
+    """An output file must not overwrite the store's own files (`--out STORE/ledger.db` would destroy
+    the ledger: privbench never deletes data it did not create)."""
+    from storage.location import sqlite_path
+
+    if out_file is None:
+        return
+    target = Path(out_file).expanduser().resolve()
+    own = {sqlite_path(st.location.ledger_uri), sqlite_path(st.location.tracking_uri)} - {None}
+    folder = st.location.folder
+    if target in {p.resolve() for p in own} or (folder is not None and folder.resolve() in target.parents
+                                                 and target.name.startswith(("ledger.db", "mlflow.db"))):
+        fail(f"--out {out_file} is a file of the store itself; write the output elsewhere")
+
+
 def _open_store(store: Any, ledger: str | None = None) -> Any:
     """Open a store for reading: read-only, nothing created or changed (MLflow is not even opened)."""
     from storage.location import StoreLocation
@@ -334,9 +349,9 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     with store_errors(st.where):
         trials = st.ledger.trials(name)
         counts = st.ledger.status_counts(name)
+        results = [st.ledger.loads(t, "result_json") if t["result_json"] else {} for t in trials]
     rows = []
-    for t in trials:
-        rec = json.loads(t["result_json"]) if t["result_json"] else {}
+    for t, rec in zip(trials, results, strict=True):
         rows.append({"trial_key": t["trial_key"], "status": t["status"], "dataset": t["dataset"],
                      "model": t["model"], "mechanism": t["mechanism"], "epsilon": t["epsilon"], "seed": t["seed"],
                      "attempts": t["attempts"], "run_id": t["run_id"],

@@ -76,6 +76,8 @@ def _os_error(exc: OSError, where: str) -> StoreError | None:
                           + (f" on {exc.filename}" if exc.filename else ""))
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StoreLost(f"store {where}: {DISK_FULL}")
+    if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.EIO):
+        return StoreError(f"store {where[:120]}: {exc.strerror}")
     return None
 
 

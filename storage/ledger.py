@@ -74,7 +74,15 @@ PG_LOCK_KEY = 0x7072697662656E63  # "privbenc": the advisory lock serialising st
 
 
 def lease_seconds() -> float:
-    return float(os.environ.get("PRIVBENCH_LEASE_S", "60"))
+    """How long a lease lives without renewal (`PRIVBENCH_LEASE_S`, seconds, default 60)."""
+    raw = os.environ.get("PRIVBENCH_LEASE_S", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):  # 0 or less: every lease expired at once, trials run twice
+        raise StoreError(f"PRIVBENCH_LEASE_S must be a positive number of seconds, got {raw[:40]!r}")
+    return value
 
 
 def new_owner() -> str:
@@ -399,6 +407,14 @@ class Ledger:
         with self.engine.connect() as c:
             return c.execute(sa.select(trials.c.run_id).where(
                 (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).scalar()
+
+    def loads(self, row: Mapping[str, Any], column: str) -> Any:
+        """A JSON column of a trial row; a damaged one is a one-line StoreError naming the trial."""
+        try:
+            return json.loads(row[column])
+        except (TypeError, ValueError):
+            raise StoreError(f"store {self.where}: the {column} of trial {row['trial_key']} of sweep {row['sweep']!r} "
+                             "is damaged (not JSON); restore the ledger from a backup") from None
 
     def trials(self, sweep: str) -> list[dict[str, Any]]:
         with self.engine.connect() as c:

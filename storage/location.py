@@ -106,6 +106,8 @@ class StoreLocation:
         except PermissionError:
             raise StoreError(f"store {self.display}: permission denied (this user cannot look inside "
                              f"{path.parent})") from None
+        except OSError as e:  # a name too long, a loop of links
+            raise StoreError(f"store {self.display[:120]}: {e.strerror or e}") from None
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from storage.errors import Conflict, StoreError, StoreLost, translated
 from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
-from storage.location import StoreLocation, data_home, mask_uri, resolve, sqlite_path
+from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
@@ -66,6 +66,8 @@ def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # an unreachable server fails in seconds
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    # A benchmark of private training reports nothing home unless its user opts in (false turns it back on).
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
     for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
@@ -97,13 +99,22 @@ def preflight(location: StoreLocation, sweep: str) -> None:
     """What can be known before the driver creates anything (a ledger file, a folder): a tracking server
     answers, and a sweep whose ledger does not exist yet does not name an experiment that is already on
     the server (it would belong to another ledger, and the run would be refused after creating one)."""
+    lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
+    if location.folder is not None and location.folder.exists() and not location.folder.is_dir():
+        raise StoreError(f"store {location.display} is a file, not a store folder")
     if location.kind != "server":
         return
+    import base64
     import urllib.error
     import urllib.request
 
+    scheme, user, password, rest = split_credentials(location.tracking_uri)
+    request = urllib.request.Request(f"{scheme}://{rest}/health")  # urllib takes no credentials in the URL
+    if user or password:
+        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:  # any HTTP answer means a server is there; MLflow's client would retry for a long time instead
-        urllib.request.urlopen(f"{location.tracking_uri}/health", timeout=SERVER_PROBE_TIMEOUT_S).close()
+        urllib.request.urlopen(request, timeout=SERVER_PROBE_TIMEOUT_S).close()
     except urllib.error.HTTPError:
         pass
     except (OSError, ValueError) as e:
@@ -405,7 +416,7 @@ class Store:
     # trials -------------------------------------------------------------------------------------
     def pending(self, sweep: str) -> list[dict[str, Any]]:
         """Configs of trials not finished (pending, running when the driver died, or failed)."""
-        return [json.loads(t["config_json"]) for t in self.ledger.trials(sweep)
+        return [self.ledger.loads(t, "config_json") for t in self.ledger.trials(sweep)
                 if t["status"] not in ("finished", "superseded")]
 
     def claim(self, sweep: str, trial_key: str) -> bool:
@@ -524,7 +535,7 @@ class Store:
     # reading ------------------------------------------------------------------------------------
     def records(self, sweep: str) -> list[dict[str, Any]]:
         """Results of the sweep's current grid (not of trials an edited grid superseded)."""
-        return [json.loads(t["result_json"]) for t in self.ledger.trials(sweep)
+        return [self.ledger.loads(t, "result_json") for t in self.ledger.trials(sweep)
                 if t["result_json"] and t["status"] != "superseded"]
 
     def sweep_names(self) -> list[str]:
