@@ -48,8 +48,8 @@ def finished(tmp_path) -> tuple[Path, Path]:
     spec = grid.load(path)
     folder = tmp_path / "store"
     st = Store(resolve(folder), create=True)
-    st.open_sweep(spec.name, spec.text, spec.trials, key_of=grid.trial_key)
-    for cfg in spec.trials:
+    st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
+    for cfg in (t.to_dict() for t in spec.trials):
         st.record({"sweep": spec.name, "trial_key": cfg["trial_key"], "status": "finished", "config": cfg,
                    "metrics": {"accuracy": 0.9, "wall_s": 1.0}})
     st.close()
