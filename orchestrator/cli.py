@@ -47,6 +47,7 @@ def _read_for(out_file: Path | None, store: Any, ledger: str | None, sweeps: lis
     sweeps' records, and a metric they have."""
     _writable_parent(out_file)
     st = _open_store(store, ledger)
+    sweep_cli.not_into_store(out_file, st)
     with store_errors(st.where):
         names, records = _records(st, sweeps)
     _known_metric(records, metric)
@@ -169,6 +170,7 @@ def export(
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
     _writable_parent(out_file)
     st = _open_store(store, ledger)
+    sweep_cli.not_into_store(out_file, st)
     name = resolve_sweep(st, sweep)
     with store_errors(st.where):
         records = st.records(name)

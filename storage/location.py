@@ -19,13 +19,65 @@ from pathlib import Path
 from storage.errors import StoreError
 
 DEFAULT_STORE = "./privbench-store"
-DATABASE_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite")
+DATABASE_SCHEMES = ("postgresql", "postgres", "sqlite")  # the back ends privbench is tested on
+SUPPORTED = "a folder, sqlite:////path/to/file.db, postgresql://user:password@host/db or an http(s):// MLflow server"
 _CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
+_SECRETS: set[str] = set()  # passwords of the URIs this process parsed: masked wherever they appear
+MIN_SECRET_LEN = 3  # shorter ones are masked inside URIs only (replacing "ab" everywhere garbles messages)
+
+
+def split_credentials(uri: str) -> tuple[str, str, str | None, str]:
+    """`scheme://user:password@rest` -> (scheme, user, password, rest), percent-escapes decoded.
+
+    The credentials end at the *last* `@` and the user at the first `:`, so a password may hold `/`, `@`,
+    `#`, `:`, `?` or spaces unescaped (a URL parser would cut it at the first of them and take the rest
+    for the host). A password that is already percent-escaped is decoded once, as SQLAlchemy does; a `%`
+    that does not start a valid escape (`100%`, `per%cent`) is kept as it is."""
+    scheme, _, rest = uri.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return scheme, "", None, rest
+    user, colon, password = userinfo.partition(":")
+    return scheme, _unescape(user), _unescape(password) if colon else None, host
+
+
+def _unescape(text: str) -> str:
+    try:
+        return urllib.parse.unquote(text, errors="strict")
+    except UnicodeDecodeError:  # not an escape someone meant: the text as typed
+        return text
+
+
+def join_credentials(scheme: str, user: str, password: str | None, rest: str, *, hide: bool = False) -> str:
+    """The inverse of `split_credentials`, with user and password percent-escaped (`***` when `hide`)."""
+    if not user and password is None:
+        return f"{scheme}://{rest}"
+    secret = "" if password is None else ":" + ("***" if hide else urllib.parse.quote(password, safe=""))
+    return f"{scheme}://{urllib.parse.quote(user, safe='')}{secret}@{rest}"
+
+
+def remember_secret(password: str | None) -> None:
+    if password:
+        _SECRETS.update({password, urllib.parse.quote(password, safe=""), urllib.parse.quote(password)})
+
+
+def mask_uri(uri: str) -> str:
+    """A URI as messages show it: the password parsed out (not matched by a pattern) and shown as `***`."""
+    if "://" not in uri:
+        return uri
+    scheme, user, password, rest = split_credentials(uri)
+    remember_secret(password)
+    return join_credentials(scheme, user, password, rest, hide=True) if password is not None else uri
 
 
 def mask(text: str) -> str:
-    """Hide every password of a `scheme://user:password@host` in `text` (URIs end up in messages)."""
-    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
+    """Hide every password in `text` (URIs and driver errors end up in messages): the passwords of the URIs
+    this process parsed wherever they appear, then any other `scheme://user:password@` left."""
+    text = str(text)
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        if len(secret) >= MIN_SECRET_LEN:
+            text = text.replace(secret, "***")
+    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
 
 
 def data_home() -> Path:
@@ -44,12 +96,18 @@ class StoreLocation:
     @property
     def display(self) -> str:
         """What messages show: the folder, or the URI with its password masked."""
-        return str(self.folder) if self.kind == "folder" else mask(self.tracking_uri)
+        return str(self.folder) if self.kind == "folder" else mask_uri(self.tracking_uri)
 
     def exists(self) -> bool:
         """Whether a store was ever created here (servers and databases are asked when opened)."""
         path = sqlite_path(self.ledger_uri)
-        return path is None or path.exists()
+        try:
+            return path is None or path.exists()
+        except PermissionError:
+            raise StoreError(f"store {self.display}: permission denied (this user cannot look inside "
+                             f"{path.parent})") from None
+        except OSError as e:  # a name too long, a loop of links
+            raise StoreError(f"store {self.display[:120]}: {e.strerror or e}") from None
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -72,13 +130,24 @@ def postgres_driver() -> str:
 
 def normalise_db_uri(uri: str) -> str:
     """`postgresql://` and `postgres://` name the installed driver explicitly (SQLAlchemy's default
-    driver may not be the one installed); other URIs are returned as they are."""
-    scheme, sep, rest = uri.partition("://")
+    driver may not be the one installed), and the password is percent-escaped, so that one holding
+    `/`, `@`, `#` or `:` reaches the server whole; other URIs are returned as they are."""
+    scheme, user, password, rest = split_credentials(uri)
+    remember_secret(password)
     if scheme in ("postgresql", "postgres"):
-        return f"postgresql+{postgres_driver()}://{rest}"
-    if scheme.startswith("postgres+"):
-        return f"postgresql+{scheme.split('+', 1)[1]}{sep}{rest}"
-    return uri
+        scheme = f"postgresql+{postgres_driver()}"
+    elif scheme.startswith("postgres+"):
+        scheme = f"postgresql+{scheme.split('+', 1)[1]}"
+    elif not scheme.startswith("postgresql"):
+        return uri
+    return join_credentials(scheme, user, password, rest)
+
+
+def _unsupported(raw: str) -> StoreError:
+    scheme = raw.split("://", 1)[0].split("+", 1)[0].lower()
+    extra = (" (MySQL is not supported: the ledger's creation lock and lease updates are tested on "
+             "SQLite and PostgreSQL only)") if scheme in ("mysql", "mariadb") else ""
+    return StoreError(f"unsupported store {mask_uri(raw)!r}{extra}: use {SUPPORTED}")
 
 
 def _is_database(uri: str) -> bool:
@@ -104,7 +173,7 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
     if ledger is not None:
         if not _is_database(ledger):
             raise StoreError("--ledger must be a database URI (postgresql://... or sqlite:///...), "
-                             f"got {mask(ledger)!r}")
+                             f"got {mask_uri(ledger)!r}")
         ledger = normalise_db_uri(ledger)
     if artifacts is not None and "://" not in artifacts:
         artifacts = Path(artifacts).expanduser().resolve().as_uri()
@@ -119,9 +188,10 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
             artifacts = artifacts or (path.parent / "artifacts").as_uri()
         return StoreLocation(uri, ledger or uri, artifacts, path.parent if path else None, "database")
     if raw.startswith(("http://", "https://")):
+        remember_secret(split_credentials(raw)[2])
         return StoreLocation(raw.rstrip("/"), ledger or _server_ledger(raw), artifacts, None, "server")
     if "://" in raw:
-        raise StoreError(f"unsupported store {mask(raw)!r}: use a folder, postgresql://, sqlite:/// or http(s)://")
+        raise _unsupported(raw)
     folder = Path(raw).expanduser().resolve()
     return StoreLocation(
         tracking_uri=f"sqlite:///{folder / 'mlflow.db'}",
