@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from workers.acceleration import StepPrecision, check_settings, compiled
 from workers.datasets.base import Split
 from workers.measure import PeakMemory, StepTimer
 from workers.models.base import ModelBundle
@@ -30,6 +31,8 @@ class TrainConfig:
     max_train_examples: int | None = None
     eval_batch_size: int = 1024
     grad_sample_mode: str | None = None  # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's
+    precision: str = "fp32"  # fp32, bf16 or fp16 through autocast (workers/acceleration.py)
+    compile: bool = False  # torch.compile the module (bk and non-private only; workers/acceleration.py)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -40,6 +43,7 @@ class TrainConfig:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
         if self.clip <= 0:
             raise ValueError(f"clip must be > 0, got {self.clip}")
+        check_settings(self.precision, self.compile, self.grad_sample_mode)
 
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
@@ -109,6 +113,9 @@ def train(
                                      generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
                                      secure_mode=secure_mode)
     module, optimizer, loader, criterion = private.module, private.optimizer, private.loader, private.criterion
+    is_private = hasattr(optimizer, "noise")  # a PrivateOptimizerMixin; the plain optimizer when non-private
+    precision = StepPrecision(cfg.precision, device, private=is_private, grad_sample_mode=mode)
+    step_module = compiled(module, mode, is_private) if cfg.compile else module
     audit_clock = attach(optimizer) if attach is not None else None
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = plan.steps, 0
@@ -122,9 +129,9 @@ def train(
                 audit_before = audit_clock() if audit_clock else 0.0
                 timer.start()
                 optimizer.zero_grad(set_to_none=True)
-                loss = criterion(module(*xs), y)
-                loss.backward()
-                optimizer.step()
+                with precision.autocast():
+                    loss = criterion(step_module(*xs), y)
+                precision.backward_and_step(loss, optimizer)
                 timer.stop(len(y), excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
                 value = float(loss.item())
                 if not math.isfinite(value):
@@ -150,4 +157,4 @@ def train(
         "peak_memory_mb": memory.extra_mb,
         "steps_run": float(taken),
     }
-    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode} | info)
+    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode, "precision": cfg.precision} | info)
