@@ -59,6 +59,8 @@ def gaussian_like(sums: Sequence[torch.Tensor], std: float, generator: torch.Gen
     model on a GPU is bound by kernel launches). The draw is a function of the generator's state alone, so a
     seeded generator reproduces it. Tensors of different dtype, device or leading dimension are drawn one by one.
     """
+    import torch
+
     if not sums:
         return []
     first = sums[0]
@@ -99,6 +101,8 @@ class GaussianNoise(NoiseAddition):
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        import torch
+
         out = gaussian_like(sums, sigma * self.std_per_sigma, generator, secure)
         if noise_map is not None:
             out = [noise_map(i, noise) for i, noise in enumerate(out)]

@@ -3,6 +3,8 @@ trains and records its precision."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -49,9 +51,8 @@ resources: {cpus: 1, gpus: 0}
 
 @pytest.mark.parametrize("train", [{"precision": "bf16"}, {"compile": True}], ids=["bf16", "compile"])
 def test_a_private_trial_trains_with_the_setting(train):
-    config = dict(parse(GRID).trials[0])
-    config["train"] = config["train"] | train
-    record = run_trial(config)
+    trial = parse(GRID).trials[0]
+    record = run_trial(dataclasses.replace(trial, train=dataclasses.replace(trial.train, **train)))
     assert record["status"] == "finished", record.get("traceback")
     assert record["metrics"]["accuracy"] > 0.2  # 10 classes: it learned something
     assert record["metrics"]["steps_run"] == record["privacy"]["steps"]
