@@ -11,6 +11,8 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
+from storage.secrets import mask
+
 
 class StoreError(RuntimeError):
     """A store that cannot be used as asked (missing, damaged, read-only, owned by someone else)."""
@@ -52,8 +54,6 @@ _HINTS = (
 
 def describe(exc: BaseException, where: str) -> str:
     """One line: what is wrong with `where` (already masked), from a driver or MLflow error."""
-    from storage.location import mask
-
     text = str(getattr(exc, "orig", None) or exc)
     low = text.lower()
     for needle, hint in _HINTS:

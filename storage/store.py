@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from storage.errors import Conflict, StoreError, StoreLost, translated
+from storage.errors import WRITE_ACCESS, Conflict, StoreError, StoreLost, translated
 from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
 from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
 
@@ -166,8 +166,7 @@ class Store:
         loc = self.location
         for path in (sqlite_path(loc.ledger_uri), sqlite_path(loc.tracking_uri)):
             if path is not None and path.exists() and not os.access(path, os.W_OK):
-                raise StoreError(f"store {path} is read-only; privbench can read it (leaderboard, export, "
-                                 "status) but `sweep run` needs write access")
+                raise StoreError(f"store {path} is read-only: `sweep run` {WRITE_ACCESS}")
         if loc.folder is not None:
             try:
                 loc.folder.mkdir(parents=True, exist_ok=True)

@@ -348,3 +348,23 @@ def test_a_full_disk_mid_sweep_is_one_line_exit_1_and_the_rerun_resumes(tmp_path
     assert json.loads(status.stdout)["counts"].get("finished") == 1
     rerun = finish(driver(grid_file, store))
     assert rerun.returncode == 0 and "1 already finished, 2 to run" in rerun.stderr, rerun.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_run_refused_on_a_server_creates_no_ledger_file(tmp_path):
+    """User A's sweep is on the tracking server; user B (own home, no ledger yet) runs a grid of the same
+    name: refused, one line, exit 2, and B's per-user ledger file is never created."""
+    from tests.servers import mlflow_server
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID)
+    (tmp_path / "srv").mkdir()
+    with mlflow_server(f"sqlite:///{tmp_path / 'srv' / 'mlflow.db'}", tmp_path / "srv" / "artifacts") as url:
+        a = Store(resolve(url, ledger=f"sqlite:///{tmp_path / 'a-ledger.db'}"), create=True)
+        a.open_sweep("done", GRID, [])
+        a.close()
+        home = tmp_path / "home-b"
+        env = ENV | {"HOME": str(home), "XDG_DATA_HOME": str(home / "data")}
+        result = privbench("sweep", "run", path, "--store", url, env=env)
+    assert result.returncode == 2 and "belongs to another privbench ledger" in one_line(result)
+    assert not home.exists() or not list(home.rglob("*.db")), sorted(home.rglob("*"))
