@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mechanisms.auditing.step_audit import SIGNIFICANCE
 from mechanisms.claims import REL_TOL
 
 MODES = ("step", "one-run", "both", "off")
@@ -53,10 +54,9 @@ class AuditConfig:
     family_budget: float = 0.02
     mia: str = "loss"  # black-box loss-threshold membership inference on train vs held-out examples
     mia_examples: int = 5_000
-    # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
-    # claim is exactly the Gaussian curve the audit tests), too often for a leaderboard; at 0.1% it is 1 in
-    # 1,000, while a broken noise step (GReDP's sigma / sqrt 2) is still refuted by a wide margin.
-    step_significance: float = 0.001
+    # A trial's one-step verdict, at privbench's one audit significance (step_audit.SIGNIFICANCE, also that of
+    # `privbench audit`); the record keeps the p-value, so a sweep's verdicts are corrected together (Holm).
+    step_significance: float = SIGNIFICANCE
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -130,6 +130,7 @@ def step_audit(mechanism: ModuleType, plan: Any, clip: float, cfg: AuditConfig, 
                        seed=seed, workers=workers, options=options, significance=cfg.step_significance)
     return {"epsilon_audited_step": audit.epsilon_audited, "mu_audited": audit.mu_audited,
             "mu_claimed": audit.mu_claimed, "audit_step_violated": audit.violated,
+            "audit_step_p_value": audit.p_value, "audit_step_significance": audit.significance,
             "audit_step_curve": audit.claimed_curve, "audit_step_s": audit.wall_s}
 
 

@@ -135,6 +135,10 @@ def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> di
                                                               or audits.get("audit_run_violated")),
                                          private=private),
         }
+        if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
+            privacy["claim_status_without_step"] = claim_status(
+                plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
+                audit_violated=bool(audits.get("audit_run_violated")), private=private)
         metrics = outcome.metrics | {"wall_s": time.time() - started, "calibration_s": calibration_s,
                                      "n_train": float(len(train_split))}
         return TrialResult(config["sweep"], config["trial_key"], "finished", config, metrics, outcome.curves,
