@@ -1,8 +1,7 @@
 """How long the CLI takes to answer: `privbench --help` and the read commands on a 150-trial store.
 
-The tests only check what each command imports (tests/orchestrator/test_cli_robustness.py,
-test_small_command_imports.py); the
-times are measured here. Each command runs in a fresh interpreter, `--repeat` times; the table gives
+The tests only check what each command imports (tests/orchestrator/test_cli_robustness.py and
+test_small_command_imports.py); the times are measured here. Each command runs in a fresh interpreter, `--repeat` times; the table gives
 the best and median wall time and the best CPU time (user + system of the child). The issue's targets:
 `--help` under 0.5 s, the read commands under 2 s on 150 trials, `privacy` and `audit --help` under 1.5 s.
 
