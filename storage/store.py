@@ -20,6 +20,7 @@ from typing import Any
 from storage.errors import Conflict, StoreError, translated
 from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
 from storage.location import StoreLocation, data_home, mask, resolve, sqlite_path
+from storage.mlflow_view import RUNS_VIEW_TAG, runs_view
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
@@ -29,8 +30,10 @@ KIND_TAG = "privbench.kind"
 RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
+SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's parent run (not nested, see record())
 # MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# The runs view (storage/mlflow_view.py) gives that table its columns when the link names it.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view()}
 MAX_PARAM_LEN = 6000
 FAULT_ENV = "PRIVBENCH_FAULT"
 
@@ -175,7 +178,7 @@ class Store:
         return experiment_id
 
     def _sweep_run(self, sweep: str, experiment_id: str, grid_yaml: str | None = None) -> str:
-        """The sweep's parent run (created once): trial runs nest under it in the UI, and it holds the
+        """The sweep's parent run (created once): trial runs name it in a tag, and it holds the
         grid file and, after each `sweep run`, the leaderboard and figures (`log_sweep_files`)."""
         if grid_yaml is None and sweep in self._parents:
             return self._parents[sweep]
@@ -384,7 +387,8 @@ class Store:
         run = self.client.create_run(
             experiment_id, run_name=run_name, start_time=started,
             tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
-                  "mlflow.parentRunId": self._sweep_run(sweep, experiment_id)} | _source_tags()
+                  # a tag, not mlflow.parentRunId: nested trials sit collapsed under the sweep's row in the UI
+                  SWEEP_RUN_ID_TAG: self._sweep_run(sweep, experiment_id)} | _source_tags()
             | {k: str(v)[:5000] for k, v in tags.items() if v is not None})
         run_id = run.info.run_id
         fault("after_create_run")
