@@ -56,6 +56,18 @@ def shuffled_table(records: Sequence[dict]) -> str:
 
 
 SHUFFLED_ROWS = [(1, "full"), (1, "blocks"), (16, "full"), (16, "blocks")]
+GDP_ROWS = [("few steps", 0.8, 0.004, 10), ("the GDP paper's Fig. 4, 20 epochs", 1.06, 0.004267, 4688),
+            ("the GDP paper's Fig. 4, 70 epochs", 0.638, 0.004267, 16406)]
+
+
+def gdp_table(records: Sequence[dict]) -> str:
+    """docs/mechanisms.md's PLD (sound) against the GDP CLT (claimed), one row per setting."""
+    lines = ["| setting | sigma | q | T | PLD (sound) | GDP CLT (claimed) |", "|---|---|---|---|---|---|"]
+    for (label, sigma, q, steps), r in zip(GDP_ROWS, records, strict=True):
+        pld, gdp = r["epsilons"]["pld"], r["epsilons"]["gdp"]
+        low = f" ({pld / gdp:.1f}x too low)" if pld > 2 * gdp else ""
+        lines.append(f"| {label} | {sigma} | {q} | {steps} | {pld:.3f} | {gdp:.3f}{low} |")
+    return "\n".join(lines)
 
 
 # name -> (command lines after `privbench`, whether the default test suite checks it: the rest take seconds each)
@@ -67,6 +79,8 @@ EXAMPLES: dict[str, tuple[list[str], bool]] = {
     "audit-dpsgd": (["audit dpsgd --sigma 1 --json"], True),
     "audit-shuffled": (["audit shuffled-dpsgd --epsilon 0.2 --option batch_clip_ratio=16 --json"], False),
     "audit-shuffled-table": ([f"audit {SHUFFLED.format(r=r, g=g)} --json" for r, g in SHUFFLED_ROWS], False),
+    "gdp-clt-table": ([f"privacy epsilon --sigma {s} --sample-rate {q} --steps {t} --delta 1e-5 --accountant all "
+                       "--json" for _, s, q, t in GDP_ROWS], True),
     "audit-dp-forward": (["audit dp-forward --sigma 1 --option sensitivity=C --option freeze_pre_noise=true --json",
                           "audit dp-forward --sigma 1 --option sensitivity=2C --option freeze_pre_noise=true --json"],
                          False),
@@ -88,8 +102,9 @@ def render(name: str) -> str:
     commands, _ = EXAMPLES[name]
     outputs = [run(c) for c in commands]
     shell = "\n".join(f"$ privbench {c}" for c in commands)
-    if name == "audit-shuffled-table":
-        return f"```\n{shell}\n```\n\n{shuffled_table([json.loads(o) for o in outputs])}\n"
+    tables = {"audit-shuffled-table": shuffled_table, "gdp-clt-table": gdp_table}
+    if name in tables:
+        return f"```\n{shell}\n```\n\n{tables[name]([json.loads(o) for o in outputs])}\n"
     if commands[0].endswith("--json") and commands[0].startswith("audit"):
         body = "\n".join(f"$ privbench {c}\n{audit_fields(json.loads(o))}" for c, o in zip(commands, outputs,
                                                                                             strict=True))
