@@ -436,6 +436,7 @@ def _mlflow_engine(client: Any) -> Any:
 # The privacy record's numbers a trial run logs as MLflow metrics (docs/auditing.md lists the audit keys).
 PRIVACY_METRICS = (
     "epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited", "mu_claimed",
+    "audit_step_p_value",
     "audit_epsilon_steinke", "audit_epsilon_fdp", "audit_epsilon_fdp_gdp", "audit_epsilon_curve",
     "audit_epsilon_noise", "audit_sigma_measured", "audit_tightness", "audit_ceiling", "audit_ceiling_tightness",
     "audit_canaries", "mia_auc", "mia_tpr_at_0.1%_fpr", "mia_tpr_at_1%_fpr", "audit_plan_s", "audit_one_run_s",
