@@ -1,4 +1,4 @@
-"""Leaderboard rows (DESIGN.md keys) from a sweep's result records: mean +- std over seeds.
+"""Leaderboard rows (the record keys) from a sweep's result records: mean +- std over seeds.
 
 Ratios compare with `nonprivate` on the same dataset / model / batch size; a value that does not
 apply is None, never a made-up number. Rows are ranked by utility at equal certified epsilon.

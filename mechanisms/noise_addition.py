@@ -19,14 +19,15 @@ import abc
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-
-import dp_accounting
-import torch
+from typing import TYPE_CHECKING
 
 from mechanisms.clipping import Clipping, PerLayerClipping, relation_factor
 
-NeighborRel = dp_accounting.NeighboringRelation
-NoiseMap = Callable[[int, torch.Tensor], torch.Tensor]  # (tensor index, noise) -> noise in the current frame
+if TYPE_CHECKING:  # torch loads when noise is drawn, dp-accounting when a sensitivity is stated
+    import torch
+    from dp_accounting import NeighboringRelation as NeighborRel
+
+NoiseMap = Callable[[int, "torch.Tensor"], "torch.Tensor"]  # (tensor index, noise) -> noise in the current frame
 
 
 def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | None,
@@ -37,6 +38,8 @@ def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | N
     secure mode (Mironov, "On significance of the least significant bits for differential privacy", 2012
     describes the attack on naive floating-point sampling).
     """
+    import torch
+
     if std == 0:
         return torch.zeros_like(reference)
     if not secure:
@@ -103,6 +106,8 @@ class BatchClippedGaussian(NoiseAddition):
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        import torch
+
         if not sums:
             return []
         rows = len(sums[0])
@@ -152,6 +157,8 @@ class FrequencyNoise(NoiseAddition):
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        import torch
+
         norm = FFT_NORMS[self.fft]
         a, b = self.parts
         std = sigma * self.std_per_sigma

@@ -26,9 +26,8 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping, DPPe
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from mechanisms.clipping import GRAD_SAMPLE_MODES
 from mechanisms.noise_addition import NoiseAddition, NoiseMap
-
-GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # bk: mechanisms/bookkeeping
 
 
 class ReleaseObserver(Protocol):

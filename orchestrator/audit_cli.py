@@ -127,7 +127,7 @@ def audit(
     dim: str = typer.Option("1000", "--dim", metavar="D", help="Dimension of the audited step."),
     clip: str = typer.Option("1.0", "--clip", metavar="C", help="Clipping norm C (the canary's norm)."),
     seed: str = typer.Option("0", "--seed", metavar="SEED", help="Seed of the canaries and of every sample."),
-    path: str = typer.Option("auto", "--path", help="auto | full | support (see docs/readme/auditing.md)."),
+    path: str = typer.Option("auto", "--path", help="auto | full | support (see docs/auditing.md)."),
     option: list[str] = typer.Option([], "--option", help="Mechanism option KEY=VALUE (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
 ) -> None:

@@ -221,25 +221,29 @@ def ui(
 
 @app.command("list")
 def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")]) -> None:
-    """List the names a grid file can use."""
-    import mechanisms
+    """List the names a grid file can use: privbench's and installed plugins' (entry points)."""
+    from mechanisms.accountants.accountant import described
+    from mechanisms.registry import ACCOUNTANTS, MECHANISMS
     from workers import datasets, models
 
     if what == "mechanisms":
-        rows = [(n, mechanisms.get(n).summary) for n in mechanisms.names()]
+        rows = [(n, m.description) for n, m in MECHANISMS.items()]
+        broken = MECHANISMS.broken()
     elif what == "datasets":
         rows = [(n, f"{kind}: {desc}") for n, kind, desc in datasets.describe()]
+        broken = datasets.DATASETS.broken()
     elif what == "models":
         rows = [(n, f"{kinds}: {desc}") for n, kinds, desc in models.describe()]
+        broken = models.MODELS.broken()
     elif what == "accountants":
-        from mechanisms.accountants.compare import KIND
-
-        rows = list(KIND.items())
+        rows = [(n, described(a)) for n, a in ACCOUNTANTS.items()]
+        broken = ACCOUNTANTS.broken()
     else:
         fail(f"unknown list {what!r}; known: mechanisms, datasets, models, accountants")
+    rows += [(n, f"failed to load: {why}") for n, why in sorted(broken.items())]
     table = Table(title=what)
-    table.add_column("name")
-    table.add_column("description")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description", overflow="fold")
     for row in rows:
         table.add_row(*row)
     out.print(table)

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Pages other parts of the project write; links to them are checked once they exist.
 PAGES_WRITTEN_ELSEWHERE = {"store.md", "clipping.md", "auditing.md"}
-OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe digest\b|\bdigest('s)? (section )?\d", re.I)
+OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe digest\b|\bdigest('s)? (section )?\d|"
+                     r"\b(DESIGN|STYLE)\.md\b|docs/readme/", re.I)
+DOC_POINTER = re.compile(r"\bdocs/[A-Za-z0-9_./-]+\.md\b")
 
 
 def command_lines(text: str) -> list[str]:
@@ -124,6 +126,22 @@ def test_nothing_points_outside_the_project():
     assert not hits, f"{len(hits)} references to documents outside the project:\n" + "\n".join(hits)
 
 
+def test_pointers_to_docs_name_docs_that_exist():
+    """`docs/x.md` in code, docs, examples and `--help` names a page of the project (no stale `docs/readme/...`)."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    missing = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix not in {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt"} or path == Path(__file__):
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        missing += [f"{name}: {m}" for m in DOC_POINTER.findall(text) if not (ROOT / m).is_file()]
+    assert not missing, "pointers to missing docs:\n" + "\n".join(missing)
+
+
 def test_help_texts_point_nowhere_outside():
     texts = {}
 
@@ -136,6 +154,7 @@ def test_help_texts_point_nowhere_outside():
     walk(root_command(), [])
     assert len(texts) > 10
     assert not [p for p, text in texts.items() if OUTSIDE.search(text)]
+    assert not [p for p, text in texts.items() if any(not (ROOT / m).is_file() for m in DOC_POINTER.findall(text))]
 
 
 def test_readme_is_a_front_page_starting_with_the_two_setup_commands():

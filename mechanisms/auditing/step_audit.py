@@ -25,8 +25,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,14 +34,12 @@ from mechanisms.auditing.binomial import clopper_pearson_upper
 from mechanisms.auditing.canary import CanaryScores, roc_counts
 from mechanisms.auditing.cases import AuditCase
 from mechanisms.auditing.sampling import choose_path, sample_scores
-from mechanisms.claims import claim_status
+from mechanisms.claims import AUDIT_SIGNIFICANCE, claim_status
 
-# The one significance policy of privbench's step audits (`privbench audit`, a trial's step audit, and the
-# family-wise rate of a sweep's audits under Holm). At 5% a correct mechanism would be called `violated` in
-# 1 audit of 20 (its claim is exactly the Gaussian curve the audit tests): the textbook DP-SGD step at
-# sigma 1 was, at its default seed. At 0.1% it is 1 in 1,000, while a broken noise step (GReDP's
-# sigma / sqrt 2, half the noise) is still refuted with p-values below 1e-10.
-SIGNIFICANCE = 0.001
+if TYPE_CHECKING:
+    from mechanisms.mechanism import Mechanism
+
+SIGNIFICANCE = AUDIT_SIGNIFICANCE  # 0.1%: privbench's one audit significance (mechanisms/claims.py says why)
 ROLES = ("epsilon", "mu", "claim")
 
 
@@ -185,7 +182,7 @@ class StepAudit:
     scope: str = "one privatisation step: sample_rate 1, steps 1, sensitivity clip"
 
     def as_record(self) -> dict[str, Any]:
-        """JSON-ready (DESIGN.md `audit` keys first); non-finite numbers become None."""
+        """JSON-ready (the record's `audit` keys first); non-finite numbers become None."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["cases"] = [c.as_record() for c in self.cases]
         return _finite(out)
@@ -201,7 +198,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def audit_step(module: ModuleType, sigma: float, *, samples: int = 20_000, delta: float = 1e-5,
+def audit_step(module: Mechanism, sigma: float, *, samples: int = 20_000, delta: float = 1e-5,
                dim: int = 1_000, clip: float = 1.0, seed: int = 0, significance: float = SIGNIFICANCE,
                path: str = "auto", workers: int | None = None, options: Mapping[str, Any] | None = None,
                cases: Sequence[AuditCase] | None = None) -> StepAudit:
@@ -225,7 +222,7 @@ def audit_step(module: ModuleType, sigma: float, *, samples: int = 20_000, delta
     cases = list(cases) if cases is not None else list(hooks.audit_cases(module, dim, clip, seed, options))
     bounds = 2 * len(ROLES) * len(cases)
     per_bound = significance / bounds
-    coordinatewise = hooks.is_coordinatewise(module)
+    coordinatewise = module.audit_coordinatewise
     rng = np.random.default_rng([seed, 0x5117])
     results = []
     for i, case in enumerate(cases):
@@ -244,7 +241,7 @@ def audit_step(module: ModuleType, sigma: float, *, samples: int = 20_000, delta
         tradeoff.gaussian_mu(eps_claimed, delta) if eps_claimed is not None and math.isfinite(eps_claimed)
         else None)
     status = claim_status(eps_claimed, plan.epsilon_certified, eps_audited, audit_violated=violated,
-                          private=hooks.is_private(plan))
+                          private=module.private)
     return StepAudit(
         mechanism=module.ID, sigma=float(sigma), clip=float(clip), delta=float(delta), dim=int(cases[0].dim),
         samples=int(samples), seed=int(seed), significance=float(significance),

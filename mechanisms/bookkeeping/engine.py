@@ -34,8 +34,9 @@ from torch import nn
 
 from mechanisms.bookkeeping.norms import NORM_MODES, ClippedSum, clip_factors
 from mechanisms.bookkeeping.registry import Tap, UnsupportedModule, rule_for
+from mechanisms.clipping import CLIPPINGS as CLIPPING_RULES
 
-CLIPPINGS = ("flat", "per_layer")
+CLIPPINGS = tuple(rule.opacus_clipping for rule in CLIPPING_RULES.values())  # Opacus' spelling of each rule
 
 
 def unsupported(module: nn.Module) -> list[str]:

@@ -1,18 +1,17 @@
 """`privbench audit` through typer's CliRunner: JSON shape, verdicts, exit codes."""
 
 import json
-import types
 
 import pytest
 from typer.testing import CliRunner
 
 import mechanisms
-from mechanisms import dpsgd, registry
-from mechanisms.auditing import Gaussian, tradeoff
+from mechanisms.auditing import tradeoff
+from mechanisms.dpsgd import DpSgd
 from orchestrator.cli import app
 
 runner = CliRunner()
-DESIGN_KEYS = ("mechanism", "sigma", "epsilon_claimed", "epsilon_certified", "epsilon_audited", "mu_audited",
+RECORD_KEYS = ("mechanism", "sigma", "epsilon_claimed", "epsilon_certified", "epsilon_audited", "mu_audited",
                "mu_claimed", "claim_status", "samples")
 
 
@@ -20,24 +19,46 @@ def audit(*args: str):
     return runner.invoke(app, ["audit", *args])
 
 
+class HalfNoise(DpSgd):
+    """A mechanism that claims sigma and adds sigma / 2."""
+
+    ID = "half-noise"
+
+    def privatize_step(self, sums, sigma, clip, rng, **options):
+        return super().privatize_step(sums, sigma / 2, clip, rng, **options)
+
+
+class Crashes(DpSgd):
+    ID = "crashes"
+
+    def privatize_step(self, *_, **__):
+        raise RuntimeError("boom")
+
+
 @pytest.fixture
-def half_noise(monkeypatch):
-    """A mechanism that claims sigma and adds sigma / 2, registered only for the test."""
-    module = types.ModuleType("half-noise")
-    module.ID = "half-noise"
-    module.plan = dpsgd.plan
-    module.claimed_step_tradeoff = lambda sigma, **_: Gaussian(1 / sigma)
-    module.AUDIT_COORDINATEWISE = True
-    module.privatize_step = lambda sums, sigma, clip, rng, **_: dpsgd.privatize_step(sums, sigma / 2, clip, rng)
-    monkeypatch.setitem(registry._MECHANISMS, module.ID, module)
-    return module
+def registered():
+    """Register mechanisms for one test (a notebook's `mechanisms.register`), and remove them after."""
+    added = []
+
+    def add(mechanism):
+        added.append(mechanisms.register(mechanism).ID)
+        return mechanism
+
+    yield add
+    for name in added:
+        mechanisms.unregister(name)
+
+
+@pytest.fixture
+def half_noise(registered):
+    return registered(HalfNoise())
 
 
 def test_json_shape_for_dpsgd():
     result = audit("dpsgd", "--sigma", "1.0", "--samples", "4000", "--json")
     assert result.exit_code == 0, result.stderr
     record = json.loads(result.stdout)
-    for key in DESIGN_KEYS:
+    for key in RECORD_KEYS:
         assert key in record
     assert record["mechanism"] == "dpsgd" and record["samples"] == 4000 and record["sigma"] == 1.0
     assert record["epsilon_claimed"] == pytest.approx(tradeoff.gaussian_epsilon(1.0, 1e-5), rel=1e-3)
@@ -104,15 +125,8 @@ def test_invalid_input_is_one_line_on_stderr_and_exit_2(args):
     assert len(lines) == 1 and lines[0].startswith("error")
 
 
-def test_a_failing_mechanism_exits_1(monkeypatch):
-    module = types.ModuleType("crashes")
-    module.ID, module.plan = "crashes", dpsgd.plan
-
-    def privatize_step(*_, **__):
-        raise RuntimeError("boom")
-
-    module.privatize_step = privatize_step
-    monkeypatch.setitem(registry._MECHANISMS, module.ID, module)
+def test_a_failing_mechanism_exits_1(registered):
+    registered(Crashes())
     result = audit("crashes", "--samples", "100", "--json")
     assert result.exit_code == 1 and "boom" in result.stderr
 

@@ -73,7 +73,7 @@ def test_the_accountants_package_imports_its_parts_on_first_use(tmp_path, packag
 
     assert accountants.epsilon is reference.epsilon and accountants.sigma_for is compare.sigma_for
     assert accountants.amgm_sigma is analytic_gaussian.amgm_sigma
-    assert set(accountants.__all__) == set(accountants._ATTRIBUTES) | set(accountants._SUBMODULES)
+    assert set(accountants.__all__) == set(accountants._NAMES) | set(accountants._SUBMODULES)
     assert all(getattr(accountants, name) is not None for name in accountants.__all__)
     with pytest.raises(AttributeError):
         accountants.no_such_name  # noqa: B018

@@ -198,7 +198,7 @@ def test_cases_and_paths_are_validated():
 
 def test_hooks_resolve_claims_for_registry_and_test_modules():
     assert hooks.claimed_step_tradeoff(DPSGD, 2.0) == Gaussian(0.5)
-    assert hooks.is_coordinatewise(DPSGD) and not hooks.is_coordinatewise(GREDP_REFERENCE)
+    assert DPSGD.audit_coordinatewise and not GREDP_REFERENCE.audit_coordinatewise
     assert hooks.claimed_step_tradeoff(mechanisms.get("nonprivate"), 1.0) is None
     envelope = hooks.claimed_step_tradeoff(DPSGD_BARE, 1.0)
     alpha = np.linspace(0.001, 0.999, 50)
