@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from storage.verdicts import sweep_claim_statuses
+
 STATUS_ORDER = {"violated": 3, "overclaimed": 2, "uncertified": 1, "ok": 0}
 VIEWS = ("certified", "claimed")
 # The memory sampler resolves about 15 MB, and a small model's non-private step needs almost no extra
@@ -115,7 +117,9 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
          view: str = "certified") -> list[LeaderboardRow]:
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+    records = list(records)
     frame = pd.DataFrame([_flat(r, metric) for r in records])
+    frame["claim_status"] = sweep_claim_statuses(records)  # step audits corrected over each sweep (Holm)
     if frame.empty:
         return []
     keys = ["sweep", "dataset", "model", "mechanism", "epsilon_target"]

@@ -13,6 +13,7 @@ import time
 from typing import IO, Any
 
 from storage.location import StoreLocation
+from storage.mlflow_view import RUNS_VIEW_KEY
 
 
 class UiError(RuntimeError):
@@ -52,12 +53,14 @@ def _relay(stream: IO[str], sink: IO[str]) -> None:
             sink.flush()
 
 
-def runs_table_url(host: str, port: int, experiment_id: str) -> str:
+def runs_table_url(host: str, port: int, experiment_id: str, view: bool = True) -> str:
     """The experiment's runs table. MLflow 3's UI opens an experiment on its GenAI overview when its
-    workflow switch (kept in the browser) says GenAI, its default; `workflowType` in the link overrides it."""
+    workflow switch (kept in the browser) says GenAI, its default; `workflowType` in the link overrides it.
+    `view`: the experiment carries privbench's runs view (storage/mlflow_view.py), which the link selects."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
-    return f"http://{shown}:{port}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    share = f"&viewStateShareKey={RUNS_VIEW_KEY}" if view else ""
+    return f"http://{shown}:{port}/#/experiments/{experiment_id}/runs?workflowType=machine_learning{share}"
 
 
 def check_bindable(host: str, port: int) -> None:

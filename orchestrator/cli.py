@@ -198,6 +198,7 @@ def ui(
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
     from dashboards.ui import UiError, check_bindable, runs_table_url, serve
     from orchestrator.sweep_cli import locate
+    from storage.mlflow_view import RUNS_VIEW_TAG
 
     location = locate(store, artifacts=artifacts)
     if location.kind == "server":
@@ -207,10 +208,13 @@ def ui(
     st = _open_store(location)
     with store_errors(st.where):
         sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
+        # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
+        viewed = {e for _, e in sweeps if RUNS_VIEW_TAG in (st.client.get_experiment(e).tags or {})}
     try:
         check_bindable(host, port)
         for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            out.print(f"{name}: {runs_table_url(host, port, experiment_id)}", soft_wrap=True, highlight=False)
+            url = runs_table_url(host, port, experiment_id, view=experiment_id in viewed)
+            out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
         code = serve(location, host, port)
     except UiError as e:
         fail(str(e))

@@ -23,6 +23,7 @@ from typing import Any
 from storage.errors import WRITE_ACCESS, Conflict, StoreError, StoreLost, translated
 from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
 from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
+from storage.mlflow_view import RUNS_VIEW_TAG, runs_view
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
@@ -32,8 +33,10 @@ KIND_TAG = "privbench.kind"
 RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
+SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's parent run (not nested, see record())
 # MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# The runs view (storage/mlflow_view.py) gives that table its columns when the link names it.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view()}
 MAX_PARAM_LEN = 6000
 FAULT_ENV = "PRIVBENCH_FAULT"
 
@@ -265,7 +268,7 @@ class Store:
         return experiment_id
 
     def _sweep_run(self, sweep: str, experiment_id: str, grid_yaml: str | None = None) -> str:
-        """The sweep's parent run (created once): trial runs nest under it in the UI, and it holds the
+        """The sweep's parent run (created once): trial runs name it in a tag, and it holds the
         grid file and, after each `sweep run`, the leaderboard and figures (`log_sweep_files`)."""
         if grid_yaml is None and sweep in self._parents:
             return self._parents[sweep]
@@ -510,7 +513,8 @@ class Store:
         run = self.client.create_run(
             experiment_id, run_name=run_name, start_time=started,
             tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
-                  "mlflow.parentRunId": self._sweep_run(sweep, experiment_id)} | _source_tags()
+                  # a tag, not mlflow.parentRunId: nested trials sit collapsed under the sweep's row in the UI
+                  SWEEP_RUN_ID_TAG: self._sweep_run(sweep, experiment_id)} | _source_tags()
             | {k: str(v)[:5000] for k, v in tags.items() if v is not None})
         run_id = run.info.run_id
         fault("after_create_run")
@@ -550,6 +554,7 @@ def _mlflow_engine(client: Any) -> Any:
 # The privacy record's numbers a trial run logs as MLflow metrics (docs/auditing.md lists the audit keys).
 PRIVACY_METRICS = (
     "epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited", "mu_claimed",
+    "audit_step_p_value",
     "audit_epsilon_steinke", "audit_epsilon_fdp", "audit_epsilon_fdp_gdp", "audit_epsilon_curve",
     "audit_epsilon_noise", "audit_sigma_measured", "audit_tightness", "audit_ceiling", "audit_ceiling_tightness",
     "audit_canaries", "mia_auc", "mia_tpr_at_0.1%_fpr", "mia_tpr_at_1%_fpr", "audit_plan_s", "audit_one_run_s",

@@ -65,6 +65,7 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
                        seed=seed, workers=workers, options=options, significance=cfg.step_significance)
     return {"epsilon_audited_step": audit.epsilon_audited, "mu_audited": audit.mu_audited,
             "mu_claimed": audit.mu_claimed, "audit_step_violated": audit.violated,
+            "audit_step_p_value": audit.p_value, "audit_step_significance": audit.significance,
             "audit_step_curve": audit.claimed_curve, "audit_step_s": audit.wall_s}
 
 

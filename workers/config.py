@@ -18,6 +18,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from mechanisms.claims import AUDIT_SIGNIFICANCE
+
 T = TypeVar("T")
 
 ECHO_CHARS = 80  # how much of a bad value an error message repeats
@@ -190,10 +192,9 @@ class AuditConfig:
     family_budget: float = bounded(0.02, ge=0)
     mia: str = bounded("loss", choices=MIAS)  # black-box loss-threshold membership inference
     mia_examples: int = bounded(5_000, ge=10, most=100_000_000)
-    # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
-    # claim is exactly the Gaussian curve the audit tests), too often for a leaderboard; at 0.1% it is 1 in
-    # 1,000, while a broken noise step (GReDP's sigma / sqrt 2) is still refuted by a wide margin.
-    step_significance: float = bounded(0.001, gt=0, lt=0.5)
+    # A trial's one-step verdict, at privbench's one audit significance (also `privbench audit`'s); the record
+    # keeps the p-value, so a sweep's verdicts are corrected together (Holm, storage/verdicts.py).
+    step_significance: float = bounded(AUDIT_SIGNIFICANCE, gt=0, lt=0.5)
 
     def __post_init__(self) -> None:
         check(self)

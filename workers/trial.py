@@ -252,6 +252,10 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                                           or audits.get("audit_run_violated")),
                                      private=private),
     }
+    if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
+        privacy["claim_status_without_step"] = claim_status(
+            plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
+            audit_violated=bool(audits.get("audit_run_violated")), private=private)
     analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
     phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
     metrics = output.metrics | phases | {"wall_s": sum(phases.values()), "calibration_s": planned.calibration_s}

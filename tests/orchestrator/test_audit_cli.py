@@ -68,6 +68,18 @@ def test_json_shape_for_dpsgd():
     assert "one privatisation step" in record["scope"]
 
 
+def test_textbook_step_is_ok_at_seeds_0_to_19_with_its_p_value():
+    """The documented example at its defaults (20,000 samples/side, dim 1000, significance 0.001): no false
+    alarm at any of 20 seeds, and each verdict comes with its p-value (violated iff p <= significance)."""
+    for seed in range(20):
+        result = audit("dpsgd", "--sigma", "1", "--seed", str(seed), "--json")
+        assert result.exit_code == 0, result.stderr
+        record = json.loads(result.stdout)
+        assert record["samples"] == 20_000 and record["dim"] == 1000 and record["significance"] == 0.001
+        assert record["claim_status"] == "ok", (seed, record["p_value"], record["mu_audited"])
+        assert 0.001 < record["p_value"] <= 1 and record["violated"] is False
+
+
 def test_epsilon_picks_sigma_from_the_one_step_claim():
     result = audit("dpsgd", "--epsilon", "4.377", "--samples", "2000", "--json")
     assert result.exit_code == 0, result.stderr
@@ -82,12 +94,14 @@ def test_broken_mechanism_is_reported_violated(half_noise):
     record = json.loads(result.stdout)
     assert record["claim_status"] == "violated" and record["violated"] is True
     assert record["mu_audited"] > record["mu_claimed"]
+    assert record["p_value"] < 1e-100
 
 
 def test_human_output_is_a_table():
     result = audit("dpsgd", "--samples", "2000", "--dim", "100000")
     assert result.exit_code == 0
     assert "claim_status" in result.stdout and "ok" in result.stdout and "dim=100000" in result.stdout
+    assert "p_value" in result.stdout and "99.9% lower bound" in result.stdout
 
 
 @pytest.mark.parametrize("args", [

@@ -19,6 +19,8 @@ def trial(mechanism: str, **over) -> dict:
 def test_dpsgd_trial_is_audited_and_ok():
     p = trial("dpsgd")
     assert p["claim_status"] == "ok" and p["audit_step_violated"] is False
+    assert p["audit_step_significance"] == 0.001 < p["audit_step_p_value"] <= 1  # what Holm over a sweep needs
+    assert p["claim_status_without_step"] == "ok"
     assert 0 <= p["epsilon_audited"] <= p["epsilon_certified"]
     assert p["mu_audited"] < p["mu_claimed"]
 
@@ -45,6 +47,8 @@ def test_nonprivate_trial_gets_the_mia_view_only():
 def test_gredp_trial_is_violated_by_the_step_audit():
     p = trial("gredp")
     assert p["audit_step_violated"] is True and p["claim_status"] == "violated"
+    # refuted by the step audit beyond any Holm correction, and by the run-level noise measurement without it
+    assert p["audit_step_p_value"] < 1e-10 and p["claim_status_without_step"] == "violated"
     assert p["epsilon_certified"] > p["epsilon_claimed"]
 
 
