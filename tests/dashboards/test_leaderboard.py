@@ -101,9 +101,9 @@ def test_report_is_self_contained_html_with_figures_verdicts_and_grid():
     assert "violated. An experiment refutes the claim" in page and "seeds: [0, 1]" in page
 
 
-AUDIT = {"epsilon_audited": 0.4, "audit_epsilon_steinke": 0.3, "audit_epsilon_fdp": 0.4, "audit_epsilon_curve": 0.9,
-         "audit_epsilon_noise": 0.97,
-         "audit_ceiling": 0.5, "mia_auc": 0.52, "mia_tpr_at_0.1%_fpr": 0.002, "audit_s": 3.0,
+AUDIT = {"epsilon_audited": 0.4, "epsilon_audited_steinke": 0.3, "epsilon_audited_fdp": 0.4, "epsilon_audited_curve": 0.9,
+         "epsilon_audited_noise": 0.97,
+         "audit_ceiling": 0.5, "mia_auc": 0.52, "mia_tpr_at_0_1pct_fpr": 0.002, "audit_s": 3.0,
          "audit_time_ratio": 1.05}
 
 
@@ -114,8 +114,8 @@ def audited(seed, **changes):
 
 
 def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds():
-    board = rows([audited(0), audited(1, audit_epsilon_steinke=0.35, audit_epsilon_curve=0.7, audit_ceiling=0.7,
-                                      mia_auc=0.56, audit_time_ratio=1.15, **{"mia_tpr_at_0.1%_fpr": 0.004})])
+    board = rows([audited(0), audited(1, epsilon_audited_steinke=0.35, epsilon_audited_curve=0.7, audit_ceiling=0.7,
+                                      mia_auc=0.56, audit_time_ratio=1.15, **{"mia_tpr_at_0_1pct_fpr": 0.004})])
     (r,) = board
     assert r.epsilon_audited_steinke == pytest.approx(0.35) and r.epsilon_audited_fdp == pytest.approx(0.4)
     assert r.epsilon_audited_curve == pytest.approx(0.9)  # the strongest evidence over seeds, as epsilon_audited
@@ -147,7 +147,7 @@ def test_rows_without_audits_show_dashes_not_numbers():
 def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_cost():
     from dashboards.report import report
 
-    r = audited(0, audit_epsilon_noise=1.46, claim_status="violated")
+    r = audited(0, epsilon_audited_noise=1.46, claim_status="violated")
     r["privacy"] |= {"epsilon_certified": 1.5}
     page = report([dict(r, sweep="s", curves={}), dict(RECORDS[0], sweep="s", curves={})], ["s"])
     assert "the noise the run really added gives 1.46" in page
