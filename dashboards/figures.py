@@ -188,7 +188,7 @@ def _eps_label(eps: float | None) -> str:
 
 
 @_styled
-def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
+def overhead(records: Sequence[Mapping[str, Any]], size: str | None = None) -> Figure:
     """Step time relative to non-private (left) and extra peak memory in MB (right), per mechanism, one
     row of panels per dataset/model (named in the titles).
 
@@ -196,7 +196,8 @@ def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
     ratio of a mechanism at one epsilon. Step time is a ratio against the non-private trials of the same
     sweep, dataset, model and batch size. Memory is each trial's own peak in MB, with no mean or error
     bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
-    average over trials would suggest a precision the measurement does not have.
+    average over trials would suggest a precision the measurement does not have. At `size='single'` the
+    two panels stack and the legend goes below.
     """
     trials = _per_trial(records)
     multi = len(_sweeps(records)) > 1
@@ -205,7 +206,10 @@ def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
         if t["mechanism"] == "nonprivate" and _finite(t["step_time_s"]):
             base[(t["sweep"], t["dataset"], t["model"], t["batch_size"])].append(t["step_time_s"])
     groups = sorted({(t["dataset"], t["model"]) for t in trials})
-    fig, axes = _new_figure(2 * max(1, len(groups)), width_per=3.6, nrows=max(1, len(groups)), extra_width=1.1)
+    narrow = size == "single"
+    n = 2 * max(1, len(groups))
+    fig, axes = (_new_figure(n, width_per=3.3, height=2.3, nrows=n) if narrow else
+                 _new_figure(n, width_per=3.6, nrows=max(1, len(groups)), extra_width=1.1))
     if not trials:
         return _empty(fig, "no finished trials with timings")
     epsilons = sorted({t["epsilon"] for t in trials}, key=lambda e: (e is not None, e or 0))
@@ -244,7 +248,8 @@ def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
             ax.set_ylim(0, top * 1.12 if top > 0 else 1)  # headroom: the highest trial's marker is whole
             ax.grid(True, axis="y", alpha=0.3)
     fig.legend(handles=[Line2D([], [], ls="none", marker="o", mfc="none", mec=colours[e], label=_eps_label(e))
-                        for e in epsilons], loc="outside right upper", frameon=False, title="target")
+                        for e in epsilons], loc="outside lower center" if narrow else "outside right upper",
+               frameon=False, title="target", ncols=len(epsilons) if narrow else 1)
     return fig
 
 
@@ -360,11 +365,15 @@ def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accura
         raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
     if size is not None and size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
-    fig = privacy_utility(records, metric, size) if kind == "privacy-utility" else BUILDERS[kind](records)
+    if kind in ("privacy-utility", "overhead"):  # these two lay themselves out for one column
+        fig = privacy_utility(records, metric, size) if kind == "privacy-utility" else overhead(records, size)
+    else:
+        fig = BUILDERS[kind](records)
     if size is not None:
         w, h = fig.get_size_inches()
         width = SIZES[size]
-        fig.set_size_inches(width, min(max(h * width / w, 2.2), 1.3 * width if width < 4 else 0.8 * width))
+        fig.set_size_inches(width, h if kind == "overhead" and size == "single" else
+                            min(max(h * width / w, 2.2), 1.3 * width if width < 4 else 0.8 * width))
     return fig
 
 

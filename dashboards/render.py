@@ -183,7 +183,8 @@ def latex(board: list[LeaderboardRow], metric: str = "accuracy", columns: str | 
     lines = ["% privbench leaderboard; needs \\usepackage{booktabs} and \\usepackage{graphicx}"]
     if float_env != "none":
         lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
-    lines += [r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
+    shrink = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"  # never enlarged
+    lines += [(r"\noindent" if float_env == "none" else "") + shrink,
               r"\begin{tabular}{" + "".join(a for _, a, _ in cols) + "}", r"\toprule", header + r" \\", r"\midrule"]
     multi = _multi_sweep(board)
 

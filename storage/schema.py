@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-SECTIONS = ("config", "metrics", "curves", "privacy", "derived")
+SECTIONS = ("record", "config", "metrics", "curves", "privacy", "environment", "derived")
 GROUPS = ("core", "privacy", "audit", "overhead")
 AGGREGATES = ("mean", "max", "first", "worst", "none")
 
@@ -59,6 +59,30 @@ NUM = (int, float)
 OPT = (type(None),)
 
 FIELDS: tuple[Field, ...] = (
+    # record: the top level of a result record
+    F("sweep", "record", str, "the sweep's name"),
+    F("trial_key", "record", str, "the trial's identity in its sweep"),
+    F("status", "record", str, "finished or failed"),
+    F("config", "record", dict, "what the grid asked for"),
+    F("metrics", "record", dict, "what the run measured"),
+    F("curves", "record", dict, "per-epoch values"),
+    F("privacy", "record", dict, "claimed, certified and audited privacy"),
+    F("environment", "record", dict, "where and when the trial ran"),
+    F("error", "record", (str, type(None)), "one line: why the trial failed"),
+    F("traceback", "record", (str, type(None)), "the failed trial's traceback"),
+
+    # environment: where and when the trial ran (MLflow tags)
+    F("hostname", "environment", str, "host that ran the trial"),
+    F("pid", "environment", int, "worker process"),
+    F("versions", "environment", dict, "library versions"),
+    F("started_at", "environment", NUM, "start, seconds since the epoch"),
+    F("finished_at", "environment", NUM, "end, seconds since the epoch"),
+    F("device", "environment", str, "cpu or cuda"),
+    F("gpus_granted", "environment", NUM, "GPUs Ray granted"),
+    F("cpus", "environment", int, "CPUs Ray granted"),
+    F("node_id", "environment", str, "Ray node"),
+    F("node_ip", "environment", str, "Ray node's address"),
+
     # config: what the grid asked for (nested dicts are the grid's own sections)
     F("sweep", "config", str, "the sweep's name", column="sweep", aggregate="first"),
     F("trial_key", "config", str, "the trial's identity in its sweep (hash of its config)"),
@@ -269,8 +293,8 @@ def value(section_values: Mapping[str, Any], f: Field) -> Any:
 
 def undeclared(record: Mapping[str, Any]) -> dict[str, list[str]]:
     """Per section, the record keys the schema does not declare (a test keeps this empty for real trials)."""
-    return {s: sorted(set(record.get(s) or {}) - keys(s)) for s in ("config", "metrics", "curves", "privacy")
-            if set(record.get(s) or {}) - keys(s)}
+    parts = {"record": record} | {s: record.get(s) or {} for s in SECTIONS if s not in ("record", "derived")}
+    return {s: sorted(set(values) - keys(s)) for s, values in parts.items() if set(values) - keys(s)}
 
 
 def select(spec: str) -> tuple[str, ...]:

@@ -158,13 +158,14 @@ def test_result_tables_are_what_the_commands_print():
 
     from dashboards.render import render
 
-    header = render([], "markdown").splitlines()[0]
+    header = render([], "markdown", columns="all").splitlines()[0]
     blocks = [(doc.name, *m.groups()) for doc in DOCS for m in RESULT_BLOCK.finditer(doc.read_text())]
     assert {name for _, name, _ in blocks} >= {"quickstart", "gdp", "gredp", "shuffled_dpsgd", "dp_forward", "text"}
     for doc, name, body in blocks:
         sweep = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())["name"]
         assert f"`privbench sweep run examples/{name}.yaml` (" in body, f"{doc}: block {name} was not generated"
-        assert f"`privbench leaderboard {sweep} --format markdown`" in body, f"{doc}: block {name}"
+        assert re.search(rf"`privbench leaderboard {re.escape(sweep)} --format markdown( --columns all)?`", body), (
+            f"{doc}: block {name}")
         table = [line for line in body.splitlines() if line.startswith("|")]
         assert table[0] == header, f"{doc}: block {name} has other columns than the leaderboard prints"
         assert len(table) > 2 and all(line.count(" | ") == header.count(" | ") for line in table[2:])
