@@ -97,8 +97,9 @@ def leaderboard(
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
-            out.print(rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                                 groups_chosen))
+            table = rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
+                               groups_chosen)
+            _print_whole(table)
         return
     text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
                   columns=groups_chosen, float_env=float_env)
@@ -106,6 +107,22 @@ def leaderboard(
         print(text, end="" if text.endswith("\n") else "\n")
     else:
         _write(out_file, text)
+
+
+def _print_whole(table: Any) -> None:
+    """Piped or logged with no COLUMNS to go by, a table gets the width it needs: no header or cell is
+    folded. A terminal (or an explicit COLUMNS) keeps its width, which the default columns fit at 80."""
+    if out.is_terminal or os.environ.get("COLUMNS"):
+        out.print(table)
+        return
+    from rich.measure import Measurement
+
+    width = out.width
+    out.width = max(width, Measurement.get(out, out.options.update(max_width=1000), table).maximum)
+    try:
+        out.print(table)
+    finally:
+        out.width = width
 
 
 def _writable_parent(path: Path | None) -> None:
