@@ -2,7 +2,7 @@
 
 Every table sits between `<!-- results: NAME -->` and `<!-- /results -->`. For each NAME asked for, this
 runs `privbench sweep run examples/NAME.yaml` into one store (resuming what is already there), then
-`privbench leaderboard SWEEP --format markdown` (SWEEP: the grid's `name`), and writes the command lines,
+`privbench leaderboard SWEEP --format markdown --columns all` (SWEEP: the grid's `name`), and writes the command lines,
 the wall time of the run and the table into every block of that name. Nothing in a block is typed by
 hand, so the docs cannot drift from what the commands print (tests/test_docs.py checks their columns).
 

@@ -171,3 +171,20 @@ def test_result_tables_are_what_the_commands_print():
         assert len(table) > 2 and all(line.count(" | ") == header.count(" | ") for line in table[2:])
     outside = RESULT_BLOCK.sub("", "\n".join(doc.read_text() for doc in DOCS))
     assert header not in outside, "a leaderboard table outside the generated blocks"
+
+
+def test_results_script_writes_no_wall_time_for_a_resume_that_ran_nothing():
+    """A rerun on a store that already holds the sweep ran nothing: its seconds are not the sweep's run
+    time. The block keeps the time it had; with none, there is nothing true to write."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    kept = "13 min 03 s wall on 2 CPU cores; a rerun on a store that already holds the sweep only resumes"
+    assert results.timing(0, 6, 37.0, kept, "here") == kept
+    with pytest.raises(SystemExit, match="nothing ran"):
+        results.timing(0, 6, 37.0, None, "here")
+    assert results.timing(6, 6, 188.0, kept, "here").startswith("3 min 08 s wall on here;")
+    assert "for 2 of 6 trials" in results.timing(2, 6, 60.0, kept, "here")
+    assert results.previous_timing("quickstart").startswith(tuple(f"{m} min" for m in range(100)))
