@@ -21,7 +21,7 @@ def claim_status(
     epsilon_claimed: float | None, epsilon_certified: float | None, epsilon_audited: float | None = None,
     *, audit_violated: bool = False, private: bool = True,
 ) -> str | None:
-    """Precedence violated > overclaimed > uncertified > ok (DESIGN.md). None for nonprivate trials.
+    """Precedence violated > overclaimed > uncertified > ok. None for nonprivate trials.
 
     A NaN epsilon raises: it means an analysis broke, and no verdict may rest on it. An infinite certified
     epsilon (a direction without noise) is above any finite claim: `overclaimed`.
