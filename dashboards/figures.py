@@ -19,7 +19,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -384,11 +384,13 @@ def tex_engine() -> str | None:
     return next((e for e in ("xelatex", "pdflatex", "lualatex") if shutil.which(e)), None)
 
 
-def save(fig: Figure, path: Path) -> Path:
-    """Write the figure; the format follows the suffix. Dates are left out so reruns give equal files."""
-    fmt = path.suffix.lstrip(".").lower()
+def save(fig: Figure, path: Path | BinaryIO, fmt: str | None = None) -> Path | BinaryIO:
+    """Write the figure; the format follows the suffix (or `fmt` for a file object). Dates are left out
+    so reruns give equal files, and PDF / PS fonts are TrueType (`RC` is in force when the file is
+    written, which is when matplotlib reads the font type)."""
+    fmt = fmt or Path(path).suffix.lstrip(".").lower()
     if fmt not in FORMATS:
-        raise ValueError(f"unsupported figure format {path.suffix!r}; known: {', '.join('.' + f for f in FORMATS)}")
+        raise ValueError(f"unsupported figure format {fmt!r}; known: {', '.join('.' + f for f in FORMATS)}")
     from matplotlib import rc_context
 
     # PGF takes no metadata; its text is measured by the TeX engine that is installed.

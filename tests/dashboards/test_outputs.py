@@ -140,3 +140,17 @@ def test_pgf_works_with_a_tex_engine_and_is_one_line_without(figure_store, tmp_p
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert text.startswith("%% Creator: Matplotlib, PGF backend") and "\\begin{pgfpicture}" in text
+
+
+def test_the_sweep_runs_figure_artifacts_embed_no_type3_font(figure_store, tmp_path):
+    """The PDFs `sweep run` attaches to the sweep's MLflow run are written as `privbench plot` writes them."""
+    from dashboards.summary import sweep_files
+    from storage.store import Store
+
+    files = sweep_files(Store(str(figure_store)).records("figs"))
+    assert files["leaderboard.md"].splitlines()[0] == render([], "markdown", columns="all").splitlines()[0]
+    for kind in ("privacy-utility", "overhead"):
+        pdf = tmp_path / f"{kind}.pdf"
+        pdf.write_bytes(files[f"figures/{kind}.pdf"])
+        fonts = subprocess.run(["pdffonts", str(pdf)], capture_output=True, text=True, check=True).stdout
+        assert fonts.splitlines()[2:] and "Type 3" not in fonts, fonts
