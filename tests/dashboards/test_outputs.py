@@ -154,3 +154,14 @@ def test_the_sweep_runs_figure_artifacts_embed_no_type3_font(figure_store, tmp_p
         pdf.write_bytes(files[f"figures/{kind}.pdf"])
         fonts = subprocess.run(["pdffonts", str(pdf)], capture_output=True, text=True, check=True).stdout
         assert fonts.splitlines()[2:] and "Type 3" not in fonts, fonts
+
+
+def test_plan_accelerator_and_analysis_seconds_show_in_the_overhead_columns_when_recorded():
+    timed = [dict(r, metrics=r["metrics"] | {"plan_s": 0.5 + r["config"]["seed"], "accelerator_s": 2.0,
+                                             "analysis_s": 1.0}) for r in RECORDS]
+    header = render(rows(timed), "markdown", columns="overhead").splitlines()[0]
+    assert "| plan s | accel s | analysis s |" in header
+    (dp,) = [r for r in rows(timed) if r.mechanism == "dpsgd"]
+    assert dp.plan_s == pytest.approx(1.0)  # mean over the two seeds
+    assert "plan s" not in render(rows(timed), "markdown").splitlines()[0]  # not a core column
+    assert "plan s" not in render(rows(RECORDS), "markdown", columns="overhead").splitlines()[0]  # older records
