@@ -43,7 +43,7 @@ from workers.trial import run_trial
 spec = grid.load({grid!r})
 ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
 task = ray.remote(num_cpus=1)(run_trial)
-configs = [dict(t) | {{"resources": {{"cpus": 1, "gpus": 0}}}} for t in spec.trials]
+configs = [t.to_dict() | {{"resources": {{"cpus": 1, "gpus": 0}}}} for t in spec.trials]
 records = ray.get([task.remote(c) for c in configs])
 assert all(r["status"] == "finished" for r in records), [r["error"] for r in records if r["error"]][:3]
 """
@@ -56,7 +56,7 @@ from ray.air.integrations.mlflow import MLflowLoggerCallback
 from orchestrator import grid
 from workers.trial import run_trial
 spec = grid.load({grid!r})
-configs = {{t["seed"]: dict(t) | {{"resources": {{"cpus": 1, "gpus": 0}}}} for t in spec.trials}}
+configs = {{t.seed: t.to_dict() | {{"resources": {{"cpus": 1, "gpus": 0}}}} for t in spec.trials}}
 ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
 
 def trainable(cfg):

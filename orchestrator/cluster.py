@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.config import TrialConfig
 
 CONNECT_TIMEOUT_S = 10.0
 SHIPPED_PACKAGES = ("orchestrator", "workers", "mechanisms", "storage")
@@ -79,12 +83,19 @@ def gpus_for(request: Any, cluster_gpus: float) -> float:
     return float(request)
 
 
-def resource_problems(trials: list[dict[str, Any]], resources: dict[str, float]) -> list[str]:
+def resolve_gpus(trials: list[TrialConfig], cluster_gpus: float) -> list[TrialConfig]:
+    """The trials with `gpus: auto` resolved for this cluster (`gpus_for`); other settings unchanged."""
+    return [t if t.resources.gpus != "auto" else
+            dataclasses.replace(t, resources=dataclasses.replace(t.resources, gpus=gpus_for("auto", cluster_gpus)))
+            for t in trials]
+
+
+def resource_problems(trials: list[TrialConfig], resources: dict[str, float]) -> list[str]:
     """Requests the cluster can never satisfy (checked before anything is written)."""
     problems: list[str] = []
     cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
-    want_cpu = max((float(t["resources"]["cpus"]) for t in trials), default=0.0)
-    want_gpu = max((gpus_for(t["resources"]["gpus"], gpus) for t in trials), default=0.0)
+    want_cpu = max((float(t.resources.cpus) for t in trials), default=0.0)
+    want_gpu = max((gpus_for(t.resources.gpus, gpus) for t in trials), default=0.0)
     if want_cpu > cpus:
         problems.append(f"resources.cpus: a trial asks for {want_cpu:g} CPUs, the cluster has {cpus:g}")
     if want_gpu > gpus:

@@ -1,15 +1,29 @@
-"""Fan trials out as Ray tasks and record results in completion order (the driver is the only writer)."""
+"""Fan trials out as Ray tasks, phase by phase, and record results in completion order (the driver is
+the only writer).
+
+A trial runs as up to four tasks (workers/trial.py): its plan on one CPU (one task per distinct
+`TrialConfig.plan_key` in this run: trials that share it share the plan), the one-step audit on CPU as
+soon as the plan is known, the accelerator phase on the trial's `resources`, and the analysis on one CPU
+once the accelerator's output is stored. Only the accelerator phase counts against `max_concurrent`,
+so the next trial trains while the last one is analysed.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
-from workers.trial import run_trial
+from workers.config import TrialConfig
+from workers.trial import AcceleratorOutput, Planned, accelerator_phase, analysis_phase, failed, plan_phase, step_phase
+
+LoadPhase = Callable[[TrialConfig], dict[str, Any] | None]
+SavePhase = Callable[[TrialConfig, dict[str, Any]], Any]
 
 
 @ray.remote(num_cpus=0)
@@ -29,80 +43,160 @@ class ProgressBoard:
         self.state.pop(key, None)
 
 
-def _trial_task(config: dict[str, Any], board: Any) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class PhaseFailure:
+    """A phase that raised: returned in place of its output, and passed on by the phases after it."""
+
+    phase: str
+    error: str
+    traceback: str
+
+
+def _guarded(phase: str, fn: Callable[..., Any], *args: Any) -> Any:
+    failure = next((a for a in args if isinstance(a, PhaseFailure)), None)
+    if failure is not None:
+        return failure
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - a failed phase is a failed trial, recorded with its reason
+        record = failed(args[0], exc)
+        return PhaseFailure(phase, record["error"], traceback.format_exc())
+
+
+def _plan_task(config: TrialConfig) -> Planned | PhaseFailure:
+    return _guarded("plan", plan_phase, config)
+
+
+def _step_task(config: TrialConfig, planned: Planned | PhaseFailure) -> dict[str, Any] | PhaseFailure:
+    return _guarded("step audit", step_phase, config, planned)
+
+
+def _accelerator_task(config: TrialConfig, planned: Planned | PhaseFailure,
+                      board: Any) -> dict[str, Any] | PhaseFailure:
     def report(done: int, total: int, info: dict[str, Any]) -> None:
-        board.update.remote(config["trial_key"], done, total, info)
+        board.update.remote(config.trial_key, done, total, info)
 
-    return run_trial(config, on_progress=report)
+    out = _guarded("accelerator", lambda c, p: accelerator_phase(c, p, report).to_dict(), config, planned)
+    board.forget.remote(config.trial_key)
+    return out
 
 
-def failed_record(config: dict[str, Any], error: BaseException) -> dict[str, Any]:
-    """A trial whose task died (worker crash, OOM kill, lost node) is a failed result too."""
-    import traceback
+def _analysis_task(config: TrialConfig, planned: Planned | PhaseFailure, output: dict[str, Any],
+                   step: dict[str, Any] | PhaseFailure) -> dict[str, Any] | PhaseFailure:
+    return _guarded("analysis", lambda c, p, o, s: analysis_phase(c, p, AcceleratorOutput.from_dict(o), s),
+                    config, planned, output, step)
 
-    from workers.result import TrialResult
 
-    return TrialResult(config["sweep"], config["trial_key"], "failed", config, metrics={},
-                       error=f"{type(error).__name__}: {error}".splitlines()[0][:2000],
-                       traceback="".join(traceback.format_exception(error))).to_record()
+def failed_record(config: TrialConfig, error: BaseException | PhaseFailure, phase: str | None = None) -> dict[str, Any]:
+    """A trial whose phase failed, or whose task died (worker crash, OOM kill, lost node), is a failed
+    result too; the error names the phase."""
+    if isinstance(error, PhaseFailure):
+        return failed(config, f"{error.phase} phase: {error.error}"[:2000], error.traceback)
+    text = f"{phase} phase: {type(error).__name__}: {error}".splitlines()[0][:2000]
+    return failed(config, text, "".join(traceback.format_exception(error)))
+
+
+@dataclasses.dataclass
+class _Trial:
+    config: TrialConfig
+    attempt: int
+    plan: Any = None  # ObjectRef of its Planned
+    step: Any = None  # ObjectRef of its one-step audit fields
 
 
 def run_all(
-    configs: list[dict[str, Any]], *, max_concurrent: int, retries: int,
-    on_start: Callable[[dict[str, Any]], bool | None], on_result: Callable[[dict[str, Any]], None],
+    configs: list[TrialConfig], *, max_concurrent: int, retries: int,
+    on_start: Callable[[TrialConfig], bool | None], on_result: Callable[[dict[str, Any]], None],
     on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None,
     on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
+    load_phase: LoadPhase | None = None, save_phase: SavePhase | None = None,
 ) -> None:
-    """Submit at most `max_concurrent` tasks at a time; retry a failed trial up to `retries` times.
+    """Run every trial's phases; retry a failed trial up to `retries` times (from its stored
+    accelerator output when it has one); at most `max_concurrent` accelerator phases at a time.
 
-    `on_start` runs before a trial is submitted and may refuse it (False: another driver has it).
-    `on_progress` and `on_tick` (the lease heartbeat) run at most every `poll_s` seconds, not once per
-    result, so the driver's own cost per trial does not grow with the number of trials. Finished
-    trials' slots are refilled before their results are recorded (`on_result`), so the cluster keeps
-    working while the driver writes; a driver killed in between leaves those trials leased and
-    unrecorded, to be redone by the next run, as with a kill at any other moment.
+    `on_start` runs before a trial starts and may refuse it (False: another driver has it).
+    `load_phase` returns a claimed trial's stored accelerator output (then it is not trained again);
+    `save_phase` stores it before the analysis starts. `on_progress` and `on_tick` (the lease
+    heartbeat) run at most every `poll_s` seconds, not once per result, so the driver's own cost per
+    trial does not grow with the number of trials. Freed slots are refilled before results are recorded
+    (`on_result`), so the cluster keeps working while the driver writes; a driver killed in between
+    leaves those trials leased and unrecorded, to be redone by the next run (from their stored
+    accelerator output where there is one), as with a kill at any other moment.
     """
-    task = ray.remote(_trial_task)
+    plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
+    accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
     board = ProgressBoard.remote()
-    queue = deque((c, 0) for c in configs)
-    in_flight: dict[Any, tuple[dict[str, Any], int]] = {}
+    queue = deque(_Trial(c, 0) for c in configs)
+    plans: dict[str, Any] = {}  # plan_key -> ObjectRef: one plan per distinct key
+    training: dict[Any, _Trial] = {}
+    analysing: dict[Any, _Trial] = {}
     last_poll = 0.0
 
-    def fill() -> None:
-        while queue and len(in_flight) < max_concurrent:
-            config, attempt = queue.popleft()
-            if on_start(config) is False:
-                continue
-            opts = {"num_cpus": config["resources"]["cpus"], "num_gpus": config["resources"]["gpus"],
-                    "max_retries": 0}
-            in_flight[task.options(**opts).remote(config, board)] = (config, attempt)
+    def analyse(trial: _Trial, output: dict[str, Any]) -> None:
+        analysing[analysis_task.remote(trial.config, trial.plan, output, trial.step)] = trial
 
-    while queue or in_flight:
+    def start(trial: _Trial) -> None:
+        config = trial.config
+        if config.plan_key not in plans:
+            plans[config.plan_key] = plan_task.remote(config)
+        trial.plan = plans[config.plan_key]
+        private = config.epsilon is not None or config.sigma is not None
+        trial.step = step_task.options(num_cpus=config.resources.cpus).remote(config, trial.plan) \
+            if config.audit.step and private else {}
+        stored = load_phase(config) if load_phase is not None else None
+        if stored is not None:  # trained before; its analysis was lost
+            analyse(trial, stored)
+            return
+        opts = {"num_cpus": config.resources.cpus, "num_gpus": config.resources.gpus, "max_retries": 0}
+        training[accelerator_task.options(**opts).remote(config, trial.plan, board)] = trial
+
+    def fill() -> None:
+        while queue and len(training) < max_concurrent:
+            trial = queue.popleft()
+            if on_start(trial.config) is not False:
+                start(trial)
+
+    def finish(trial: _Trial, outcome: Any, phase: str, results: list[dict[str, Any]]) -> None:
+        """A failed phase: retried (the plan made again if it was the plan that failed) or recorded."""
+        if isinstance(outcome, PhaseFailure) or isinstance(outcome, BaseException):
+            if isinstance(outcome, PhaseFailure) and outcome.phase == "plan":
+                plans.pop(trial.config.plan_key, None)
+            if trial.attempt < retries:
+                queue.append(_Trial(trial.config, trial.attempt + 1))
+                return
+            results.append(failed_record(trial.config, outcome, phase))
+        else:
+            results.append(outcome)
+
+    while queue or training or analysing:
         fill()
-        if not in_flight:
+        if not training and not analysing:
             break
-        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=poll_s)
-        if done and len(in_flight) > 1:  # every result that is ready, not one per loop
-            done, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+        pending = list(training) + list(analysing)
+        done, _ = ray.wait(pending, num_returns=1, timeout=poll_s)
+        if done and len(pending) > 1:  # every result that is ready, not one per loop
+            done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
         if time.monotonic() - last_poll >= poll_s:
             last_poll = time.monotonic()
             if on_tick is not None:
                 on_tick()
             if on_progress is not None:
                 on_progress(ray.get(board.snapshot.remote()))
-        results = []
+        results: list[dict[str, Any]] = []
         for ref in done:
-            config, attempt = in_flight.pop(ref)
+            phase = "accelerator" if ref in training else "analysis"
+            trial = training.pop(ref) if ref in training else analysing.pop(ref)
             try:
-                record = ray.get(ref)
+                outcome = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - the task itself died
-                record = failed_record(config, exc)
-            if record["status"] == "failed" and attempt < retries:
-                queue.append((config, attempt + 1))
-                continue
-            results.append(record)
+                outcome = exc
+            if phase == "accelerator" and isinstance(outcome, dict):
+                if save_phase is not None:
+                    save_phase(trial.config, outcome)
+                analyse(trial, outcome)
+            else:
+                finish(trial, outcome, phase, results)
         fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
         for record in results:
-            board.forget.remote(record["trial_key"])
             on_result(record)
     ray.kill(board)

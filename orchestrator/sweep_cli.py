@@ -76,8 +76,8 @@ def run(
         for col in ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed"):
             table.add_column(col)
         for t in spec.trials:
-            table.add_row(t["trial_key"], t["dataset"], t["model"], t["mechanism"],
-                          "-" if t["epsilon"] is None else f"{t['epsilon']:g}", str(t["seed"]))
+            table.add_row(t.trial_key, t.dataset, t.model, t.mechanism,
+                          "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
         out.print(table)
         return
     from storage.store import Store
@@ -98,17 +98,15 @@ def run(
 
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
-        st.open_sweep(spec.name, spec.text, spec.trials, key_of=grid.trial_key)
-        by_key = {c["trial_key"]: c for c in spec.trials}  # the grid's current settings (e.g. resources)
-        todo = [by_key[c["trial_key"]] | {"resources": dict(by_key[c["trial_key"]]["resources"])}
-                for c in st.pending(spec.name) if c["trial_key"] in by_key]
+        st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
+        by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
+        todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
         fail(str(e))
-    todo.sort(key=lambda c: c["mechanism"] == "nonprivate")  # long trials first
+    todo.sort(key=lambda c: c.mechanism == "nonprivate")  # long trials first
     finished_before = len(spec.trials) - len(todo)
-    for cfg in todo:
-        cfg["resources"]["gpus"] = cluster.gpus_for(cfg["resources"]["gpus"], resources.get("GPU", 0.0))
-    per_trial = max((float(c["resources"]["cpus"]) for c in todo), default=1.0)
+    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0))
+    per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
     err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {finished_before} already finished, "
               f"{len(todo)} to run, up to {limit} at once; store {location.display}", highlight=False)
@@ -144,7 +142,7 @@ def _log_sweep_summary(st: Any, sweep: str) -> None:
         err.print(f"[yellow]warning:[/] could not store the sweep summary: {e}", highlight=False, soft_wrap=True)
 
 
-def _run_with_progress(st: Any, sweep: str, todo: list[dict[str, Any]], limit: int,
+def _run_with_progress(st: Any, sweep: str, todo: list[Any], limit: int,
                        retries: int) -> list[dict[str, Any]]:
     """Bars for the trials in flight only (a finished trial becomes one printed line), so that drawing
     costs the same at 60 trials as at 1,000."""
@@ -159,15 +157,15 @@ def _run_with_progress(st: Any, sweep: str, todo: list[dict[str, Any]], limit: i
         bars: dict[str, Any] = {}
         skipped: list[str] = []
 
-        def on_start(cfg: dict[str, Any]) -> bool:
-            key = cfg["trial_key"]
+        def on_start(cfg: Any) -> bool:
+            key = cfg.trial_key
             if not st.claim(sweep, key):  # another driver runs it (or just finished it)
                 skipped.append(key)
                 progress.update(overall, total=len(todo) - len(skipped))
                 return False
             fault("after_claim")
             if key not in bars:
-                bars[key] = progress.add_task(_label(cfg), total=None, info="starting")
+                bars[key] = progress.add_task(cfg.label, total=None, info="starting")
             return True
 
         def on_progress(state: dict[str, tuple[int, int, dict[str, Any]]]) -> None:
@@ -195,8 +193,21 @@ def _run_with_progress(st: Any, sweep: str, todo: list[dict[str, Any]], limit: i
             progress.console.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
             progress.advance(overall)
 
+        def load_phase(cfg: Any) -> dict[str, Any] | None:
+            stored = st.ledger.phase(sweep, cfg.trial_key)
+            if stored is None:
+                return None
+            output = json.loads(stored)
+            output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
+            return output
+
+        def save_phase(cfg: Any, output: dict[str, Any]) -> None:
+            st.ledger.save_phase(sweep, cfg.trial_key, st.owner, json.dumps(output))
+            fault("after_phase_saved")
+
         run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
-                on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep))
+                on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
+                save_phase=save_phase)
     if skipped:
         err.print(f"{len(skipped)} trial(s) were run by another driver at the same time")
     return failures

@@ -66,6 +66,9 @@ trials = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("lease_owner", sa.String(200)),  # host:pid:nonce of the driver running the trial
     sa.Column("lease_expires", sa.Float),
+    # A trial's accelerator-phase output (JSON), kept until its record is written: a lost analysis phase
+    # reruns from it without retraining.
+    sa.Column("phase_json", sa.Text),
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -370,8 +373,20 @@ class Ledger:
             result = c.execute(trials.update().where(cond)
                                .values(status=record["status"], run_id=run_id, result_json=json.dumps(record),
                                        error=record.get("error"), updated_at=time.time(), lease_owner=None,
-                                       lease_expires=None))
+                                       lease_expires=None, phase_json=None))
         return result.rowcount == 1
+
+    def save_phase(self, sweep: str, trial_key: str, owner: str, phase_json: str) -> bool:
+        """Keep a trial's accelerator-phase output while `owner` holds its lease (False: it does not)."""
+        cond = (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key) & (trials.c.lease_owner == owner)
+        with self.engine.begin() as c:
+            return c.execute(trials.update().where(cond).values(phase_json=phase_json)).rowcount == 1
+
+    def phase(self, sweep: str, trial_key: str) -> str | None:
+        """The stored accelerator-phase output of an unrecorded trial, if any."""
+        with self.engine.connect() as c:
+            return c.execute(sa.select(trials.c.phase_json).where(
+                (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).scalar()
 
     def run_id(self, sweep: str, trial_key: str) -> str | None:
         with self.engine.connect() as c:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -27,74 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from mechanisms.auditing.dirac_canaries import CanaryObservations, decode_array, encode_array
 from mechanisms.claims import REL_TOL
-
-MODES = ("step", "one-run", "both", "off")
-MIAS = ("loss", "off")
-STATISTICS = ("lr", "sum")
-
-
-@dataclasses.dataclass(frozen=True)
-class AuditConfig:
-    """Grid key `audit`. `canaries: auto` (see `canaries_for`) takes up to 25 canaries per trainable
-    coordinate, as many as a simulation says help (docs/auditing.md)."""
-
-    mode: str = "step"
-    samples: int = 20_000
-    dim: int = 1_000
-    canaries: int | str = "auto"
-    enabled: bool = True
-    statistic: str = "lr"  # white-box score of a gradient canary: likelihood ratio across steps, or sum
-    max_canaries: int = 50_000
-    ceiling: bool = True  # simulate the certified mechanism under the same analysis
-    family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
-    # The curve-family search refines its bound for at most this share of the run's training time (at least
-    # 3 s): at small noise and many steps each of its PLDs takes seconds, and the audit should stay near 1.1x.
-    family_budget: float = 0.02
-    mia: str = "loss"  # black-box loss-threshold membership inference on train vs held-out examples
-    mia_examples: int = 5_000
-    # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
-    # claim is exactly the Gaussian curve the audit tests), too often for a leaderboard; at 0.1% it is 1 in
-    # 1,000, while a broken noise step (GReDP's sigma / sqrt 2) is still refuted by a wide margin.
-    step_significance: float = 0.001
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"audit mode must be one of {MODES}, got {self.mode!r}")
-        if self.canaries != "auto" and (not isinstance(self.canaries, int) or self.canaries < 1):
-            raise ValueError(f"audit canaries must be 'auto' or an integer >= 1, got {self.canaries!r}")
-        if self.samples < 4 or self.dim < 1 or self.max_canaries < 1 or self.mia_examples < 10:
-            raise ValueError("audit samples must be >= 4, dim and max_canaries >= 1, mia_examples >= 10")
-        if self.statistic not in STATISTICS:
-            raise ValueError(f"audit statistic must be one of {STATISTICS}, got {self.statistic!r}")
-        if not 0 < self.step_significance < 0.5:
-            raise ValueError(f"audit step_significance must lie in (0, 0.5), got {self.step_significance}")
-        if not 0 <= self.family_budget < math.inf:
-            raise ValueError(f"audit family_budget must be a finite share >= 0, got {self.family_budget}")
-        if self.mia not in MIAS:
-            raise ValueError(f"audit mia must be one of {MIAS}, got {self.mia!r}")
-
-    @property
-    def step(self) -> bool:
-        return self.enabled and self.mode in ("step", "both")
-
-    @property
-    def one_run(self) -> bool:
-        return self.enabled and self.mode in ("one-run", "both")
-
-    def canaries_for(self, n_params: int, shape: tuple[float, float, int] | None, delta: float, seed: int) -> int:
-        """`auto`: 1, 3, 10 or 25 canaries per trainable coordinate (at most `max_canaries`), whichever
-        a simulation of the certified mechanism predicts to give the largest bound
-        (`white_box.choose_canaries`); one per coordinate when the mechanism is not DP-SGD-shaped."""
-        if self.canaries != "auto":
-            return int(self.canaries)
-        if shape is None:
-            return max(1, min(self.max_canaries, n_params))
-        from mechanisms.auditing import white_box
-
-        sigma, rate, steps = shape
-        return white_box.choose_canaries(n_params, steps, rate, sigma, delta, score=self.statistic, seed=seed,
-                                         max_canaries=self.max_canaries)
+from workers.config import AuditConfig
 
 
 def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
@@ -187,82 +121,135 @@ class OneRun:
         canaries = self.canaries
         return lambda: canaries.overhead_s
 
-    def legacy_epsilon(self, delta: float) -> float | None:
-        """The estimate before issue 14 on the same canaries: Steinke at 0.05 over every threshold of the sum."""
-        c = self.canaries
-        n_in = int(c.included.sum())
-        if not 0 < n_in < c.m:
-            return None
-        from mechanisms.auditing import CanaryScoreAuditor
-
-        return CanaryScoreAuditor(c.scores[c.included], c.scores[~c.included]).epsilon_one_run(0.05, delta)
-
-    def fields(self, delta: float, train_s: float | None = None) -> dict[str, Any]:
-        if self.canaries is None:
-            return {"audit_one_run_skipped": self.skipped} if self.skipped else {}
-        e = self.canaries.estimate(delta)
-        out: dict[str, Any] = {
-            "epsilon_audited": e.epsilon, "epsilon_audited_steinke": e.epsilon_steinke,
-            "epsilon_audited_fdp": e.epsilon_fdp, "epsilon_audited_fdp_gdp": e.epsilon_fdp_gdp,
-            "audit_canaries": e.canaries, "audit_guesses": e.guesses, "audit_statistic": e.statistic,
-            "audit_one_run_s": e.overhead_s, "audit_estimate_s": e.estimate_s, "audit_plan_s": self.plan_s,
-            "audit_steps": e.steps, "epsilon_audited_legacy": self.legacy_epsilon(delta),
-        }
-        out |= self.family_fields(delta, None if train_s is None else max(3.0, self.cfg.family_budget * train_s))
-        certified = getattr(self.plan, "epsilon_certified", None)
-        if certified:
-            out["audit_tightness"] = e.epsilon / certified
-        if self.audit_plan is not None and self.cfg.ceiling:
+    def result(self) -> OneRunResult:
+        """What the canaries saw and what was fixed before the run: all the analysis phase needs."""
+        ceiling = None
+        if self.audit_plan is not None:
             c = self.audit_plan.ceiling
-            if certified:
-                out["audit_ceiling_tightness"] = c.epsilon_audited / certified
-            out |= {"audit_ceiling": c.epsilon_audited, "audit_ceiling_steinke": c.epsilon_steinke,
-                    "audit_ceiling_fdp": c.epsilon_fdp,
-                    "audit_ceiling_guess_counts": list(self.audit_plan.guess_counts)}
-        return out
+            ceiling = (float(c.epsilon_audited), float(c.epsilon_steinke), float(c.epsilon_fdp))
+        return OneRunResult(self.canaries.observations() if self.canaries is not None else None, self.shape,
+                            self.plan_s, self.skipped, ceiling)
 
 
-    def family_fields(self, delta: float, budget_s: float | None = None) -> dict[str, Any]:
-        """The two run-level bounds that lean on the certified event's shape (T Poisson-subsampled Gaussian
-        steps at rate q, noise multiplier unknown): the one-run f-DP test against that family's curves
-        (`epsilon_audited_curve`) and the white-box noise measurement (`epsilon_audited_noise`). Either above the
-        claim refutes it (`audit_run_violated`); `epsilon_audited` stays the assumption-free bound."""
-        from mechanisms.auditing import white_box
+@dataclasses.dataclass(frozen=True)
+class OneRunResult:
+    """The one-run audit's part of a trained run (JSON-ready): the canaries' observations, the certified
+    event's shape, the seconds spent planning the guesses, why it was skipped, and the ceiling (epsilon,
+    Steinke, f-DP) the same analysis reaches on the certified mechanism simulated before the run."""
 
-        if self.shape is None or self.canaries is None:
-            return {}
-        t0 = time.perf_counter()
-        sigma, rate, steps = self.shape
-        c = self.canaries
-        out: dict[str, Any] = {}
-        if c.guess_counts and self.cfg.family_bounds:
-            b = white_box.curve_bound(c.statistic_scores(), c.included, delta, rate, steps, sigma,
-                                      guess_counts=c.guess_counts, budget_s=budget_s)
-            out |= {"epsilon_audited_curve": b.epsilon, "audit_sigma_curve": b.sigma}
-        n = white_box.noise_bound(c.noise_moments, rate, steps, delta) if self.cfg.family_bounds else None
-        if n is not None:
-            out |= {"audit_sigma_measured": n.sigma, "audit_sigma_measured_upper": n.sigma_upper,
-                    "audit_noise_kurtosis": n.kurtosis, "epsilon_audited_noise": n.epsilon}
-        claimed = getattr(self.plan, "epsilon_claimed", None)
-        if out and claimed is not None:
-            found = [out.get(k) for k in ("epsilon_audited_curve", "epsilon_audited_noise")]
-            out["audit_run_violated"] = any(e is not None and e > claimed * (1 + REL_TOL) for e in found)
-        if out:
-            out["audit_family_s"] = time.perf_counter() - t0
-        return out
+    observations: CanaryObservations | None
+    shape: tuple[float, float, int] | None
+    plan_s: float = 0.0
+    skipped: str | None = None
+    ceiling: tuple[float, float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"observations": self.observations.to_dict() if self.observations is not None else None,
+                "shape": list(self.shape) if self.shape is not None else None, "plan_s": self.plan_s,
+                "skipped": self.skipped, "ceiling": list(self.ceiling) if self.ceiling is not None else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OneRunResult:
+        obs = data.get("observations")
+        shape, ceiling = data.get("shape"), data.get("ceiling")
+        return cls(CanaryObservations.from_dict(obs) if obs is not None else None,
+                   (float(shape[0]), float(shape[1]), int(shape[2])) if shape is not None else None,
+                   float(data.get("plan_s", 0.0)), data.get("skipped"), tuple(ceiling) if ceiling else None)
 
 
-def loss_threshold_mia(module: Any, members: Any, non_members: Any, *, device: Any, examples: int,
-                       seed: int, batch_size: int = 1024) -> dict[str, Any]:
-    """Black-box membership inference: score = -loss, training examples vs held-out ones (Yeom et al. 2018).
+def legacy_epsilon(c: CanaryObservations, delta: float) -> float | None:
+    """The estimate before issue 14 on the same canaries: Steinke at 0.05 over every threshold of the sum."""
+    n_in = int(c.included.sum())
+    if not 0 < n_in < c.m:
+        return None
+    from mechanisms.auditing import CanaryScoreAuditor
 
-    No canaries and no access beyond the final model's losses: what DPMLBench and ML Privacy Meter
-    report. Equal numbers of members and non-members (at most `examples` each), drawn with `seed`.
-    """
+    return CanaryScoreAuditor(c.scores[c.included], c.scores[~c.included]).epsilon_one_run(0.05, delta)
+
+
+def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: float,
+                   train_s: float | None = None) -> dict[str, Any]:
+    """The one-run audit's record fields, computed from a run's stored observations (no model needed)."""
+    c = result.observations
+    if c is None:
+        return {"audit_one_run_skipped": result.skipped} if result.skipped else {}
+    e = c.estimate(delta)
+    out: dict[str, Any] = {
+        "epsilon_audited": e.epsilon, "epsilon_audited_steinke": e.epsilon_steinke,
+        "epsilon_audited_fdp": e.epsilon_fdp, "epsilon_audited_fdp_gdp": e.epsilon_fdp_gdp,
+        "audit_canaries": e.canaries, "audit_guesses": e.guesses, "audit_statistic": e.statistic,
+        "audit_one_run_s": e.overhead_s, "audit_estimate_s": e.estimate_s, "audit_plan_s": result.plan_s,
+        "audit_steps": e.steps, "epsilon_audited_legacy": legacy_epsilon(c, delta),
+    }
+    budget_s = None if train_s is None else max(3.0, cfg.family_budget * train_s)
+    out |= family_fields(result, cfg, plan, delta, budget_s)
+    certified = getattr(plan, "epsilon_certified", None)
+    if certified:
+        out["audit_tightness"] = e.epsilon / certified
+    if result.ceiling is not None and cfg.ceiling:
+        ceiling, steinke, fdp = result.ceiling
+        if certified:
+            out["audit_ceiling_tightness"] = ceiling / certified
+        out |= {"audit_ceiling": ceiling, "audit_ceiling_steinke": steinke, "audit_ceiling_fdp": fdp,
+                "audit_ceiling_guess_counts": list(c.guess_counts or ())}
+    return out
+
+
+def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: float,
+                  budget_s: float | None = None) -> dict[str, Any]:
+    """The two run-level bounds that lean on the certified event's shape (T Poisson-subsampled Gaussian
+    steps at rate q, noise multiplier unknown): the one-run f-DP test against that family's curves
+    (`epsilon_audited_curve`) and the white-box noise measurement (`epsilon_audited_noise`). Either above the
+    claim refutes it (`audit_run_violated`); `epsilon_audited` stays the assumption-free bound."""
+    from mechanisms.auditing import white_box
+
+    c = result.observations
+    if result.shape is None or c is None:
+        return {}
+    t0 = time.perf_counter()
+    sigma, rate, steps = result.shape
+    out: dict[str, Any] = {}
+    if c.guess_counts and cfg.family_bounds:
+        b = white_box.curve_bound(c.statistic_scores(), c.included, delta, rate, steps, sigma,
+                                  guess_counts=c.guess_counts, budget_s=budget_s)
+        out |= {"epsilon_audited_curve": b.epsilon, "audit_sigma_curve": b.sigma}
+    n = white_box.noise_bound(c.noise_moments, rate, steps, delta) if cfg.family_bounds else None
+    if n is not None:
+        out |= {"audit_sigma_measured": n.sigma, "audit_sigma_measured_upper": n.sigma_upper,
+                "audit_noise_kurtosis": n.kurtosis, "epsilon_audited_noise": n.epsilon}
+    claimed = getattr(plan, "epsilon_claimed", None)
+    if out and claimed is not None:
+        found = [out.get(k) for k in ("epsilon_audited_curve", "epsilon_audited_noise")]
+        out["audit_run_violated"] = any(e is not None and e > claimed * (1 + REL_TOL) for e in found)
+    if out:
+        out["audit_family_s"] = time.perf_counter() - t0
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class MiaLosses:
+    """The per-example losses a loss-threshold attack scores: the accelerator phase's forward passes over
+    training examples (members) and held-out ones, JSON-ready through `to_dict`."""
+
+    members: np.ndarray
+    non_members: np.ndarray
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"members": encode_array(self.members), "non_members": encode_array(self.non_members),
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MiaLosses:
+        return cls(decode_array(data["members"]), decode_array(data["non_members"]), float(data["seconds"]))
+
+
+def example_losses(module: Any, members: Any, non_members: Any, *, device: Any, examples: int,
+                   seed: int, batch_size: int = 1024) -> MiaLosses:
+    """The final model's losses on equal numbers of members and non-members (at most `examples` each),
+    drawn with `seed`: the model's part of the membership-inference attack."""
     import torch
     from torch.utils.data import DataLoader, Subset
-
-    from mechanisms.auditing import CanaryScoreAuditor
 
     t0 = time.perf_counter()
     n = min(len(members), len(non_members), examples)
@@ -281,21 +268,35 @@ def loss_threshold_mia(module: Any, members: Any, non_members: Any, *, device: A
         return torch.cat(out).numpy()
 
     member_loss, other_loss = losses(members), losses(non_members)
-    auditor = CanaryScoreAuditor(-member_loss, -other_loss)
-    return {"mia_auc": auditor.attack_auroc(), "mia_tpr_at_0_1pct_fpr": float(auditor.tpr_at_given_fpr(0.001)),
-            "mia_tpr_at_1pct_fpr": float(auditor.tpr_at_given_fpr(0.01)), "mia_examples": int(n),
-            "mia_attack": "loss-threshold", "mia_s": time.perf_counter() - t0}
+    return MiaLosses(member_loss, other_loss, time.perf_counter() - t0)
 
 
-def mia_fields(bundle: Any, train_split: Any, held_out: Any, cfg: AuditConfig, *, device: Any,
-               seed: int) -> dict[str, Any]:
-    """The loss-threshold MIA of a trained model: its training examples against `held_out` (the test split)."""
+def loss_threshold_mia(losses: MiaLosses) -> dict[str, Any]:
+    """Black-box membership inference: score = -loss, training examples vs held-out ones (Yeom et al. 2018).
+
+    No canaries and no access beyond the final model's losses: what DPMLBench and ML Privacy Meter
+    report. `mia_s` counts the forward passes and the scoring.
+    """
+    from mechanisms.auditing import CanaryScoreAuditor
+
+    t0 = time.perf_counter()
+    auditor = CanaryScoreAuditor(-losses.members, -losses.non_members)
+    out = {"mia_auc": auditor.attack_auroc(), "mia_tpr_at_0_1pct_fpr": float(auditor.tpr_at_given_fpr(0.001)),
+           "mia_tpr_at_1pct_fpr": float(auditor.tpr_at_given_fpr(0.01)), "mia_examples": int(losses.members.size),
+           "mia_attack": "loss-threshold"}
+    return out | {"mia_s": losses.seconds + time.perf_counter() - t0}
+
+
+def mia_losses(bundle: Any, train_split: Any, held_out: Any, cfg: AuditConfig, *, device: Any,
+               seed: int) -> MiaLosses | None:
+    """The losses the loss-threshold MIA scores: a trained model's training examples against `held_out`
+    (the test split); None when the attack is off."""
     if not cfg.enabled or cfg.mia == "off" or len(held_out) == 0:
-        return {}
+        return None
     from workers.train import tensor_dataset
 
-    return loss_threshold_mia(bundle.module, tensor_dataset(bundle, train_split), tensor_dataset(bundle, held_out),
-                              device=device, examples=cfg.mia_examples, seed=seed)
+    return example_losses(bundle.module, tensor_dataset(bundle, train_split), tensor_dataset(bundle, held_out),
+                          device=device, examples=cfg.mia_examples, seed=seed)
 
 
 def audit_cost(audits: dict[str, Any], train_s: float | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from workers.config import TrainConfig
 from workers.datasets.base import Split
 from workers.measure import PeakMemory, StepTimer
 from workers.models.base import ModelBundle
@@ -18,30 +19,7 @@ from workers.models.base import ModelBundle
 Progress = Callable[[int, int, dict[str, Any]], None]
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 2
-    batch_size: int = 256
-    lr: float = 0.1
-    optimizer: str = "sgd"
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    clip: float = 1.0
-    max_train_examples: int | None = None
-    eval_batch_size: int = 1024
-    grad_sample_mode: str | None = None  # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's
-
-    def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch_size must be >= 1")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
-        if self.clip <= 0:
-            raise ValueError(f"clip must be > 0, got {self.clip}")
-
-
+# One builder per name in workers.config.OPTIMIZERS (the names a grid may use; a test keeps them equal).
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": lambda params, c: torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay),
     "adam": lambda params, c: torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay),

@@ -1,11 +1,22 @@
-"""`run_trial`: the unit of work. A plain function of a resolved trial config, testable without Ray.
+"""A trial in three phases, each a plain function of a `TrialConfig`, testable without Ray.
 
-It never raises and never writes to the store: it returns a `TrialResult` record, `failed` with the
-traceback when anything goes wrong, and the driver records it.
+- `plan_phase` (CPU): the privacy plan (calibration, accounting). It depends only on the settings that
+  make the plan (`TrialConfig.plan_key`), so a sweep's trials that share them share one.
+- `accelerator_phase` (the trial's `resources`): training, evaluation and the forward passes the audits
+  need (the canaries' observations during training, per-example losses for membership inference). Its
+  output (`AcceleratorOutput`) is JSON-ready: the driver stores it, so a lost analysis reruns without
+  retraining.
+- `step_phase` (CPU): the one-step audit of the mechanism, which needs no trained model and runs beside
+  training; `analysis_phase` (CPU): the one-run, f-DP, family and ceiling bounds and the MIA scores,
+  computed from the accelerator's output, and the trial's record.
+
+`run_trial` runs all of them in one process (tests, notebooks). No phase writes to the store: the
+driver records what they return. `run_trial` never raises: a failure is a `failed` record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import platform
@@ -13,6 +24,7 @@ import random
 import socket
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,14 +32,25 @@ import torch
 
 import mechanisms
 from mechanisms.claims import claim_status
-from mechanisms.plan import PrivacySpec
+from mechanisms.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models
-from workers.audit import AuditConfig, OneRun, audit_cost, mia_fields, step_audit
+from workers.audit import (
+    MiaLosses,
+    OneRun,
+    OneRunResult,
+    audit_cost,
+    loss_threshold_mia,
+    mia_losses,
+    one_run_fields,
+    step_audit,
+)
+from workers.config import TrialConfig
 from workers.environment import configure
 from workers.result import TrialResult
-from workers.train import Diverged, Progress, TrainConfig, train
+from workers.train import Diverged, Progress, train
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
+PHASE_METRICS = ("plan_s", "accelerator_s", "analysis_s")  # per-phase seconds, flat metrics of every record
 
 
 def library_versions() -> dict[str, str]:
@@ -63,89 +86,192 @@ def noise_generator(seed: int, device: torch.device, secure: bool = False) -> to
     return torch.Generator(device=device).manual_seed(int(state) >> 1)
 
 
-def pick_device(gpus: float) -> torch.device:
-    """CUDA when a GPU was granted and is usable; otherwise CPU (a granted but absent GPU is not fatal)."""
-    return torch.device("cuda") if gpus > 0 and torch.cuda.is_available() else torch.device("cpu")
+def pick_device(gpus: float | str) -> torch.device:
+    """CUDA when a GPU was granted (or, unresolved outside a sweep, `auto`) and is usable; otherwise CPU
+    (a granted but absent GPU is not fatal)."""
+    wanted = gpus == "auto" or float(gpus) > 0
+    return torch.device("cuda") if wanted and torch.cuda.is_available() else torch.device("cpu")
 
 
-def privacy_spec(config: dict[str, Any], cfg: TrainConfig, dataset_size: int,
+def privacy_spec(config: TrialConfig, dataset_size: int,
                  trainable: list[torch.nn.Parameter] | None = None) -> PrivacySpec:
-    delta = config["delta"]
+    delta = config.delta
     if delta == "1/(2N)":  # resolved here, where N (the training set actually used) is known
         delta = 1 / (2 * dataset_size)
+    cfg = config.train
     return PrivacySpec(
-        epsilon=config.get("epsilon"), delta=float(delta), dataset_size=dataset_size,
+        epsilon=config.epsilon, delta=float(delta), dataset_size=dataset_size,
         batch_size=cfg.batch_size, epochs=cfg.epochs, clip=cfg.clip,
-        calibration=config.get("calibration", "claimed"), accountant=config.get("accountant", "pld"),
-        sampler=config.get("sampler", "poisson"), sigma=config.get("sigma"),
-        options=config.get("mechanism_options", {}),
+        calibration=config.calibration, accountant=config.accountant,
+        sampler=config.sampler, sigma=config.sigma, options=dict(config.mechanism_options),
         model_dim=sum(p.numel() for p in trainable) if trainable else None,
         n_tensors=len(trainable) if trainable else None,
         tensor_sizes=tuple(p.numel() for p in trainable) if trainable else None,
     )
 
 
-def run_trial(config: dict[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
-    """Run one (dataset, model, mechanism, epsilon, seed) trial and return its result record."""
+def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
+    """A `TrialConfig` as is; a mapping (a notebook's, a stored one) checked into one (ConfigError)."""
+    return config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
+
+
+def _workload(config: TrialConfig) -> tuple[Any, Any, Any]:
+    """The trial's data splits, its training split (at most `max_train_examples`, the same subset in
+    every phase) and its model."""
+    splits = datasets.load(config.dataset, dict(config.dataset_options))
+    train_split, most = splits.train, config.train.max_train_examples
+    if most and most < len(train_split):
+        keep = np.random.default_rng(0).permutation(len(train_split))[:most]
+        train_split = train_split.subset(np.sort(keep))
+    return splits, train_split, models.build(config.model, splits, dict(config.model_options))
+
+
+def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
+    return [p for p in bundle.module.parameters() if p.requires_grad]
+
+
+# phases -----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """The plan phase's output: the plan, the spec it answers (the accelerator phase checks that it runs
+    exactly that process), and its seconds (`calibration_s` for the mechanism's own planning)."""
+
+    plan: PrivacyPlan
+    spec: PrivacySpec
+    seconds: float
+    calibration_s: float
+
+    @property
+    def private(self) -> bool:
+        return self.plan.sigma is not None or self.plan.epsilon_claimed is not None
+
+
+def plan_phase(config: TrialConfig) -> Planned:
+    """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
+    training set's size and the trainable tensors' sizes."""
+    t0 = time.perf_counter()
     configure()
-    started = time.time()
+    _, train_split, bundle = _workload(config)
+    spec = privacy_spec(config, len(train_split), _trainable(bundle))
+    t1 = time.perf_counter()
+    plan = mechanisms.get(config.mechanism).plan(spec)
+    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1)
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceleratorOutput:
+    """What the accelerator phase hands the analysis phase, JSON-ready (`to_dict`): the training metrics
+    and curves, the engine used, the one-run canaries' observations, the MIA losses, where it ran."""
+
+    metrics: dict[str, float | None]
+    curves: dict[str, list[float]]
+    info: dict[str, Any]
+    one_run: OneRunResult | None
+    mia: MiaLosses | None
+    environment: dict[str, Any]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "curves": self.curves, "info": self.info,
+                "one_run": self.one_run.to_dict() if self.one_run is not None else None,
+                "mia": self.mia.to_dict() if self.mia is not None else None, "environment": self.environment,
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AcceleratorOutput:
+        return cls(dict(data["metrics"]), dict(data["curves"]), dict(data["info"]),
+                   OneRunResult.from_dict(data["one_run"]) if data.get("one_run") else None,
+                   MiaLosses.from_dict(data["mia"]) if data.get("mia") else None, dict(data["environment"]),
+                   float(data["seconds"]))
+
+
+def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progress | None = None) -> AcceleratorOutput:
+    """Train and evaluate under the plan on the trial's device, and make the forward passes the audits need."""
+    t0, started = time.perf_counter(), time.time()
+    configure()
+    gpus, cpus = config.resources.gpus, max(1, int(config.resources.cpus))
+    torch.set_num_threads(cpus)
+    device = pick_device(gpus)
     env = {"hostname": socket.gethostname(), "pid": os.getpid(), "versions": library_versions(),
-           "started_at": started}
+           "started_at": started, "device": device.type, "gpus_granted": 0.0 if gpus == "auto" else float(gpus),
+           "cpus": cpus} | _ray_node()
+    generator = seed_everything(config.seed)
+    splits, train_split, bundle = _workload(config)
+    if privacy_spec(config, len(train_split), _trainable(bundle)) != planned.spec:
+        raise RuntimeError("the plan was made for another training set or model than the one that would run; "
+                           "the accounted process must be the executed one")
+    plan, audit = planned.plan, config.audit
+    one_run = OneRun(audit, plan, config.seed) if audit.one_run and planned.private else None
+    outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanisms.get(config.mechanism),
+                    plan, config.train, device=device, generator=generator, on_progress=on_progress,
+                    noise_generator=noise_generator(config.seed, device, config.secure_rng),
+                    secure_mode=config.secure_rng, attach=one_run.attach if one_run else None)
+    losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
+    return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
+                             one_run.result() if one_run is not None else None, losses,
+                             env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0)
+
+
+def step_phase(config: TrialConfig, planned: Planned) -> dict[str, Any]:
+    """The one-step audit of the mechanism at the plan's sigma (no trained model needed; CPU)."""
+    if not (config.audit.step and planned.private):
+        return {}
+    return step_audit(mechanisms.get(config.mechanism), planned.plan, config.train.clip, config.audit,
+                      dict(config.mechanism_options), config.seed, max(1, int(config.resources.cpus)),
+                      list(planned.spec.tensor_sizes or ()))
+
+
+def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOutput,
+                   step: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's audit bounds and MIA scores from the accelerator's output, and the trial's record."""
+    t0 = time.perf_counter()
+    plan, train_s = planned.plan, output.metrics.get("train_s")
+    audits: dict[str, Any] = {"epsilon_audited": None}
+    if output.one_run is not None:
+        audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
+    if output.mia is not None:
+        audits |= loss_threshold_mia(output.mia)
+    audits |= audit_cost(audits, train_s) | dict(step)
+    private, info = planned.private, output.info
+    privacy = plan.as_record() | audits | {
+        "epsilon_target": config.epsilon,
+        "grad_sample_mode": info.get("grad_sample_mode") if private else None,
+        "bk_fallback": info.get("bk_fallback") if private else None,  # why bk could not clip it
+        "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
+                                     audit_violated=bool(audits.get("audit_step_violated")
+                                                          or audits.get("audit_run_violated")),
+                                     private=private),
+    }
+    analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
+    phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
+    metrics = output.metrics | phases | {"wall_s": sum(phases.values()), "calibration_s": planned.calibration_s}
+    return TrialResult(config.sweep, config.trial_key, "finished", config.to_dict(), metrics, output.curves,
+                       privacy, output.environment | {"finished_at": time.time()}).to_record()
+
+
+def failed(config: TrialConfig | Mapping[str, Any], error: BaseException | str, tb: str | None = None,
+           metrics: dict[str, Any] | None = None, environment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of a trial that did not finish: a result too, recorded like any other."""
+    if isinstance(error, BaseException):
+        error = str(error) if isinstance(error, Diverged) else f"{type(error).__name__}: {error}"
+    plain = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
+    return TrialResult(str(plain.get("sweep", "?")), str(plain.get("trial_key", "?")), "failed", plain,
+                       metrics=metrics or {}, environment=environment or {}, error=error, traceback=tb).to_record()
+
+
+def run_trial(config: TrialConfig | Mapping[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
+    """Run one (dataset, model, mechanism, epsilon, seed) trial, every phase in this process, and return
+    its result record."""
+    started = time.time()
     try:
-        gpus = float(config.get("resources", {}).get("gpus", 0) or 0)
-        cpus = int(config.get("resources", {}).get("cpus", 1) or 1)
-        torch.set_num_threads(max(1, cpus))
-        device = pick_device(gpus)
-        env |= {"device": device.type, "gpus_granted": gpus, "cpus": cpus} | _ray_node()
-        cfg = TrainConfig(**config.get("train", {}))
-        mechanism = mechanisms.get(config["mechanism"])
-        generator = seed_everything(int(config["seed"]))
-        splits = datasets.load(config["dataset"], config.get("dataset_options", {}))
-        train_split = splits.train
-        if cfg.max_train_examples and cfg.max_train_examples < len(train_split):
-            keep = np.random.default_rng(0).permutation(len(train_split))[: cfg.max_train_examples]
-            train_split = train_split.subset(np.sort(keep))
-        bundle = models.build(config["model"], splits, config.get("model_options", {}))
-        t0 = time.perf_counter()
-        trainable = [p for p in bundle.module.parameters() if p.requires_grad]
-        plan = mechanism.plan(privacy_spec(config, cfg, len(train_split), trainable))
-        calibration_s = time.perf_counter() - t0
-        audit_cfg = AuditConfig(**config.get("audit", {}))
-        private = plan.sigma is not None or plan.epsilon_claimed is not None
-        one_run = OneRun(audit_cfg, plan, int(config["seed"])) if audit_cfg.one_run and private else None
-        secure = bool(config.get("secure_rng", False))
-        outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism, plan, cfg,
-                        device=device, generator=generator, on_progress=on_progress,
-                        noise_generator=noise_generator(int(config["seed"]), device, secure), secure_mode=secure,
-                        attach=one_run.attach if one_run else None)
-        audits: dict[str, Any] = {"epsilon_audited": None}
-        if one_run is not None:
-            audits |= one_run.fields(plan.delta, outcome.metrics.get("train_s"))
-        audits |= mia_fields(bundle, train_split, splits.test, audit_cfg, device=device, seed=int(config["seed"]))
-        audits |= audit_cost(audits, outcome.metrics.get("train_s"))
-        if audit_cfg.step and private:
-            audits |= step_audit(mechanism, plan, cfg.clip, audit_cfg, dict(config.get("mechanism_options", {})),
-                                 int(config["seed"]), cpus, [p.numel() for p in trainable])
-        privacy = plan.as_record() | audits | {
-            "epsilon_target": config.get("epsilon"),
-            "grad_sample_mode": outcome.info.get("grad_sample_mode") if private else None,
-            "bk_fallback": outcome.info.get("bk_fallback") if private else None,  # why bk could not clip it
-            "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
-                                         audit_violated=bool(audits.get("audit_step_violated")
-                                                              or audits.get("audit_run_violated")),
-                                         private=private),
-        }
-        metrics = outcome.metrics | {"wall_s": time.time() - started, "calibration_s": calibration_s,
-                                     "n_train": float(len(train_split))}
-        return TrialResult(config["sweep"], config["trial_key"], "finished", config, metrics, outcome.curves,
-                           privacy, env | {"finished_at": time.time()}).to_record()
+        config = as_config(config)
+        planned = plan_phase(config)
+        output = accelerator_phase(config, planned, on_progress)
+        return analysis_phase(config, planned, output, step_phase(config, planned))
     except Exception as exc:  # noqa: BLE001 - a failed trial is a result, not a crash
-        return TrialResult(
-            config.get("sweep", "?"), config.get("trial_key", "?"), "failed", config,
-            metrics={"wall_s": time.time() - started}, environment=env | {"finished_at": time.time()},
-            error=str(exc) if isinstance(exc, Diverged) else f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-        ).to_record()
+        return failed(config, exc, traceback.format_exc(), {"wall_s": time.time() - started},
+                      {"hostname": socket.gethostname(), "pid": os.getpid(), "started_at": started,
+                       "finished_at": time.time()})
 
 
 def _ray_node() -> dict[str, str | None]:
@@ -160,4 +286,5 @@ def _ray_node() -> dict[str, str | None]:
         return {}
 
 
-__all__ = ["run_trial"]
+__all__ = ["AcceleratorOutput", "Planned", "accelerator_phase", "analysis_phase", "plan_phase", "run_trial",
+           "step_phase"]

@@ -197,6 +197,53 @@ class DiracCanaries:
         return self.lr_scores if self.statistic == "lr" else self.scores
 
     def auditor(self) -> CanaryScoreAuditor:
+        return self.observations().auditor()
+
+    def observations(self) -> CanaryObservations:
+        """What the canaries saw, without the optimizer: all the estimates need (a later phase computes them)."""
+        return CanaryObservations(self.statistic, self.scores.copy(), self.lr_scores.copy(), self.included.copy(),
+                                  self.noise_moments.copy(), self.guess_counts, self.steps, self.overhead_s)
+
+    def estimate(self, delta: float, significance: float = 0.05) -> OneRunEstimate:
+        """The run-level bounds at `delta` (95% by default) from the accumulated scores."""
+        return self.observations().estimate(delta, significance)
+
+
+def encode_array(array: np.ndarray) -> dict[str, str]:
+    import base64
+
+    return {"dtype": array.dtype.str, "b64": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
+
+
+def decode_array(data: dict[str, str]) -> np.ndarray:
+    import base64
+
+    return np.frombuffer(base64.b64decode(data["b64"]), dtype=np.dtype(data["dtype"])).copy()
+
+
+@dataclasses.dataclass(frozen=True)
+class CanaryObservations:
+    """The scores m canaries accumulated over a run (sum and likelihood-ratio statistic), which were
+    included, and the moments of the excluded canaries' residuals. JSON-ready through `to_dict`
+    (arrays as exact little-endian bytes), so a run's observations can be stored and analysed later."""
+
+    statistic: str
+    scores: np.ndarray  # sum over steps of the observation, in units of C
+    lr_scores: np.ndarray
+    included: np.ndarray
+    noise_moments: np.ndarray  # (count, sum of y^2, sum of y^4)
+    guess_counts: tuple[int, ...] | None
+    steps: int
+    overhead_s: float
+
+    @property
+    def m(self) -> int:
+        return int(self.included.size)
+
+    def statistic_scores(self) -> np.ndarray:
+        return self.lr_scores if self.statistic == "lr" else self.scores
+
+    def auditor(self) -> CanaryScoreAuditor:
         scores = self.statistic_scores()
         return CanaryScoreAuditor(scores[self.included], scores[~self.included])
 
@@ -219,3 +266,17 @@ class DiracCanaries:
                               epsilon_steinke=float(parts[0]), epsilon_fdp=float(parts[1]),
                               epsilon_fdp_gdp=None if parts[2] is None else float(parts[2]), guesses=int(parts[3]),
                               statistic=self.statistic, estimate_s=float(parts[4]))
+
+    def to_dict(self) -> dict[str, Any]:
+        arrays = ("scores", "lr_scores", "included", "noise_moments")
+        return {f.name: encode_array(getattr(self, f.name)) if f.name in arrays else getattr(self, f.name)
+                for f in dataclasses.fields(self)} | {
+            "guess_counts": None if self.guess_counts is None else [int(g) for g in self.guess_counts]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CanaryObservations:
+        arrays = ("scores", "lr_scores", "included", "noise_moments")
+        values = {k: decode_array(v) if k in arrays else v for k, v in data.items()}
+        if values.get("guess_counts") is not None:
+            values["guess_counts"] = tuple(values["guess_counts"])
+        return cls(**values)

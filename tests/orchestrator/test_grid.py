@@ -15,20 +15,20 @@ def parse(overrides: dict) -> grid.GridSpec:
 
 def test_expansion_nonprivate_ignores_epsilon_and_keys_are_stable():
     spec = parse({"sigma": None, "seeds": [0, 1], "grid": TINY["grid"] | {"epsilon": [1, 8]}})
-    by_mech = [t["mechanism"] for t in spec.trials]
+    by_mech = [t.mechanism for t in spec.trials]
     assert by_mech.count("nonprivate") == 2 and by_mech.count("dpsgd") == 4
-    assert all(t["epsilon"] is None for t in spec.trials if t["mechanism"] == "nonprivate")
-    keys = [t["trial_key"] for t in spec.trials]
+    assert all(t.epsilon is None for t in spec.trials if t.mechanism == "nonprivate")
+    keys = [t.trial_key for t in spec.trials]
     assert len(set(keys)) == len(keys)
     again = parse({"sigma": None, "seeds": [0, 1], "grid": TINY["grid"] | {"epsilon": [1, 8]}})
-    assert keys == [t["trial_key"] for t in again.trials]
+    assert keys == [t.trial_key for t in again.trials]
     other = parse({"sigma": None, "seeds": [0, 1], "grid": TINY["grid"] | {"epsilon": [1, 4]}})
-    assert set(keys) != {t["trial_key"] for t in other.trials}
+    assert set(keys) != {t.trial_key for t in other.trials}
 
 
 def test_mechanism_train_overrides_only_that_mechanism():
     spec = parse({"mechanism_train": {"nonprivate": {"lr": 0.01}}})
-    lrs = {t["mechanism"]: t["train"]["lr"] for t in spec.trials}
+    lrs = {t.mechanism: t.train.lr for t in spec.trials}
     assert lrs == {"nonprivate": 0.01, "dpsgd": 0.5}
 
 
@@ -36,7 +36,7 @@ def test_model_train_overrides_that_model_and_mechanism_train_wins():
     spec = parse({"grid": TINY["grid"] | {"model": ["mlp", "cnn-small"]},
                   "model_train": {"cnn-small": {"lr": 0.05, "epochs": 3}},
                   "mechanism_train": {"dpsgd": {"lr": 0.2}}})
-    got = {(t["model"], t["mechanism"]): (t["train"]["lr"], t["train"]["epochs"]) for t in spec.trials}
+    got = {(t.model, t.mechanism): (t.train.lr, t.train.epochs) for t in spec.trials}
     assert got == {("mlp", "nonprivate"): (0.5, 1), ("mlp", "dpsgd"): (0.2, 1),
                    ("cnn-small", "nonprivate"): (0.05, 3), ("cnn-small", "dpsgd"): (0.2, 3)}
 
@@ -45,14 +45,14 @@ def test_model_train_overrides_that_model_and_mechanism_train_wins():
     ({"grid": TINY["grid"] | {"dataset": ["cifar-99"]}}, "unknown dataset 'cifar-99'"),
     ({"grid": TINY["grid"] | {"model": ["resnet-9000"]}}, "unknown model 'resnet-9000'"),
     ({"grid": TINY["grid"] | {"mechanism": ["magic-dp"]}}, "unknown mechanism 'magic-dp'"),
-    ({"grid": TINY["grid"] | {"epsilon": [0]}}, "epsilon: must be > 0"),
-    ({"grid": TINY["grid"] | {"epsilon": [-1]}}, "epsilon: must be > 0"),
-    ({"delta": 0}, "delta: must lie in (0, 1)"),
-    ({"delta": 1.5}, "delta: must lie in (0, 1)"),
-    ({"train": {"epochs": 1, "batch_size": 64, "lr": 0.5, "bogus": 1}}, "train:"),
-    ({"resources": {"cpus": 1, "gpus": "many"}}, "resources.gpus"),
+    ({"grid": TINY["grid"] | {"epsilon": [0]}}, "grid.epsilon must be > 0"),
+    ({"grid": TINY["grid"] | {"epsilon": [-1]}}, "grid.epsilon must be > 0"),
+    ({"delta": 0}, "delta must be > 0"),
+    ({"delta": 1.5}, "delta must be < 1"),
+    ({"train": {"epochs": 1, "batch_size": 64, "lr": 0.5, "bogus": 1}}, "train: unknown option(s) bogus"),
+    ({"resources": {"cpus": 1, "gpus": "many"}}, "resources: gpus must be"),
     ({"colour": "blue"}, "unknown top-level keys"),
-    ({"model_train": {"mlp": {"lr": -1}}}, "model_train.mlp.lr: must be > 0"),
+    ({"model_train": {"mlp": {"lr": -1}}}, "model_train.mlp: lr must be > 0"),
     ({"model_train": ["mlp"]}, "model_train: must map a model"),
 ])
 def test_bad_grids_name_the_problem(overrides, fragment):
@@ -73,34 +73,37 @@ def test_yaml_syntax_error_has_a_line_number():
     assert "YAML syntax error" in str(e.value) and "line" in str(e.value)
 
 
-STRICT = [
+STRICT = [  # messages of the one checker: workers/config.py's bounds, mechanisms/options.py's types
     ({"seeds": [0, 0, 1, 1]}, "seeds: duplicated values 0, 1"),
-    ({"seeds": [-1]}, "seeds: must be >= 0"),
-    ({"seeds": [2**32]}, "seeds: must be at most 4.29497e+09"),
-    ({"seeds": [1.5]}, "seeds: must be an integer"),
-    ({"seeds": [True]}, "seeds: must be an integer, got True"),
-    ({"grid": TINY["grid"] | {"epsilon": [True]}}, "grid.epsilon: must be a number, got True"),
+    ({"seeds": [-1]}, "seeds must be >= 0"),
+    ({"seeds": [2**32]}, "seeds must be at most 4294967295, got 4294967296"),  # integers as integers (#21)
+    ({"seeds": [1.5]}, "seeds must be an integer"),
+    ({"seeds": [True]}, "seeds must be a number, got True"),
+    ({"grid": TINY["grid"] | {"epsilon": [True]}}, "grid.epsilon must be a number, got True"),
     ({"grid": TINY["grid"] | {"epsilon": [1, 1.0]}}, "grid.epsilon: duplicated values"),
     ({"grid": TINY["grid"] | {"mechanism": ["dpsgd", "dpsgd"]}}, "grid.mechanism: duplicated values 'dpsgd'"),
-    ({"grid": TINY["grid"] | {"epsilon": [float("inf")]}}, "grid.epsilon: must be finite"),
-    ({"train": {"lr": float("inf")}}, "train.lr: must be finite"),
-    ({"train": {"lr": float("nan")}}, "train.lr: must be finite"),
-    ({"train": {"max_train_examples": -5}}, "train.max_train_examples: must be >= 1"),
-    ({"train": {"epochs": 1.5}}, "train.epochs: must be an integer"),
-    ({"train": {"epochs": True}}, "train.epochs: must be an integer"),
-    ({"train": {"batch_size": 1e9}}, "train.batch_size: must be at most"),
-    ({"train": {"momentum": -0.5}}, "train.momentum: must be >= 0"),
-    ({"train": {"grad_sample_mode": "turbo"}}, "train.grad_sample_mode: must be one of"),
-    ({"resources": {"cpus": 1, "gpu": 1}}, "resources: unknown keys ['gpu']"),
+    ({"grid": TINY["grid"] | {"epsilon": [float("inf")]}}, "grid.epsilon must be finite"),
+    ({"train": {"lr": float("inf")}}, "train: option lr must be float, got inf"),
+    ({"train": {"lr": float("nan")}}, "train: option lr must be float, got nan"),
+    ({"train": {"max_train_examples": -5}}, "train: max_train_examples must be >= 1"),
+    ({"train": {"epochs": 1.5}}, "train: option epochs must be int"),
+    ({"train": {"epochs": True}}, "train: option epochs must be int"),
+    ({"train": {"batch_size": 1e9}}, "train: batch_size must be at most 1000000"),
+    ({"train": {"momentum": -0.5}}, "train: momentum must be >= 0"),
+    ({"train": {"grad_sample_mode": "turbo"}}, "train: grad_sample_mode must be one of"),
+    ({"train": {"precision": "fp8"}}, "train: precision must be one of ['fp32', 'bf16', 'fp16']"),
+    ({"resources": {"cpus": 1, "gpu": 1}}, "resources: unknown option(s) gpu"),
     ({"resources": [1]}, "resources: must be a mapping"),
-    ({"resources": {"cpus": True}}, "resources.cpus: must be a number"),
-    ({"audit": {"samples": 100, "colour": 1}}, "audit: unknown keys ['colour']"),
-    ({"sigma": float("nan")}, "sigma: must be finite"),
-    ({"delta": True}, "delta: must be a number"),
+    ({"resources": {"cpus": True}}, "resources: option cpus must be"),
+    ({"audit": {"samples": 100, "colour": 1}}, "audit: unknown option(s) colour"),
+    ({"audit": {"samples": 2}}, "audit: samples must be >= 4"),  # one bound (the grid said >= 1, the worker >= 4)
+    ({"sigma": float("nan")}, "sigma must be finite"),
+    ({"delta": True}, "delta must be '1/(2N)' or a number"),
     ({"name": "sweep\n"}, "name:"),
     ({"name": 12}, "name:"),
     ({"mechanism_options": {"magic-dp": {}}}, "mechanism_options: unknown mechanism 'magic-dp'"),
     ({"model_options": {"mlp": [1]}}, "model_options.mlp: must map a model"),
+    ({"max_trials": -1}, "max_trials must be >= 0"),
 ]
 
 
@@ -129,15 +132,146 @@ def test_yaml_1_1_off_and_exponents_read_as_meant():
     text = yaml.safe_dump(TINY).replace("lr: 0.5", "lr: 5e-1") + "audit: {mode: off}\ndelta: 1e-5\n"
     text = text.replace("delta: 1.0e-05\n", "")
     spec = grid.parse(text)
-    assert {t["audit"]["mode"] for t in spec.trials} == {"off"}
-    assert {t["train"]["lr"] for t in spec.trials} == {0.5} and {t["delta"] for t in spec.trials} == {1e-5}
+    assert {t.audit.mode for t in spec.trials} == {"off"}
+    assert {t.train.lr for t in spec.trials} == {0.5} and {t.delta for t in spec.trials} == {1e-5}
 
 
 def test_resources_do_not_change_trial_keys():
-    keys = {t["trial_key"] for t in parse({}).trials}
-    assert keys == {t["trial_key"] for t in parse({"resources": {"cpus": 2, "gpus": 0}}).trials}
+    keys = {t.trial_key for t in parse({}).trials}
+    assert keys == {t.trial_key for t in parse({"resources": {"cpus": 2, "gpus": 0}}).trials}
 
 
 def test_integral_floats_are_integers_in_trial_keys():
-    assert [t["trial_key"] for t in parse({"train": TINY["train"] | {"epochs": 1.0}}).trials] == \
-        [t["trial_key"] for t in parse({}).trials]
+    assert [t.trial_key for t in parse({"train": TINY["train"] | {"epochs": 1.0}}).trials] == \
+        [t.trial_key for t in parse({}).trials]
+
+
+# ---- typed trials (issue 20) and the grid defects of issue 23 ------------------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_trials_are_typed_configs_that_round_trip_through_the_ledger_form():
+    import pickle
+
+    from workers.config import AuditConfig, TrainConfig, TrialConfig
+
+    spec = parse({"seeds": [0, 1], "audit": {"mode": "step", "samples": 100}})
+    for t in spec.trials:
+        assert isinstance(t, TrialConfig) and isinstance(t.train, TrainConfig) and isinstance(t.audit, AuditConfig)
+        assert t.audit.samples == 100 and t.train.precision == "fp32"
+        back = TrialConfig.from_dict(t.to_dict())
+        assert back == t and back.trial_key == t.trial_key == grid.stored_key(t.to_dict())
+        assert pickle.loads(pickle.dumps(t)).trial_key == t.trial_key  # it crosses Ray as this object
+    # a setting made in Python (not written in a grid) is never left out of the key
+    base = TrialConfig(dataset="digits", model="mlp", mechanism="dpsgd", epsilon=1.0)
+    other = TrialConfig(dataset="digits", model="mlp", mechanism="dpsgd", epsilon=1.0, train=TrainConfig(lr=0.2))
+    assert base.trial_key != other.trial_key
+    assert TrialConfig(dataset="digits", model="mlp", mechanism="dpsgd", epsilon=1).trial_key == base.trial_key
+
+
+def test_trial_keys_of_existing_grids_are_unchanged():
+    """Stores hold these keys (made by the dict-based grid): typing the config must not orphan them."""
+    assert [t.trial_key for t in grid.load(ROOT / "examples" / "quickstart.yaml").trials] == [
+        "898c9ddf5cef39f7", "5b025aaa7c630e8f", "06bdf95a72c49a53", "949e2169f0b9bbb2", "939115931f5cd11a",
+        "3be08b87541d12da"]
+    spec = parse({"seeds": [0, 1], "sigma": None, "grid": TINY["grid"] | {"epsilon": [1, 8]}, "delta": "1/(2N)",
+                  "audit": {"mode": False, "samples": 100}, "secure_rng": False,
+                  "train": {"epochs": 1.0, "lr": 1, "max_train_examples": None}})
+    assert [t.trial_key for t in spec.trials] == ["a58b4d8fe71aa3c2", "c497a538701df08d", "69424e0cea4cac2c",
+                                                  "e585052c75846bc8", "1696f2153adde667", "a5c9eb24971f25a3"]
+
+
+def test_sigma_with_epsilon_is_refused():
+    """Issue 23 #2: both used to run calibrated to epsilon, with `sigma` silently dropped."""
+    with pytest.raises(grid.GridError) as e:
+        parse({"sigma": 0.5, "grid": TINY["grid"] | {"epsilon": [1, 8]}})
+    assert any("sigma and grid.epsilon are exclusive" in p for p in e.value.problems), e.value.problems
+
+
+def test_sigma_with_epsilon_exits_2_on_the_command_line(cli, write_grid, store):
+    result = cli("sweep", "run", write_grid({"sigma": 0.5, "grid": TINY["grid"] | {"epsilon": [1]}}),
+                 "--store", store, "--dry-run")
+    assert result.exit_code == 2 and "exclusive" in result.output and not store.exists()
+
+
+def test_a_huge_grid_is_refused_from_its_axes_without_expanding_it():
+    """Issue 23 #11: 1,000 epsilons x 1,000 seeds took 18 s and 1.26 GB to parse. It is counted from the axes
+    and refused with the count, using little memory (no trial is built)."""
+    import tracemalloc
+
+    text = yaml.safe_dump(TINY | {"sigma": None, "seeds": list(range(1000)),
+                                  "grid": TINY["grid"] | {"epsilon": [0.5 + i for i in range(1000)]}})
+    tracemalloc.start()
+    try:
+        with pytest.raises(grid.GridError) as e:
+            grid.parse(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.problems == [f"grid: 1,001,000 trials is more than the limit of {grid.MAX_TRIALS:,}; raise it "
+                                "with `max_trials: 1001000` if you mean it, or shrink the axes"]
+    assert peak < 50e6, peak
+
+
+def test_max_trials_sets_the_limit_both_ways():
+    three = {"seeds": [0, 1, 2], "grid": TINY["grid"] | {"mechanism": ["nonprivate"]}}
+    with pytest.raises(grid.GridError, match="3 trials is more than the limit of 2"):
+        parse(three | {"max_trials": 2})
+    assert len(parse(three | {"max_trials": 3}).trials) == 3
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_grid_file_that_is_not_utf8_gets_one_line(tmp_path, encoding):
+    """Issue 23 #14: a UnicodeDecodeError traceback before."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(TINY) + "description: café\n", encoding=encoding)
+    with pytest.raises(grid.GridError) as e:
+        grid.load(path)
+    assert len(e.value.problems) == 1 and "not UTF-8 text" in e.value.problems[0]
+
+
+def test_a_non_utf8_grid_exits_2_without_a_traceback(cli, tmp_path, store):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(TINY) + "description: café\n", encoding="latin-1")
+    result = cli("sweep", "run", path, "--store", store)
+    assert result.exit_code == 2 and "not UTF-8" in result.output and "Traceback" not in result.output
+
+
+def test_an_oversized_grid_file_is_refused_before_yaml_reads_it(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(TINY) + "description: " + "x" * (grid.MAX_GRID_BYTES + 10) + "\n")
+    with pytest.raises(grid.GridError, match="at most 1,000,000 bytes"):
+        grid.load(path)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"grid": TINY["grid"] | {"mechanism": ["m" * 10_000]}},
+    {"grid": TINY["grid"] | {"dataset": ["d" * 10_000]}},
+    {"x" * 10_000: 1},
+    {"name": "n" * 10_000},
+    {"seeds": ["s" * 10_000]},
+    {"train": {"optimizer": "o" * 10_000}},
+    {"mechanism_options": {"dpsgd": {"k" * 10_000: 1}}},
+])
+def test_echoes_are_cut(overrides):
+    """Issue 23 #21: a 10,000-character name was echoed in a 10 KB error line."""
+    with pytest.raises(grid.GridError) as e:
+        parse(overrides)
+    assert e.value.problems and all(len(p) < 700 for p in e.value.problems), [len(p) for p in e.value.problems]
+
+
+def test_config_module_imports_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, workers.config; heavy = [m for m in ('torch', 'ray', 'mlflow') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_names_that_must_agree_do():
+    from mechanisms.private_training import GRAD_SAMPLE_MODES
+    from workers import config, train
+
+    assert config.GRAD_SAMPLE_MODES == GRAD_SAMPLE_MODES
+    assert tuple(train.OPTIMIZERS) == config.OPTIMIZERS

@@ -4,6 +4,7 @@ steps that ran."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import dp_accounting
@@ -18,6 +19,7 @@ import mechanisms
 from mechanisms import private_training
 from mechanisms.plan import PrivacySpec
 from orchestrator.grid import parse
+from workers.config import Resources
 from workers.trial import run_trial
 
 ISSUE_GRID = """
@@ -37,10 +39,10 @@ def reference_epsilon(multiplier: float, q: float, steps: int, delta: float) -> 
     return dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4).compose(event).get_epsilon(delta)
 
 
-@pytest.mark.parametrize("config", parse(ISSUE_GRID).trials, ids=lambda c: c["mechanism"])
+@pytest.mark.parametrize("config", parse(ISSUE_GRID).trials, ids=lambda c: c.mechanism)
 def test_the_issue_grid_runs_the_steps_it_accounts(config):
     warnings.filterwarnings("ignore")
-    record = run_trial(config | {"resources": {"cpus": 1, "gpus": 0}})
+    record = run_trial(dataclasses.replace(config, resources=Resources(cpus=1, gpus=0)))
     assert record["status"] == "finished", record.get("traceback")
     privacy, metrics = record["privacy"], record["metrics"]
     assert metrics["steps_run"] == privacy["steps"] == 3 * round(1438 / 600)  # 6, not Opacus' 9

@@ -124,11 +124,11 @@ def test_sweep_runs_text_models_nonprivate_and_dpsgd(cli, tmp_path, local_ray):
 
 def test_example_text_grid_is_valid():
     spec = grid_spec.load(ROOT / "examples" / "text.yaml")
-    pairs = {(c["dataset"], c["model"], c["mechanism"]) for c in spec.trials}
+    pairs = {(c.dataset, c.model, c.mechanism) for c in spec.trials}
     assert {("rotten-tomatoes", m, mech) for m in ("minilm", "bert-tiny") for mech in ("nonprivate", "dpsgd")} <= pairs
-    minilm = next(c for c in spec.trials if c["model"] == "minilm")
-    assert minilm["model_options"]["trainable"] == "top-2"
-    assert all(c["epsilon"] == 8 for c in spec.trials if c["mechanism"] == "dpsgd")
+    minilm = next(c for c in spec.trials if c.model == "minilm")
+    assert minilm.model_options["trainable"] == "top-2"
+    assert all(c.epsilon == 8 for c in spec.trials if c.mechanism == "dpsgd")
 
 
 # ---- slow: every pair, and the utility claim ---------------------------------------------------
@@ -188,8 +188,8 @@ TEXT_EXAMPLE_FLOORS = {("text.yaml", "minilm", "nonprivate"): 0.75, ("text.yaml"
 @pytest.mark.parametrize("grid_file, model, mechanism", list(TEXT_EXAMPLE_FLOORS))
 def test_text_example_utility_on_rotten_tomatoes(grid_file, model, mechanism):
     spec = grid_spec.load(ROOT / "examples" / grid_file)
-    config = next(c for c in spec.trials if (c["model"], c["mechanism"]) == (model, mechanism))
-    result = run_trial(config | {"resources": {"cpus": 2, "gpus": 0}})
+    config = next(c for c in spec.trials if (c.model, c.mechanism) == (model, mechanism))
+    result = run_trial(config.to_dict() | {"resources": {"cpus": 2, "gpus": 0}})
     assert result["status"] == "finished", result["traceback"]
     metrics, floor = result["metrics"], TEXT_EXAMPLE_FLOORS[grid_file, model, mechanism]
     assert floor is None or metrics["accuracy"] >= floor, metrics

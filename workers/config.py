@@ -1,0 +1,377 @@
+"""A trial's configuration as typed, frozen objects, checked once with one set of bounds.
+
+The grid (orchestrator/grid.py) expands its axes into `TrialConfig` objects; the driver sends them to
+the workers as they are, and the ledger and MLflow store `to_dict()`. Every bound a setting has is
+declared once, on its dataclass field (`bounded`), and checked when the object is made, so the grid,
+a notebook and a worker cannot disagree about what is valid.
+
+This module imports no torch, Ray or MLflow: validating a grid must be quick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ECHO_CHARS = 80  # how much of a bad value an error message repeats
+SEED_MAX = 2**32 - 1  # numpy's seeds
+OPTIMIZERS = ("sgd", "adam", "adamw")  # workers/train.py builds each
+GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # = mechanisms.private_training's (tested)
+PRECISIONS = ("fp32", "bf16", "fp16")
+ACCOUNTANTS = ("pld", "rdp")
+AUDIT_MODES = ("step", "one-run", "both", "off")
+MIAS = ("loss", "off")
+STATISTICS = ("lr", "sum")
+DELTA_PER_N = "1/(2N)"  # resolved by the worker, where the training set's size N is known
+
+
+class ConfigError(ValueError):
+    """Every problem with a configuration, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def shown(value: Any, limit: int = ECHO_CHARS) -> str:
+    """`repr(value)` cut to about `limit` characters: an error line echoes what was given, not 10 KB of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+def number_text(value: float) -> str:
+    """A bound as a person writes it: integers as integers (4294967295, not 4.29497e+09)."""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e16):
+        return str(int(value))
+    return f"{value:g}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """What one field accepts: a range for numbers, a list of names (or a function giving it, for lists
+    that live in other modules), and words allowed beside numbers (`auto`)."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    most: float | None = None
+    choices: tuple[str, ...] | Callable[[], Any] | None = None
+    words: tuple[str, ...] = ()
+
+    def problem(self, name: str, value: Any, integer: bool = False) -> str | None:
+        if value is None or (isinstance(value, str) and value in self.words):
+            return None
+        if self.choices is not None:
+            known = tuple(self.choices() if callable(self.choices) else self.choices)
+            return None if value in known else f"{name} must be one of {list(known)}, got {shown(value)}"
+        if not _is_number(value):
+            allowed = " or ".join([*(repr(w) for w in self.words), "a number"])
+            return f"{name} must be {allowed}, got {shown(value)}"
+        if not math.isfinite(value):
+            return f"{name} must be finite, got {shown(value)}"
+        if integer and not isinstance(value, int):
+            return f"{name} must be an integer, got {shown(value)}"
+        for bound, ok, text in ((self.gt, value > (self.gt or 0), ">"), (self.ge, value >= (self.ge or 0), ">="),
+                                (self.lt, value < (self.lt or 0), "<"),
+                                (self.most, value <= (self.most or 0), "at most")):
+            if bound is not None and not ok:
+                return f"{name} must be {text} {number_text(bound)}, got {shown(value)}"
+        return None
+
+
+def bounded(default: Any, **bounds: Any) -> Any:
+    """A dataclass field with its bounds (checked by `check`, from `__post_init__`)."""
+    return dataclasses.field(default=default, metadata={"bounds": Bounds(**bounds)})
+
+
+def field_problems(obj: Any) -> list[str]:
+    """Every field outside its bounds; a field annotated `int` must hold an integer."""
+    return [p for f in dataclasses.fields(obj) if (b := f.metadata.get("bounds"))
+            and (p := b.problem(f.name, getattr(obj, f.name), "int" in str(f.type).split(" | ")))]
+
+
+def check(obj: Any) -> None:
+    """Raise ValueError naming every field of `obj` outside its bounds."""
+    if problems := field_problems(obj):
+        raise ValueError("; ".join(problems))
+
+
+def _samplers() -> Any:
+    from mechanisms.batch_selection import SAMPLERS  # imported when checked, not with this module
+
+    return SAMPLERS
+
+
+def _calibrations() -> Any:
+    from mechanisms.plan import CALIBRATIONS
+
+    return CALIBRATIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Grid key `train` (and its `model_train` / `mechanism_train` overrides)."""
+
+    epochs: int = bounded(2, ge=1, most=100_000)
+    batch_size: int = bounded(256, ge=1, most=1_000_000)
+    lr: float = bounded(0.1, gt=0)
+    optimizer: str = bounded("sgd", choices=OPTIMIZERS)
+    momentum: float = bounded(0.0, ge=0, lt=1)
+    weight_decay: float = bounded(0.0, ge=0)
+    clip: float = bounded(1.0, gt=0)
+    max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
+    eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
+    # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
+    grad_sample_mode: str | None = bounded(None, choices=GRAD_SAMPLE_MODES)
+    precision: str = bounded("fp32", choices=PRECISIONS)  # autocast dtype of the forward and backward passes
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditConfig:
+    """Grid key `audit`. `canaries: auto` (see `canaries_for`) takes up to 25 canaries per trainable
+    coordinate, as many as a simulation says help (docs/auditing.md)."""
+
+    mode: str = bounded("step", choices=AUDIT_MODES)
+    samples: int = bounded(20_000, ge=4, most=100_000_000)  # the one-step audit needs a few per world
+    dim: int = bounded(1_000, ge=1, most=100_000_000)
+    canaries: int | str = bounded("auto", ge=1, most=100_000_000, words=("auto",))
+    enabled: bool = True
+    # white-box score of a gradient canary: likelihood ratio across steps, or sum
+    statistic: str = bounded("lr", choices=STATISTICS)
+    max_canaries: int = bounded(50_000, ge=1, most=100_000_000)
+    ceiling: bool = True  # simulate the certified mechanism under the same analysis
+    family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
+    # The curve-family search refines its bound for at most this share of the run's training time (at least
+    # 3 s): at small noise and many steps each of its PLDs takes seconds, and the audit should stay near 1.1x.
+    family_budget: float = bounded(0.02, ge=0)
+    mia: str = bounded("loss", choices=MIAS)  # black-box loss-threshold membership inference
+    mia_examples: int = bounded(5_000, ge=10, most=100_000_000)
+    # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
+    # claim is exactly the Gaussian curve the audit tests), too often for a leaderboard; at 0.1% it is 1 in
+    # 1,000, while a broken noise step (GReDP's sigma / sqrt 2) is still refuted by a wide margin.
+    step_significance: float = bounded(0.001, gt=0, lt=0.5)
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    @property
+    def step(self) -> bool:
+        return self.enabled and self.mode in ("step", "both")
+
+    @property
+    def one_run(self) -> bool:
+        return self.enabled and self.mode in ("one-run", "both")
+
+    def canaries_for(self, n_params: int, shape: tuple[float, float, int] | None, delta: float, seed: int) -> int:
+        """`auto`: 1, 3, 10 or 25 canaries per trainable coordinate (at most `max_canaries`), whichever
+        a simulation of the certified mechanism predicts to give the largest bound
+        (`white_box.choose_canaries`); one per coordinate when the mechanism is not DP-SGD-shaped."""
+        if self.canaries != "auto":
+            return int(self.canaries)
+        if shape is None:
+            return max(1, min(self.max_canaries, n_params))
+        from mechanisms.auditing import white_box
+
+        sigma, rate, steps = shape
+        return white_box.choose_canaries(n_params, steps, rate, sigma, delta, score=self.statistic, seed=seed,
+                                         max_canaries=self.max_canaries)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """Grid key `resources`: what one trial's accelerator phase asks Ray for. `gpus: auto` is resolved
+    by the driver (orchestrator/cluster.py `gpus_for`): a share of a GPU when the cluster has one."""
+
+    cpus: float = bounded(1, gt=0, most=1024)
+    gpus: float | str = bounded("auto", ge=0, most=64, words=("auto",))
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+def _integral_to_int(cls: type, mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """`epochs: 1.0` and `batch_size: 1e3` mean integers: make them ints where the field is one."""
+    hints = typing.get_type_hints(cls)
+    out = dict(mapping)
+    for key, value in mapping.items():
+        wants_int = hints.get(key) is int or int in typing.get_args(hints.get(key))
+        if wants_int and isinstance(value, float) and value.is_integer():
+            out[key] = int(value)
+    return out
+
+
+def section(cls: type[T], mapping: Any, owner: str) -> T:
+    """One settings mapping (a grid's `train`, `audit`, `resources`) made into `cls` by the strict
+    option parser (unknown keys, types), then `cls`' own bounds. Raises ConfigError."""
+    from mechanisms.options import OptionsError, parse
+
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, Mapping):
+        raise ConfigError([f"{owner}: must be a mapping, got {type(mapping).__name__} {shown(mapping)}"])
+    bad = [k for k in mapping if not isinstance(k, str)]
+    if bad:
+        raise ConfigError([f"{owner}: keys must be text, got {', '.join(shown(k) for k in bad)}"])
+    mapping = _integral_to_int(cls, mapping)
+    if cls is AuditConfig and mapping.get("mode") is False:  # `mode: false`, or YAML 1.1's `off`
+        mapping["mode"] = "off"
+    try:
+        return parse(cls, mapping, owner)
+    except OptionsError as e:
+        raise ConfigError(e.problems) from None
+
+
+def _written(obj: Any, names: frozenset[str], prefix: str) -> dict[str, Any]:
+    """The fields of `obj` a grid wrote out, or that differ from their defaults: how a trial was keyed
+    before its settings were typed (so the keys of existing stores stay valid), and never blind to a
+    setting that changes what the trial computes."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f"{prefix}.{f.name}" in names or value != f.default:
+            out[f.name] = value
+    return out
+
+
+OPTION_TABLES = ("mechanism_options", "model_options", "dataset_options")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialConfig:
+    """One (dataset, model, mechanism, epsilon, seed) trial, resolved: every grid setting that applies to it.
+
+    `trial_key` identifies what the trial computes: the same settings always give the same key, and
+    neither the sweep's name nor the resources it runs on are part of it (moving a sweep to a GPU does not
+    rerun it). The mechanism, model and dataset options are kept as written; their owners check them
+    (`mechanisms.get(name).option_problems`, `workers.models.option_problems`, ...).
+    """
+
+    dataset: str
+    model: str
+    mechanism: str
+    epsilon: float | None = bounded(None, gt=0)
+    seed: int = bounded(0, ge=0, most=SEED_MAX)
+    sigma: float | None = bounded(None, gt=0)
+    delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
+    accountant: str = bounded("pld", choices=ACCOUNTANTS)
+    calibration: str = bounded("claimed", choices=_calibrations)
+    sampler: str = bounded("poisson", choices=_samplers)
+    secure_rng: bool = False
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    audit: AuditConfig = dataclasses.field(default_factory=AuditConfig)
+    resources: Resources = dataclasses.field(default_factory=Resources)
+    mechanism_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    dataset_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sweep: str = "trial"
+    # `train.lr`-style names of the settings the grid wrote out (see `_written`); not part of equality
+    written: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
+    trial_key: str = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epsilon, int) and not isinstance(self.epsilon, bool):
+            object.__setattr__(self, "epsilon", float(self.epsilon))  # eps 1 and 1.0 are one trial
+        problems = field_problems(self)
+        for name in ("dataset", "model", "mechanism", "sweep"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                problems.append(f"{name} must be a name, got {shown(getattr(self, name))}")
+        if self.epsilon is not None and self.sigma is not None:
+            problems.append("epsilon and sigma are exclusive: give a target epsilon (sigma is calibrated to "
+                            f"it) or a noise multiplier sigma, not both (got epsilon {self.epsilon:g}, "
+                            f"sigma {shown(self.sigma)})")
+        if not isinstance(self.secure_rng, bool):
+            problems.append(f"secure_rng must be true or false, got {shown(self.secure_rng)}")
+        for name, cls in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
+            if not isinstance(getattr(self, name), cls):
+                problems.append(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        for name in OPTION_TABLES:
+            if not isinstance(getattr(self, name), Mapping):
+                problems.append(f"{name} must be a mapping, got {shown(getattr(self, name))}")
+        if problems:
+            raise ConfigError(problems)
+        blob = json.dumps(self._key_view(), sort_keys=True, default=str)
+        object.__setattr__(self, "trial_key", hashlib.sha256(blob.encode()).hexdigest()[:16])
+
+    def _key_view(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"secure_rng": True} if self.secure_rng else {}
+        out |= {"delta": self.delta, "accountant": self.accountant, "calibration": self.calibration,
+                "sampler": self.sampler, "audit": _written(self.audit, self.written, "audit"),
+                "train": _written(self.train, self.written, "train"), "dataset": self.dataset,
+                "model": self.model, "mechanism": self.mechanism, "epsilon": self.epsilon, "seed": self.seed,
+                "sigma": self.sigma}
+        return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
+
+    @property
+    def plan_key(self) -> str:
+        """What the trial's privacy plan depends on: the mechanism and its options, the target or sigma, delta,
+        the accountant and calibration, the sampler's geometry (the training set: dataset, its options and
+        `max_train_examples`; batch size, epochs) and clip, and the model (its trainable tensors' sizes).
+        Not the seed: trials that differ only in it (or in other settings) share one plan."""
+        t = self.train
+        view = {"mechanism": self.mechanism, "mechanism_options": dict(self.mechanism_options),
+                "epsilon": self.epsilon, "sigma": self.sigma, "delta": self.delta, "accountant": self.accountant,
+                "calibration": self.calibration, "sampler": self.sampler, "dataset": self.dataset,
+                "dataset_options": dict(self.dataset_options), "max_train_examples": t.max_train_examples,
+                "batch_size": t.batch_size, "epochs": t.epochs, "clip": t.clip, "model": self.model,
+                "model_options": dict(self.model_options)}
+        return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        eps = f" eps={self.epsilon:g}" if self.epsilon is not None else ""
+        return f"{self.mechanism} {self.dataset}/{self.model}{eps} seed={self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping for the ledger and MLflow (`from_dict` reads it back): the settings as
+        the grid wrote them, plus the sweep, the resources and the key."""
+        return {"sweep": self.sweep, "resources": dataclasses.asdict(self.resources)} | self._key_view() | {
+            "trial_key": self.trial_key}
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> TrialConfig:
+        """The config a ledger stored, or a notebook wrote as a mapping; checked like a grid's. A stored
+        `trial_key` is not trusted: the key is always derived again."""
+        if not isinstance(config, Mapping):
+            raise ConfigError([f"a trial config must be a mapping, got {type(config).__name__}"])
+        known = {f.name for f in dataclasses.fields(cls)} - {"written"}
+        problems = [f"unknown trial settings {sorted(map(shown, set(config) - known))}; known: {sorted(known)}"] \
+            if set(config) - known else []
+        parts: dict[str, Any] = {}
+        written: set[str] = set()
+        for name, kind in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
+            given = config.get(name)
+            try:
+                parts[name] = section(kind, given, name)
+            except ConfigError as e:
+                problems += e.problems
+            if isinstance(given, Mapping):
+                written |= {f"{name}.{k}" for k in given}
+        if problems:
+            raise ConfigError(problems)
+        plain = {k: v for k, v in config.items() if k in known and k not in parts and k != "trial_key"}
+        for name in OPTION_TABLES:
+            plain[name] = dict(plain.get(name) or {}) if isinstance(plain.get(name) or {}, Mapping) else plain[name]
+        missing = [n for n in ("dataset", "model", "mechanism") if n not in plain]
+        if missing:
+            raise ConfigError([f"a trial config needs {', '.join(missing)}"])
+        try:
+            return cls(**plain, **parts, written=frozenset(written))
+        except TypeError as e:
+            raise ConfigError([str(e)]) from None
+
+
+__all__ = ["AuditConfig", "ConfigError", "Resources", "TrainConfig", "TrialConfig", "section", "shown"]
