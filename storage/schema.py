@@ -77,6 +77,7 @@ FIELDS: tuple[Field, ...] = (
     F("versions", "environment", dict, "library versions"),
     F("started_at", "environment", NUM, "start, seconds since the epoch"),
     F("finished_at", "environment", NUM, "end, seconds since the epoch"),
+    F("accelerator_finished_at", "environment", NUM, "end of the accelerator phase, seconds since the epoch"),
     F("device", "environment", str, "cpu or cuda"),
     F("gpus_granted", "environment", NUM, "GPUs Ray granted"),
     F("cpus", "environment", int, "CPUs Ray granted"),
