@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import json
@@ -224,7 +225,9 @@ def render(board: list[LeaderboardRow], fmt: str, title: str = "", columns: str 
         return json.dumps(as_dicts(board), indent=2)
     if fmt == "csv":
         buf = io.StringIO()
-        pd.DataFrame(as_dicts(board), columns=[f.column for f in schema.columns()]).to_csv(buf, index=False)
+        # the leaderboard row's field order (dataset first); the fields are the schema's columns
+        names = [f.name for f in dataclasses.fields(LeaderboardRow)]
+        pd.DataFrame(as_dicts(board), columns=names).to_csv(buf, index=False)
         return buf.getvalue()
     if fmt == "markdown":
         frame = text_table(board, columns)

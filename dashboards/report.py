@@ -16,6 +16,7 @@ from typing import Any
 from dashboards import figures
 from dashboards.leaderboard import LeaderboardRow, rows
 from dashboards.render import text_table
+from storage import schema
 
 CAPTIONS = {
     "privacy-utility": "Utility against certified epsilon (log scale), mean and std over seeds. Hollow markers: "
@@ -96,6 +97,18 @@ def _svg(fig: Any, salt: str) -> str:
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
 
 
+def _tables(board: list[LeaderboardRow]) -> str:
+    """Every leaderboard column, in two tables so the page stays within 1400 px: privacy and audits, then
+    the costs (each row named again by its sweep, dataset, model, mechanism and target)."""
+    overhead = {f.header for f in schema.FIELDS if f.group == "overhead"} | {"step x", "runs"}
+    names = {"sweep", "dataset", "model", "mechanism", "eps target"}
+    frame = text_table(board, "all")
+    main = frame[[c for c in frame.columns if c not in overhead or c == "step x"]]
+    cost = frame[[c for c in frame.columns if c in names or c in overhead]]
+    return (main.to_html(index=False, escape=True, border=0, classes="leaderboard")
+            + "<h2>Cost</h2>" + cost.to_html(index=False, escape=True, border=0, classes="leaderboard cost"))
+
+
 def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: Mapping[str, str] | None = None,
            *, metric: str = "accuracy") -> str:
     board = rows(records, metric=metric)
@@ -113,8 +126,7 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
         fig = figures.build(kind, records, metric)
         parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
                      f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")
-    table = text_table(board, "all").to_html(index=False, escape=True, border=0, classes="leaderboard")
-    parts += ["<h2>Leaderboard</h2>", table, "<h2>Verdicts</h2><ul class='verdicts'>"]
+    parts += ["<h2>Leaderboard</h2>", _tables(board), "<h2>Verdicts</h2><ul class='verdicts'>"]
     for r in board:
         if r.mechanism != "nonprivate":
             text = html.escape(verdict_sentence(r) + audit_sentence(r))

@@ -69,7 +69,8 @@ def test_chromium_draws_the_report_figures(figure_store, tmp_path):
     count = Count()
     count.feed(dom.stdout)
     assert count.tags.get("figure") == 4 and count.figures_with_svg == 4
-    assert count.tags.get("path", 0) > 200 and count.tags.get("tr", 0) == 6  # header + 5 leaderboard rows
+    # two leaderboard tables (privacy and audits, then cost), each a header and 5 rows
+    assert count.tags.get("path", 0) > 200 and count.tags.get("tr", 0) == 12
     assert count.tags.get("li", 0) == 4  # one verdict sentence per private row
 
     shot = tmp_path / "report.png"
@@ -93,7 +94,8 @@ def test_report_fits_1400_pixels_and_figures_keep_their_own_size(figure_store, t
     probe = tmp_path / "probe.html"  # the page plus a script that writes what the browser laid out
     probe.write_text(out.read_text().replace("</html>", (
         "<script>document.body.setAttribute('data-layout', JSON.stringify({page: "
-        "document.documentElement.scrollWidth, table: document.querySelector('table.leaderboard').scrollWidth, "
+        "document.documentElement.scrollWidth, table: Math.max(...Array.from("
+        "document.querySelectorAll('table.leaderboard')).map(t => t.scrollWidth)), "
         "svgs: Array.from(document.querySelectorAll('figure svg')).map(s => s.getBoundingClientRect().width)}))"
         "</script></html>")))
     dom = chromium(tmp_path, "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
