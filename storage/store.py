@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from storage import schema
 from storage.errors import WRITE_ACCESS, Conflict, StoreError, StoreLost, translated
 from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
 from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
@@ -503,7 +504,7 @@ class Store:
         params |= {f"privacy.{k}": privacy.get(k) for k in
                    ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by", "grad_sample_mode")}
         metrics = dict(record.get("metrics") or {})
-        metrics |= {metric_name(k): privacy.get(k) for k in PRIVACY_METRICS}
+        metrics |= {f.key: schema.value(privacy, f) for f in schema.mlflow_metrics("privacy")}
         tags = {"status": record["status"], "mechanism": config["mechanism"], "device": env.get("device"),
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
                 "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
@@ -549,22 +550,6 @@ def _mlflow_engine(client: Any) -> Any:
     """MLflow's SQLAlchemy engine behind a client, None for a tracking server. MLflow has no public hook
     for its database connections, so this is the one place that reaches through the client for it."""
     return getattr(getattr(client._tracking_client, "store", None), "engine", None)
-
-
-# The privacy record's numbers a trial run logs as MLflow metrics (docs/auditing.md lists the audit keys).
-PRIVACY_METRICS = (
-    "epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited", "mu_claimed",
-    "audit_step_p_value",
-    "audit_epsilon_steinke", "audit_epsilon_fdp", "audit_epsilon_fdp_gdp", "audit_epsilon_curve",
-    "audit_epsilon_noise", "audit_sigma_measured", "audit_tightness", "audit_ceiling", "audit_ceiling_tightness",
-    "audit_canaries", "mia_auc", "mia_tpr_at_0.1%_fpr", "mia_tpr_at_1%_fpr", "audit_plan_s", "audit_one_run_s",
-    "audit_estimate_s", "audit_family_s", "mia_s", "audit_s", "audit_time_ratio",
-)
-
-
-def metric_name(key: str) -> str:
-    """MLflow metric names take letters, digits, `_-. /:` only: `mia_tpr_at_0.1%_fpr` -> `mia_tpr_at_0.1pct_fpr`."""
-    return key.replace("%", "pct")
 
 
 def _ms(seconds: Any) -> int | None:
