@@ -121,7 +121,7 @@ FIELDS: tuple[Field, ...] = (
     F("peak_memory_mb", "metrics", NUM + OPT, "extra peak memory of the training loop", column="peak_memory_mb",
       header="peak MB", group="overhead", mlflow=True, unit="MB"),
     F("steps_run", "metrics", NUM, "optimizer steps the run took", mlflow=True),
-    F("wall_s", "metrics", NUM, "the trial's wall time", column="wall_s", mlflow=True, unit="s"),
+    F("wall_s", "metrics", NUM, "the trial's wall time: its accelerator phase's start to its analysis' end", column="wall_s", mlflow=True, unit="s"),
     F("calibration_s", "metrics", NUM, "time to plan and calibrate the noise", mlflow=True, unit="s"),
     F("plan_s", "metrics", NUM, "time to plan the trial (calibration and accounting)", column="plan_s",
       header="plan s", group="overhead", mlflow=True, unit="s", sparse=True),
