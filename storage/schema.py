@@ -236,7 +236,8 @@ FIELDS: tuple[Field, ...] = (
       private_only=True),
     F("claim_status_without_step", "privacy", (str, type(None)), "the verdict without the step audit (a sweep "
       "applies Holm to the step audits' p-values on top of it)", private_only=True),
-    F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private)"),
+    F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private; see is_private)",
+      column="private", aggregate="first"),
 
     # derived: leaderboard columns computed over a row's seeds, not stored in a record
     F("metric", "derived", str, "the utility metric's name", column="metric"),
@@ -315,3 +316,15 @@ def select(spec: str) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"unknown column group {bad[0]!r}; known: {', '.join((*GROUPS, 'all'))}")
     return GROUPS if "all" in names else tuple(dict.fromkeys(["core", *names]))
+
+
+def is_private(record: Mapping[str, Any]) -> bool:
+    """Whether a trial's mechanism claims privacy: the record's `private` (the mechanism's own
+    `Mechanism.private`), or, for a record written before that field or a trial that failed before its
+    privacy was known, whether the grid gave it a target epsilon or a sigma (it gives neither to a
+    mechanism that claims no privacy)."""
+    privacy = record.get("privacy") or {}
+    if isinstance(privacy.get("private"), bool):
+        return privacy["private"]
+    config = record.get("config") or {}
+    return config.get("epsilon") is not None or config.get("sigma") is not None
