@@ -127,6 +127,13 @@ class PrivateBookkeepingOptimizer(PrivateGhostOptimizer):
                 p.summed_grad = p.grad
             p.grad = None
 
+    def scale_grad(self) -> None:
+        """Opacus' division by the expected batch size as one multi-tensor kernel (it loops per tensor)."""
+        if self.loss_reduction == "mean":  # type: ignore[attr-defined]
+            grads = [p.grad for p in self.params]  # type: ignore[attr-defined]
+            if grads:
+                torch._foreach_div_(grads, self.expected_batch_size * self.accumulated_iterations)  # type: ignore[attr-defined]
+
 
 def optimizer_class(clipping: str, grad_sample_mode: str) -> type[PrivateOptimizerMixin]:
     if grad_sample_mode not in GRAD_SAMPLE_MODES:

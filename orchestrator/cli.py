@@ -47,6 +47,7 @@ def _read_for(out_file: Path | None, store: Any, ledger: str | None, sweeps: lis
     sweeps' records, and a metric they have."""
     _writable_parent(out_file)
     st = _open_store(store, ledger)
+    sweep_cli.not_into_store(out_file, st)
     with store_errors(st.where):
         names, records = _records(st, sweeps)
     _known_metric(records, metric)
@@ -64,13 +65,25 @@ def leaderboard(
     view: Annotated[str, typer.Option(help="Rank by the certified or the claimed epsilon.")] = "certified",
     fmt: Annotated[str, typer.Option("--format", help="table|csv|markdown|latex|json|html")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
+    columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
+                                              "audited, status, step x, runs): privacy, audit, overhead or all, "
+                                              "comma-separated. CSV and JSON always hold every field.")] = "core",
+    float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (a bare tabular, shrunk to the "
+                                                           "line width when wider), table or table*.")] = "none",
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
-    from dashboards.render import FORMATS, render, rich_table
+    from dashboards.render import FLOATS, FORMATS, render, rich_table
+    from storage import schema
 
     if fmt not in FORMATS:
         fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    try:
+        groups_chosen = schema.select(columns)
+    except ValueError as e:
+        fail(str(e))
+    if float_env not in FLOATS:
+        fail(f"unknown --float {float_env!r}; known: {', '.join(FLOATS)}")
     if view not in lb.VIEWS:
         fail(f"unknown view {view!r}; known: {', '.join(lb.VIEWS)}")
     groups = [g.strip() for g in by.split(",") if g.strip()]
@@ -85,13 +98,32 @@ def leaderboard(
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
-            out.print(rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)"))
+            table = rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
+                               groups_chosen)
+            _print_whole(table)
         return
-    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}")
+    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
+                  columns=groups_chosen, float_env=float_env)
     if out_file is None:
         print(text, end="" if text.endswith("\n") else "\n")
     else:
         _write(out_file, text)
+
+
+def _print_whole(table: Any) -> None:
+    """Piped or logged with no COLUMNS to go by, a table gets the width it needs: no header or cell is
+    folded. A terminal (or an explicit COLUMNS) keeps its width, which the default columns fit at 80."""
+    if out.is_terminal or os.environ.get("COLUMNS"):
+        out.print(table)
+        return
+    from rich.measure import Measurement
+
+    width = out.width
+    out.width = max(width, Measurement.get(out, out.options.update(max_width=1000), table).maximum)
+    try:
+        out.print(table)
+    finally:
+        out.width = width
 
 
 def _writable_parent(path: Path | None) -> None:
@@ -110,7 +142,11 @@ def _write(path: Path, text: str) -> None:
 
 
 def _known_metric(records: list[dict], metric: str) -> None:
-    """A metric no record has would give a leaderboard of nulls: say which metrics exist instead."""
+    """A metric no record has would give a leaderboard of nulls: say which metrics exist instead (or,
+    when no trial finished, that they all failed, and the first error)."""
+    if records and all(r.get("status") == "failed" for r in records):
+        first = next((str(r.get("error")) for r in records if r.get("error")), "no error recorded").splitlines()
+        fail(f"all {len(records)} trials failed: first error {(first or [''])[0][:200]}", code=1)
     known = sorted({k for r in records for k, v in (r.get("metrics") or {}).items() if isinstance(v, int | float)})
     if records and metric not in known:
         fail(f"unknown metric {metric!r}; the records have: {', '.join(known) or 'none'}")
@@ -143,16 +179,31 @@ def plot(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
+    size: Annotated[str | None, typer.Option(help="single (3.3 in wide, one column of a two-column paper) or "
+                                                  "double (7 in); default: the figure's own size.")] = None,
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
 
     if kind not in figures.KINDS:
         fail(f"unknown figure kind {kind!r}; known: {', '.join(figures.KINDS)}")
-    if out_file.suffix.lstrip(".").lower() not in figures.FORMATS:
+    if size is not None and size not in figures.SIZES:
+        fail(f"unknown size {size!r}; known: {', '.join(figures.SIZES)}")
+    fmt = out_file.suffix.lstrip(".").lower()
+    if fmt not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
+    if fmt == "pgf" and figures.tex_engine() is None:
+        fail("--out .pgf needs a TeX engine (xelatex, lualatex or pdflatex) on PATH; use .pdf or .svg otherwise")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
-    figures.save(figures.build(kind, records, metric), out_file)
+    fig = figures.build(kind, records, metric, size)
+    try:
+        figures.save(fig, out_file)
+    except OSError as e:
+        fail(f"cannot write {out_file}: {e.strerror or e}")
+    except Exception as e:  # matplotlib's LatexError: the TeX engine is there but could not typeset
+        if type(e).__name__ != "LatexError":
+            raise
+        fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
     out.print(f"wrote {out_file}")
 
 
@@ -169,6 +220,7 @@ def export(
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
     _writable_parent(out_file)
     st = _open_store(store, ledger)
+    sweep_cli.not_into_store(out_file, st)
     name = resolve_sweep(st, sweep)
     with store_errors(st.where):
         records = st.records(name)

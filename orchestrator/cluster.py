@@ -65,6 +65,12 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
     os.environ.setdefault("RAY_ACCEPT_CLUSTER_RESOURCES", "1")
     if address is not None:
         _reachable(address)
+        from orchestrator.ray_probe import not_ray
+
+        endpoint = _host_port(address)
+        answered = not_ray(*endpoint) if endpoint is not None else None
+        if answered is not None:
+            raise ClusterError(f"--address {address} is not a Ray cluster: {answered}")
     import ray
 
     if not ray.is_initialized():

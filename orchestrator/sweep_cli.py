@@ -55,6 +55,12 @@ def run(
                                                                    "(default: cluster CPUs / cpus per trial).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the trials and exit.")] = False,
     retries: Annotated[int, typer.Option(min=0, help="Retries of a failed trial within this run.")] = 0,
+    steal_leases: Annotated[bool, typer.Option(
+        "--steal-leases", help="Take over the trials other drivers hold leases on (for a driver you know is "
+                               "dead on another machine; a live one loses its results for them).")] = False,
+    reconcile: Annotated[bool, typer.Option(
+        "--reconcile", help="Check MLflow against the ledger even when every trial is finished (a rerun "
+                            "with nothing to do reads only the ledger).")] = False,
 ) -> None:
     """Run every trial of GRID_FILE that the ledger does not already mark finished.
 
@@ -80,10 +86,18 @@ def run(
                           "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
         out.print(table)
         return
-    from storage.store import Store
+    from storage.store import Store, preflight
 
-    if location.exists() and location.kind == "folder":  # a damaged store is reported before Ray starts
-        _open_store(location)
+    with store_errors(location.display):
+        present = location.exists()
+    if present and location.kind == "folder":  # a damaged store is reported before Ray starts
+        _open_store(location).close()
+    if not (steal_leases or reconcile):
+        _exit_if_nothing_to_do(location, spec)
+    try:
+        preflight(location, spec.name)  # nothing is created before the server answers and the sweep is ours
+    except StoreError as e:
+        fail(str(e))
     from orchestrator import cluster
 
     try:
@@ -99,6 +113,8 @@ def run(
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
+        if steal_leases:
+            st.ledger.release(spec.name, owner=None)
         by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
@@ -120,8 +136,9 @@ def run(
         if todo:
             failures = _run_with_progress(st, spec.name, todo, limit, retries)
         counts = st.ledger.status_counts(spec.name)
-    except StoreError as e:
-        fail(str(e))
+        st.check_intact()
+    except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
+        fail(str(e), code=1)
     finally:
         try:
             st.release(spec.name)
@@ -129,12 +146,65 @@ def run(
             pass
     err.print(f"sweep [bold]{spec.name}[/]: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     _log_sweep_summary(st, spec.name)
+    unrun = {s: n for s, n in counts.items() if s in ("pending", "running")}
+    if unrun:
+        with store_errors(st.where):
+            leases = st.ledger.leases(spec.name)
+        fail(_not_run_message(spec.name, sum(unrun.values()), leases), code=1)
     if failures:
         err.print(f"[bold red]{len(failures)} trial(s) failed:[/]")
         for rec in failures:
             err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(code=1)
+
+
+def _not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> str:
+    """Why trials of a finished `sweep run` were not run, and when they can be."""
+    import time
+
+    if not leases:
+        return f"sweep {sweep}: {count} trial(s) not run; run the sweep again"
+    wait = max(0.0, max(expires for _, expires in leases) - time.time())
+    owners = sorted({owner for owner, _ in leases})
+    return (f"sweep {sweep}: {count} trial(s) not run: leased by {len(owners)} other driver(s) "
+            f"({', '.join(owners[:3])}) whose leases lapse in {wait:.0f} s unless renewed; run again then, "
+            "or pass --steal-leases if that driver is dead")
+
+
+def _exit_if_nothing_to_do(location: Any, spec: Any) -> None:
+    """A rerun whose trials are all finished, or all leased by live drivers, ends here: from the ledger alone,
+    read-only, without starting Ray or opening MLflow (a no-op rerun is a second, not half a minute)."""
+    import time
+
+    from storage.ledger import Ledger, owner_dead
+
+    try:
+        ledger = Ledger(location.ledger_uri, read_only=True)
+        try:
+            if not ledger.has_schema():
+                return
+            row = ledger.sweep(spec.name)
+            trials = ledger.trials(spec.name)
+        finally:
+            ledger.engine.dispose()
+    except Exception:  # noqa: BLE001 - whatever it is, the full path below reports it properly
+        return
+    if row is None or row["grid_yaml"] != spec.text or not row["experiment_id"]:
+        return  # a new or edited grid: the full path syncs the ledger
+    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
+    if set(live) != {t.trial_key for t in spec.trials}:
+        return
+    left = [t for t in live.values() if t["status"] != "finished"]
+    if not left:
+        err.print(f"sweep [bold]{spec.name}[/]: all {len(live)} trials finished; nothing to run "
+                  f"(store {location.display})", highlight=False)
+        raise typer.Exit(code=0)
+    now = time.time()
+    leases = [(t["lease_owner"], t["lease_expires"]) for t in left
+              if t["lease_owner"] and (t["lease_expires"] or 0) > now]
+    if len(leases) == len(left) and not any(owner_dead(owner) for owner, _ in leases):
+        fail(_not_run_message(spec.name, len(left), leases), code=1)
 
 
 def _log_sweep_summary(st: Any, sweep: str) -> None:
@@ -230,6 +300,21 @@ def store_errors(where: str = "store") -> Iterator[None]:
         fail(str(e))
 
 
+def not_into_store(out_file: Path | None, st: Any) -> None:
+    """An output file must not overwrite the store's own files (`--out STORE/ledger.db` would destroy
+    the ledger: privbench never deletes data it did not create)."""
+    from storage.location import sqlite_path
+
+    if out_file is None:
+        return
+    target = Path(out_file).expanduser().resolve()
+    own = {sqlite_path(st.location.ledger_uri), sqlite_path(st.location.tracking_uri)} - {None}
+    folder = st.location.folder
+    if target in {p.resolve() for p in own} or (folder is not None and folder.resolve() in target.parents
+                                                 and target.name.startswith(("ledger.db", "mlflow.db"))):
+        fail(f"--out {out_file} is a file of the store itself; write the output elsewhere")
+
+
 def _open_store(store: Any, ledger: str | None = None) -> Any:
     """Open a store for reading: read-only, nothing created or changed (MLflow is not even opened)."""
     from storage.location import StoreLocation
@@ -280,9 +365,9 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     with store_errors(st.where):
         trials = st.ledger.trials(name)
         counts = st.ledger.status_counts(name)
+        results = [st.ledger.loads(t, "result_json") if t["result_json"] else {} for t in trials]
     rows = []
-    for t in trials:
-        rec = json.loads(t["result_json"]) if t["result_json"] else {}
+    for t, rec in zip(trials, results, strict=True):
         rows.append({"trial_key": t["trial_key"], "status": t["status"], "dataset": t["dataset"],
                      "model": t["model"], "mechanism": t["mechanism"], "epsilon": t["epsilon"], "seed": t["seed"],
                      "attempts": t["attempts"], "run_id": t["run_id"],

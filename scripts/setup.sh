@@ -30,6 +30,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
 # booktabs (the slow LaTeX-table test).
 command -v chromium >/dev/null || apt_install chromium fonts-dejavu-core
 command -v pdflatex >/dev/null || apt_install texlive-latex-recommended
+# pdffonts (the figure test checks that PDFs embed no Type 3 font).
+command -v pdffonts >/dev/null || apt_install poppler-utils
 
 # torch before privbench, so that its `torch` requirement is already met. PyPI's Linux x86_64 wheel of torch
 # is the CUDA build (several GB of nvidia-* wheels); the CPU build `2.13.0+cpu` lives on PyTorch's own index,

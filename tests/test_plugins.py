@@ -104,7 +104,7 @@ def test_plugins_key_imports_modules_beside_the_grid(tmp_path):
                     "grid: {dataset: [ext-blobs], model: [ext-linear], mechanism: [dpsgd-tightclip, nonprivate], "
                     "epsilon: [2]}\n")
     result = run_python(f"import json\nfrom orchestrator import grid\nspec = grid.load({str(grid)!r})\n"
-                        "print(json.dumps([spec.plugins, [(t['mechanism'], t['epsilon'], t['plugins']) "
+                        "print(json.dumps([list(spec.plugins), [(t.mechanism, t.epsilon, list(t.plugins)) "
                         "for t in spec.trials]]))")
     assert result.returncode == 0, result.stderr
     plugins, trials = json.loads(result.stdout)

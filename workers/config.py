@@ -25,7 +25,8 @@ T = TypeVar("T")
 ECHO_CHARS = 80  # how much of a bad value an error message repeats
 SEED_MAX = 2**32 - 1  # numpy's seeds
 OPTIMIZERS = ("sgd", "adam", "adamw")  # workers/train.py builds each
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")  # workers/acceleration.py runs each
+COMPILABLE_MODES = ("bk",)  # private grad-sample modes the compiled step supports (non-private always)
 AUDIT_MODES = ("step", "one-run", "both", "off")
 MIAS = ("loss", "off")
 STATISTICS = ("lr", "sum")
@@ -148,9 +149,27 @@ class TrainConfig:
     # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
     grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)
     precision: str = bounded("fp32", choices=PRECISIONS)  # autocast dtype of the forward and backward passes
+    compile: bool = False  # torch.compile the module (bk and non-private only; workers/acceleration.py)
 
     def __post_init__(self) -> None:
         check(self)
+        if problems := step_problems(self.precision, self.compile, self.grad_sample_mode):
+            raise ValueError("; ".join(problems))
+
+
+def step_problems(precision: str, compile_step: Any, grad_sample_mode: str | None) -> list[str]:
+    """Settings of the training step that cannot go together, whatever the device: a narrow precision needs
+    the book-keeping engine (per-sample norms in fp32; Opacus' modes would clip with narrow norms), and the
+    compiled step supports only it among the private modes (workers/acceleration.py says why)."""
+    problems = []
+    if not isinstance(compile_step, bool):
+        problems.append(f"compile must be true or false, got {shown(compile_step)}")
+    if precision != "fp32" and grad_sample_mode not in (None, "bk"):
+        problems.append(f"precision {precision} needs grad_sample_mode bk (per-sample norms in fp32); "
+                        f"Opacus' {grad_sample_mode} would clip with {precision} norms")
+    if compile_step and grad_sample_mode not in (None, *COMPILABLE_MODES):
+        problems.append(f"compile: true supports grad_sample_mode bk only, got {grad_sample_mode}")
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)

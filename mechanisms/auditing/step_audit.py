@@ -182,7 +182,7 @@ class StepAudit:
     scope: str = "one privatisation step: sample_rate 1, steps 1, sensitivity clip"
 
     def as_record(self) -> dict[str, Any]:
-        """JSON-ready (the record's `audit` keys first); non-finite numbers become None."""
+        """JSON-ready (the audit's own keys first); non-finite numbers become None."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["cases"] = [c.as_record() for c in self.cases]
         return _finite(out)
