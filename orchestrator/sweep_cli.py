@@ -146,11 +146,15 @@ def run(
             pass
     err.print(f"sweep [bold]{spec.name}[/]: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     _log_sweep_summary(st, spec.name)
-    unrun = {s: n for s, n in counts.items() if s in ("pending", "running")}
+    unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
     if unrun:
         with store_errors(st.where):
-            leases = st.ledger.leases(spec.name)
-        fail(_not_run_message(spec.name, sum(unrun.values()), leases), code=1)
+            leases, alive = _watch_leases(st, spec.name)
+        if not alive:
+            fail(_not_run_message(spec.name, unrun, leases), code=1)
+        owners = ", ".join(sorted({owner for owner, _ in leases})[:3])
+        err.print(f"sweep [bold]{spec.name}[/]: {unrun} trial(s) are being run by another driver ({owners}), "
+                  "which records them", highlight=False)
     if failures:
         err.print(f"[bold red]{len(failures)} trial(s) failed:[/]")
         for rec in failures:
@@ -172,12 +176,35 @@ def _not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) ->
             "or pass --steal-leases if that driver is dead")
 
 
-def _exit_if_nothing_to_do(location: Any, spec: Any) -> None:
-    """A rerun whose trials are all finished, or all leased by live drivers, ends here: from the ledger alone,
-    read-only, without starting Ray or opening MLflow (a no-op rerun is a second, not half a minute)."""
+def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
+    """The other drivers' leases on the trials this driver could not run, and whether those drivers are
+    alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
+    this host whose process is gone is dead at once)."""
     import time
 
-    from storage.ledger import Ledger, owner_dead
+    from storage.ledger import lease_seconds, owner_dead
+
+    def unfinished() -> dict[str, tuple[str | None, float | None]]:
+        return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in st.ledger.trials(sweep)
+                if t["status"] in ("pending", "running")}
+
+    first = unfinished()
+    leases = st.ledger.leases(sweep)
+    if not leases or len(leases) < len(first) or any(owner_dead(owner) for owner, _ in leases):
+        return leases, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
+    deadline = time.monotonic() + lease_seconds() / 3 + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
+        now = unfinished()
+        if all(key not in now or (now[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
+            return st.ledger.leases(sweep), True
+    return st.ledger.leases(sweep), False
+
+
+def _exit_if_nothing_to_do(location: Any, spec: Any) -> None:
+    """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
+    Ray or opening MLflow (a no-op rerun is a second, not half a minute)."""
+    from storage.ledger import Ledger
 
     try:
         ledger = Ledger(location.ledger_uri, read_only=True)
@@ -195,16 +222,10 @@ def _exit_if_nothing_to_do(location: Any, spec: Any) -> None:
     live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
     if set(live) != {t.trial_key for t in spec.trials}:
         return
-    left = [t for t in live.values() if t["status"] != "finished"]
-    if not left:
-        err.print(f"sweep [bold]{spec.name}[/]: all {len(live)} trials finished; nothing to run "
-                  f"(store {location.display})", highlight=False)
+    if all(t["status"] == "finished" for t in live.values()):
+        err.print(f"sweep [bold]{spec.name}[/]: {len(live)} trials, {len(live)} already finished, 0 to run; "
+                  f"nothing to do (store {location.display})", highlight=False)
         raise typer.Exit(code=0)
-    now = time.time()
-    leases = [(t["lease_owner"], t["lease_expires"]) for t in left
-              if t["lease_owner"] and (t["lease_expires"] or 0) > now]
-    if len(leases) == len(left) and not any(owner_dead(owner) for owner, _ in leases):
-        fail(_not_run_message(spec.name, len(left), leases), code=1)
 
 
 def _log_sweep_summary(st: Any, sweep: str) -> None:

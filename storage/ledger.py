@@ -202,6 +202,8 @@ class Ledger:
 
     def check(self) -> None:
         """Raise a one-line StoreError when the ledger is empty, truncated or not a privbench ledger."""
+        if self.path is not None and self.path.is_dir():
+            raise StoreError(f"store {self.path} is a folder, not a ledger file; move it aside")
         if self.path is not None and self.path.exists() and self.path.stat().st_size == 0:
             raise StoreError(f"store {self.path} is empty (0 bytes: truncated?); restore it from a backup "
                              "or move the store aside")
