@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from dashboards import tuning
+
 STATUS_ORDER = {"violated": 3, "overclaimed": 2, "uncertified": 1, "ok": 0}
 VIEWS = ("certified", "claimed")
 # The memory sampler resolves about 15 MB, and a small model's non-private step needs almost no extra
@@ -63,6 +65,8 @@ class LeaderboardRow:
     mia_tpr_at_0_1pct_fpr: float | None = None
     audit_s: float | None = None
     audit_time_ratio: float | None = None
+    # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
+    tuning: str | None = None
 
 
 # Leaderboard column -> key of the trial's `privacy` record (workers/audit.py).
@@ -115,6 +119,9 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
          view: str = "certified") -> list[LeaderboardRow]:
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+    everything = list(records)
+    records = tuning.for_default_view(everything)  # a tuned cell is its selected candidate
+    flags = tuning.unaccounted(everything)
     frame = pd.DataFrame([_flat(r, metric) for r in records])
     if frame.empty:
         return []
@@ -162,6 +169,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             sweep=sweep or None,
             **{c: (_max if c in LOWER_BOUNDS else _mean)(fin[c]) for c in AUDIT_KEYS},
         ))
+    out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
     return rank(out, view)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -61,23 +62,35 @@ def leaderboard(
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     by: Annotated[str, typer.Option(help="Comma-separated grouping shown as separate tables "
                                          "(dataset,model).")] = "dataset,model",
-    view: Annotated[str, typer.Option(help="Rank by the certified or the claimed epsilon.")] = "certified",
+    view: Annotated[str, typer.Option(help="Rank by the certified or the claimed epsilon, or `tuned`: tuned "
+                                           "cells' selected candidates at epsilon including tuning.")] = "certified",
     fmt: Annotated[str, typer.Option("--format", help="table|csv|markdown|latex|json|html")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
+    from dashboards import tuning
     from dashboards.render import FORMATS, render, rich_table
 
     if fmt not in FORMATS:
         fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-    if view not in lb.VIEWS:
-        fail(f"unknown view {view!r}; known: {', '.join(lb.VIEWS)}")
+    if view not in (*lb.VIEWS, tuning.TUNED_VIEW):
+        fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuning.TUNED_VIEW))}")
+    if view == tuning.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
+        fail(f"--view tuned writes table, markdown or json, not {fmt!r}")
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
     _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     name = " + ".join(names)
+    if view == tuning.TUNED_VIEW:
+        tuned = tuning.rows(records, metric)
+        text = json.dumps([dataclasses.asdict(r) for r in tuned], indent=1) if fmt == "json" else tuning.markdown(tuned)
+        if out_file is None:
+            print(text, end="")
+        else:
+            _write(out_file, text)
+        return
     board = lb.rows(records, metric=metric, view=view)
     if len(names) > 1 and "sweep" not in groups:
         groups = ["sweep", *groups]
@@ -86,12 +99,21 @@ def leaderboard(
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
             out.print(rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)"))
+            for r in part:
+                if r.tuning:
+                    out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
         return
     text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}")
+    if fmt in ("table", "markdown"):
+        text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
     if out_file is None:
         print(text, end="" if text.endswith("\n") else "\n")
     else:
         _write(out_file, text)
+
+
+def _eps(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _writable_parent(path: Path | None) -> None:
