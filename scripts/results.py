@@ -49,9 +49,14 @@ def block(name: str, store: str) -> str:
     wall = time.monotonic() - start
     table = privbench("leaderboard", sweep, "--format", "markdown", "--store", store, capture=True)
     minutes, seconds = divmod(round(wall), 60)
-    return (f"`privbench sweep run {grid}` ({minutes} min {seconds:02d} s wall on {machine()}; a rerun on a "
+    text = (f"`privbench sweep run {grid}` ({minutes} min {seconds:02d} s wall on {machine()}; a rerun on a "
             f"store that already holds the sweep only resumes), then `privbench leaderboard {sweep} --format "
             f"markdown`:\n\n{table.strip()}\n")
+    if "tune" in yaml.safe_load((ROOT / grid).read_text()):  # a tuned grid: its selections too
+        tuned = privbench("leaderboard", sweep, "--view", "tuned", "--format", "markdown", "--store", store,
+                          capture=True)
+        text += f"\nand `privbench leaderboard {sweep} --view tuned --format markdown`:\n\n{tuned.strip()}\n"
+    return text
 
 
 def main() -> None:
