@@ -48,7 +48,7 @@ from workers.config import TrialConfig
 from workers.environment import configure
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, train
-from workers.tuning import tuned_plan
+from workers.tuning import candidate_fields, tuned_plan
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
 PHASE_METRICS = ("plan_s", "accelerator_s", "analysis_s")  # per-phase seconds, flat metrics of every record
@@ -244,7 +244,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                      audit_violated=bool(audits.get("audit_step_violated")
                                                           or audits.get("audit_run_violated")),
                                      private=private),
-    } | dict(planned.tuning)
+    } | dict(planned.tuning) | candidate_fields(config.tuning)
     analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
     phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
     metrics = output.metrics | phases | {"wall_s": sum(phases.values()), "calibration_s": planned.calibration_s}

@@ -95,8 +95,18 @@ def _spec_at(spec: PrivacySpec, setting: Mapping[str, Any]) -> PrivacySpec:
     return dataclasses.replace(spec, **train, options=dict(spec.options) | options)
 
 
+def candidate_fields(tuning: Mapping[str, Any]) -> dict[str, Any]:
+    """The record fields of one candidate (its cell, place and draw). Not part of the plan: candidates that
+    share the plan's settings (`TrialConfig.plan_key`) share one plan, across cells too."""
+    if not tuning:
+        return {}
+    setting = TuningSetting.from_dict(tuning)
+    return {"tuning_runs": setting.runs, "tuning_cell": setting.cell, "tuning_candidate": setting.candidate,
+            "tuning_params": dict(setting.params)}
+
+
 def tuned_plan(tuning: Mapping[str, Any], spec: PrivacySpec, mechanism: Any) -> tuple[PrivacyPlan, dict[str, Any]]:
-    """The candidate's plan and its tuning record fields.
+    """The candidate's plan and the tuning record fields of its plan (`candidate_fields` adds its own).
 
     Every privacy setting the space can produce is planned by the mechanism at this training set (its parts
     are the event family, its sigma the per-run noise it chooses itself); `account` gives each setting's
@@ -104,9 +114,7 @@ def tuned_plan(tuning: Mapping[str, Any], spec: PrivacySpec, mechanism: Any) -> 
     plan at the account's sigma, so its `epsilon_certified` is the executed run's own PLD value.
     """
     setting = TuningSetting.from_dict(tuning)
-    fields: dict[str, Any] = {"tuning_runs": setting.runs, "tuning_distribution": setting.spec.runs.label(),
-                              "tuning_budget": setting.spec.budget, "tuning_cell": setting.cell,
-                              "tuning_candidate": setting.candidate, "tuning_params": dict(setting.params),
+    fields: dict[str, Any] = {"tuning_distribution": setting.spec.runs.label(), "tuning_budget": setting.spec.budget,
                               "tuning_mean": setting.spec.runs.mean}
     if spec.epsilon is None:  # nothing private to account (a non-private baseline's candidates)
         plan = mechanism.plan(spec)
@@ -131,4 +139,4 @@ def tuned_plan(tuning: Mapping[str, Any], spec: PrivacySpec, mechanism: Any) -> 
                            "tuning_epsilon_run_rdp": acct.epsilon_run_rdp}
 
 
-__all__ = ["RECORD_FIELDS", "TuningSetting", "spec_from_dict", "spec_to_dict", "tuned_plan"]
+__all__ = ["RECORD_FIELDS", "TuningSetting", "candidate_fields", "spec_from_dict", "spec_to_dict", "tuned_plan"]
