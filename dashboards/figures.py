@@ -30,6 +30,7 @@ from dashboards.leaderboard import LeaderboardRow, rows
 
 KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
 FORMATS = ("pdf", "svg", "png", "pgf")
+TUNING_KIND = "tuning"  # utility against epsilon per run and including tuning; not in KINDS (tuned sweeps only)
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
@@ -327,6 +328,10 @@ BUILDERS = {"privacy-utility": privacy_utility, "overhead": overhead, "curves": 
 
 
 def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accuracy") -> Figure:
+    if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
+        from dashboards import tuning
+
+        return tuning.figure(records, metric)
     if kind not in BUILDERS:
         raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
     return privacy_utility(records, metric) if kind == "privacy-utility" else BUILDERS[kind](records)

@@ -159,7 +159,7 @@ def report(
 @app.command("plot")
 def plot(
     sweeps: SweepsArg = None,
-    kind: Annotated[str, typer.Option(help="privacy-utility|overhead|curves|verdicts")] = "privacy-utility",
+    kind: Annotated[str, typer.Option(help="privacy-utility|overhead|curves|verdicts|tuning")] = "privacy-utility",
     out_file: Annotated[Path, typer.Option("--out", help="Figure file; the suffix picks the format: "
                                                          ".pdf, .svg, .png or .pgf (needs LaTeX).")] = Path("fig.pdf"),
     store: StoreOpt = None,
@@ -169,8 +169,8 @@ def plot(
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
 
-    if kind not in figures.KINDS:
-        fail(f"unknown figure kind {kind!r}; known: {', '.join(figures.KINDS)}")
+    if kind not in (*figures.KINDS, figures.TUNING_KIND):
+        fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
     if out_file.suffix.lstrip(".").lower() not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
