@@ -268,7 +268,7 @@ def figure(records: Iterable[Mapping[str, Any]], metric: str = "accuracy") -> An
     board = [r for r in rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
     panels = sorted({(r.dataset, r.model) for r in board})
     with rc_context(RC):
-        fig = Figure(figsize=(max(3.6 * len(panels), 3.6), 3.0), layout="constrained")
+        fig = Figure(figsize=(max(4.2 * len(panels), 4.2), 3.4), layout="constrained")
         if not panels:
             fig.text(0.5, 0.5, "no complete tuned cells", ha="center", va="center")
             return fig
@@ -293,6 +293,6 @@ def figure(records: Iterable[Mapping[str, Any]], metric: str = "accuracy") -> An
             ax.set_title(f"{dataset} / {model}")
             ax.set_xlabel("epsilon (hollow: one run, filled: including tuning)")
             ax.set_ylabel(f"{metric} of the selected candidate")
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(4, len(labels)),
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(2, len(labels)),
                    frameon=False)
     return fig

@@ -436,6 +436,7 @@ PRIVACY_METRICS = (
     "audit_epsilon_noise", "audit_sigma_measured", "audit_tightness", "audit_ceiling", "audit_ceiling_tightness",
     "audit_canaries", "mia_auc", "mia_tpr_at_0.1%_fpr", "mia_tpr_at_1%_fpr", "audit_plan_s", "audit_one_run_s",
     "audit_estimate_s", "audit_family_s", "mia_s", "audit_s", "audit_time_ratio",
+    "epsilon_certified_run", "epsilon_certified_tuned",  # a tuned candidate's (workers/tuning.py)
 )
 
 
