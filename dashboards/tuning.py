@@ -189,10 +189,11 @@ def event_from_repr(text: str) -> Any:
 
 
 def _setting(record: Mapping[str, Any]) -> str:
-    from workers.config import TrainConfig  # the defaults a grid that omits a setting runs with
-
+    """The record's training settings. A stored config omits a setting the grid left at its default
+    (`TrialConfig.to_dict`), so "default" stands for it (reading the defaults would import `workers` into
+    every leaderboard command); a grid that writes the default out reads as another setting."""
     train = record["config"].get("train") or {}
-    return json.dumps({k: train.get(k, getattr(TrainConfig(), k)) for k in SETTINGS}, sort_keys=True)
+    return json.dumps({k: train.get(k, "default") for k in SETTINGS}, sort_keys=True)
 
 
 @dataclasses.dataclass(frozen=True)
