@@ -29,7 +29,8 @@ PRIVACY_SETTINGS = ("batch_size", "epochs")  # training settings that change the
 # The fields a tuned candidate's privacy record carries beside the plan's own (storage/schema.py lists them
 # for the store once it exists; the leaderboard reads them by these names).
 RECORD_FIELDS = ("epsilon_certified_run", "epsilon_certified_tuned", "tuning_runs", "tuning_distribution",
-                 "tuning_budget", "tuning_cell", "tuning_candidate", "tuning_params", "tuning_mean")
+                 "tuning_budget", "tuning_cell", "tuning_candidate", "tuning_params", "tuning_mean",
+                 "tuning_epsilon_run_rdp")
 
 
 def spec_to_dict(spec: TuneSpec) -> dict[str, Any]:

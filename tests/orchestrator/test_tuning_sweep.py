@@ -13,6 +13,7 @@ import yaml
 from dashboards import tuning
 from storage.location import resolve
 from storage.store import Store
+from workers.tuning import RECORD_FIELDS
 
 GRID = {
     "name": "tuned", "seeds": [0], "delta": 1e-5,
@@ -51,6 +52,7 @@ def test_a_tuned_sweep_records_resumes_and_ranks(cli, tmp_path, store):
     assert len(found) == K and {r["status"] for r in found} == {"finished"}
     for r in found:
         p = r["privacy"]
+        assert set(RECORD_FIELDS) <= set(p)
         assert p["tuning_runs"] == K and p["tuning_budget"] == "total"
         assert p["tuning_distribution"] == "geometric(mean 2)"
         assert p["epsilon_certified_tuned"] <= 2.0 and p["epsilon_certified"] < 2.0
