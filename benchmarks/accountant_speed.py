@@ -23,7 +23,7 @@ import time
 from dp_accounting import mechanism_calibration
 
 from mechanisms.accountants.calibration import calibrate_sigma
-from mechanisms.accountants.events import DpsgdEvents
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import FRESH, epsilon
 
 DELTA = 1e-5
@@ -34,7 +34,7 @@ QUICK = [(MNIST_Q, 702, 8.0), (MNIST_Q, 14_063, 3.0), (MNIST_Q, 20_000, 1.0)]
 
 
 def run_one(sample_rate: float, steps: int, target: float, rel_tol: float, baseline_lower: float) -> dict:
-    events = DpsgdEvents(sample_rate, steps)
+    events = DpsgdSetting.poisson(sample_rate, steps, 0.5).parts()
     calibrate_sigma.cache_clear()
     start = time.perf_counter()
     ours = calibrate_sigma(events, target, DELTA, "pld", rel_tol)

@@ -22,7 +22,8 @@ import time
 import numpy as np
 from scipy.special import expit
 
-from mechanisms.accountants import dpsgd_event, epsilon
+from mechanisms.accountants import epsilon
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.auditing import CanaryScoreAuditor, white_box
 
 SETTINGS = [  # (sigma, sample rate, steps)
@@ -37,7 +38,7 @@ DELTA = 1e-5
 
 def dpsgd_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, seed: int = 0,
                     curve_searches: int = 10) -> dict:
-    certified = epsilon(dpsgd_event(sigma, q, steps), DELTA)
+    certified = epsilon(DpsgdSetting.poisson(q, steps, 0.5).parts().dp_event(sigma), DELTA)
     plan = white_box.plan_guesses(m, steps, q, sigma, DELTA, seed=seed)
     rng = np.random.default_rng([seed, 0x50D])
     rows = {"audited": [], "steinke": [], "fdp": [], "fdp_gdp": [], "curve": [], "noise": []}
@@ -91,7 +92,7 @@ def rr_soundness(eps: float, repeats: int, m: int, seed: int = 0) -> dict:
 def family_soundness(sigma: float, q: float, steps: int, repeats: int, m: int, seed: int = 0,
                      curve_searches: int = 3) -> dict:
     """Only the two family bounds (`--family-only`): the curve test at the true sigma and the noise bound."""
-    certified = epsilon(dpsgd_event(sigma, q, steps), DELTA)
+    certified = epsilon(DpsgdSetting.poisson(q, steps, 0.5).parts().dp_event(sigma), DELTA)
     plan = white_box.plan_guesses(m, steps, q, sigma, DELTA, seed=seed)
     rng = np.random.default_rng([seed, 0x50D])
     curve, noise, medians = [], [], []

@@ -57,11 +57,12 @@ def one_run_overhead(steps: int = 30, m: int = 1000) -> dict:
         torch.manual_seed(0)
         data = TensorDataset(torch.randn(2048, 64), torch.randint(0, 10, (2048,)))
         model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-        plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=2048, batch_size=128, epochs=1_000,
-                                      sigma=1.0))
-        model, opt, loader, crit = dpsgd.make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, plan,
-                                                      criterion=nn.CrossEntropyLoss(),
-                                                      generator=torch.Generator().manual_seed(0))
+        mech = dpsgd.mechanism
+        plan = mech.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=2048, batch_size=128, epochs=1_000,
+                                     sigma=1.0))
+        model, opt, loader, crit = mech.make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, plan,
+                                                     criterion=nn.CrossEntropyLoss(),
+                                                     generator=torch.Generator().manual_seed(0))
         canaries = DiracCanaries.attach_to(opt, m, sample_rate=plan.sample_rate) if with_canaries else None
         done, start = 0, time.perf_counter()
         while done < steps:

@@ -28,10 +28,11 @@ WORKLOADS = {
                      mechanism_options={"batch_clip_ratio": 16},
                      train=dict(epochs=30, batch_size=128, lr=0.001, optimizer="adam", clip=1.0)),
 }
-KEYS = ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "audit_epsilon_steinke", "audit_epsilon_fdp",
-        "audit_epsilon_fdp_gdp", "audit_epsilon_legacy", "audit_ceiling", "audit_tightness", "audit_ceiling_tightness",
-        "audit_canaries", "audit_guesses", "audit_s", "audit_time_ratio", "mia_auc", "mia_tpr_at_0.1%_fpr",
-        "audit_epsilon_curve", "audit_epsilon_noise", "audit_sigma_measured", "sigma", "audit_run_violated",
+KEYS = ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_steinke", "epsilon_audited_fdp",
+        "epsilon_audited_fdp_gdp", "epsilon_audited_legacy", "audit_ceiling", "audit_tightness",
+        "audit_ceiling_tightness", "audit_canaries", "audit_guesses", "audit_s", "audit_time_ratio", "mia_auc",
+        "mia_tpr_at_0_1pct_fpr",
+        "epsilon_audited_curve", "epsilon_audited_noise", "audit_sigma_measured", "sigma", "audit_run_violated",
         "audit_plan_s", "audit_family_s", "claim_status")
 
 

@@ -25,12 +25,12 @@ import argparse
 import json
 import sys
 
-from mechanisms.accountants.events import DpsgdEvents
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.tuning import RunCount, account, fixed_runs_epsilon
 
 DELTA = 1e-5
 N_TRAIN, BATCH, EPOCHS = 1258, 64, 5
-FAMILY = DpsgdEvents(BATCH / N_TRAIN, EPOCHS * round(N_TRAIN / BATCH))
+FAMILY = DpsgdSetting.poisson(BATCH / N_TRAIN, EPOCHS * round(N_TRAIN / BATCH), 1e-5).parts()
 TARGETS = (1.0, 2.0, 8.0)
 MEANS = (4, 8, 16)
 SHAPE = 0.5
@@ -76,7 +76,7 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = [f"DP-SGD on digits: N = {N_TRAIN}, q = {BATCH}/{N_TRAIN}, T = {FAMILY.steps}, delta = {DELTA:g}; "
+    lines = [f"DP-SGD on digits: N = {N_TRAIN}, q = {BATCH}/{N_TRAIN}, T = {FAMILY.sampler.steps}, delta = {DELTA:g}; "
              f"negative-binomial shape {SHAPE}", "",
              "summary: eps tuned = the selection's epsilon at the per-run sigma; sigma x = the sigma budget "
              "total needs over the per-run sigma", "", *summary(rows), "",
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = measure()
     if args.json:
-        json.dump({"n_train": N_TRAIN, "batch_size": BATCH, "steps": FAMILY.steps, "delta": DELTA,
+        json.dump({"n_train": N_TRAIN, "batch_size": BATCH, "steps": FAMILY.sampler.steps, "delta": DELTA,
                    "shape": SHAPE, "rows": rows}, sys.stdout)
         print()
     else:

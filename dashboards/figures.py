@@ -19,7 +19,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -27,6 +27,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter
 
 from dashboards.leaderboard import LeaderboardRow, rows
+from storage import schema
 
 KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
 FORMATS = ("pdf", "svg", "png", "pgf")
@@ -41,8 +42,12 @@ STATUS_TEXT = {
     "violated": "violated: an audit measured more privacy loss than claimed",
     "uncertified": "uncertified: no sound analysis of what the code does is known",
 }
+# Type 42 (TrueType) fonts in PDF and PS: IEEE's and ACM's submission checks reject Type 3.
 RC = {"font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
-      "xtick.labelsize": 8, "ytick.labelsize": 8, "svg.hashsalt": "privbench"}
+      "xtick.labelsize": 8, "ytick.labelsize": 8, "svg.hashsalt": "privbench",
+      "pdf.fonttype": 42, "ps.fonttype": 42}
+SIZES = {"single": 3.3, "double": 7.0}  # inches: one column and the full text width of a two-column paper
+LINESTYLES = ["-", "--", ":", "-."]  # one per epsilon, beside the mechanism's colour
 
 
 def _finite(x: Any) -> bool:
@@ -94,7 +99,7 @@ def _empty(fig: Figure, message: str) -> Figure:
 
 
 @_styled
-def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accuracy") -> Figure:
+def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accuracy", size: str | None = None) -> Figure:
     """Utility against certified epsilon (log x), one line per mechanism, one panel per dataset/model.
 
     Filled markers with error bars (std over seeds) sit at the certified epsilon; a hollow marker at the
@@ -106,10 +111,12 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     board = rows(records, metric=metric)
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
-    fig, axes = _new_figure(max(1, len(groups)), width_per=3.2, extra_width=2.0)
+    narrow = size == "single"  # one column: the legend goes below the panels
+    fig, axes = _new_figure(max(1, len(groups)), width_per=3.2, extra_width=0.0 if narrow else 2.0,
+                            height=3.6 if narrow else 2.8)
     if not groups:
         return _empty(fig, "no finished trials")
-    colours = _colours(_label(r, multi) for r in board if r.mechanism != "nonprivate")
+    colours = _colours(_label(r, multi) for r in board if r.private)
     legend: dict[str, Any] = {}
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
@@ -117,14 +124,14 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         audited = [r.epsilon_audited for r in part if _finite(r.epsilon_audited) and r.epsilon_audited > 0]
         floor = min(xs + audited) / 2 if xs else 0.1  # an audited bound of 0 starts the bar at the axis edge
         for r in part:
-            if r.mechanism != "nonprivate":
+            if r.private:
                 continue
             std = r.utility_std or 0.0
             ax.axhspan(r.utility_mean - std, r.utility_mean + std, color="0.85", zorder=0)
             ax.axhline(r.utility_mean, color="0.4", lw=1, ls="--", zorder=1)
         lines: dict[str, list[LeaderboardRow]] = defaultdict(list)
         for r in part:
-            if r.mechanism != "nonprivate":
+            if r.private:
                 lines[_label(r, multi)].append(r)
         for label, members in sorted(lines.items()):
             c = colours[label]
@@ -155,12 +162,13 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.grid(True, which="major", alpha=0.3)
         for label in sorted(lines):
             legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4, label=label)
-        if any(r.mechanism == "nonprivate" for r in part):
+        if any(not r.private for r in part):
             legend["~np"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--", label="non-private (mean ± std)")
     handles = [legend[k] for k in sorted(legend)] + [
         Line2D([], [], color="0.3", marker="o", mfc="white", ls=":", label="claimed epsilon"),
         Line2D([], [], color="0.3", lw=6, alpha=0.22, label="audited to certified")]
-    fig.legend(handles=handles, loc="outside right upper", frameon=False)
+    fig.legend(handles=handles, loc="outside lower center" if narrow else "outside right upper", frameon=False,
+               ncols=2 if narrow else 1)
     return fig
 
 
@@ -171,58 +179,79 @@ def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         cfg, m = r["config"], r.get("metrics") or {}
         out.append({"sweep": r.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"],
-                    "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"),
+                    "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"), "private": schema.is_private(r),
                     "batch_size": (cfg.get("train") or {}).get("batch_size"),
                     "step_time_s": m.get("step_time_s"), "peak_memory_mb": m.get("peak_memory_mb")})
     return out
 
 
-@_styled
-def overhead(records: Sequence[Mapping[str, Any]]) -> Figure:
-    """Step time relative to non-private (left) and extra peak memory in MB (right), per mechanism.
+def _eps_label(eps: float | None) -> str:
+    return "non-private" if eps is None else f"epsilon {eps:g}"
 
-    Each dot is one trial (all seeds and epsilons); the bar is the mean with one std. Step time is a
-    ratio against the non-private trials of the same sweep, dataset, model and batch size. Memory is
-    shown in absolute MB: for a small model the non-private baseline is a few MB, so a ratio
-    would be large and meaningless.
+
+@_styled
+def overhead(records: Sequence[Mapping[str, Any]], size: str | None = None) -> Figure:
+    """Step time relative to non-private (left) and extra peak memory in MB (right), per mechanism, one
+    row of panels per dataset/model (named in the titles).
+
+    Each dot is one trial, coloured by its target epsilon (legend); a short bar marks the mean step-time
+    ratio of a mechanism at one epsilon. Step time is a ratio against the non-private trials of the same
+    sweep, dataset, model and batch size. Memory is each trial's own peak in MB, with no mean or error
+    bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
+    average over trials would suggest a precision the measurement does not have. At `size='single'` the
+    two panels stack and the legend goes below.
     """
     trials = _per_trial(records)
     multi = len(_sweeps(records)) > 1
     base: dict[tuple, list[float]] = defaultdict(list)
     for t in trials:
-        if t["mechanism"] == "nonprivate" and _finite(t["step_time_s"]):
+        if not t["private"] and _finite(t["step_time_s"]):
             base[(t["sweep"], t["dataset"], t["model"], t["batch_size"])].append(t["step_time_s"])
-    ratios: dict[str, list[float]] = defaultdict(list)
-    memory: dict[str, list[float]] = defaultdict(list)
-    for t in trials:
-        label = f"{t['mechanism']} ({t['sweep']})" if multi else t["mechanism"]
-        ref = base.get((t["sweep"], t["dataset"], t["model"], t["batch_size"]))
-        if ref and _finite(t["step_time_s"]):
-            ratios[label].append(t["step_time_s"] / (sum(ref) / len(ref)))
-        if _finite(t["peak_memory_mb"]):
-            memory[label].append(t["peak_memory_mb"])
-    fig, (ax_t, ax_m) = _new_figure(2, width_per=3.6)
-    if not ratios and not memory:
+    groups = sorted({(t["dataset"], t["model"]) for t in trials})
+    narrow = size == "single"
+    n = 2 * max(1, len(groups))
+    fig, axes = (_new_figure(n, width_per=3.3, height=2.3, nrows=n) if narrow else
+                 _new_figure(n, width_per=3.6, nrows=max(1, len(groups)), extra_width=1.1))
+    if not trials:
         return _empty(fig, "no finished trials with timings")
-    colours = _colours(list(ratios) + list(memory))
-    for ax, data, ylabel, title in (
-            (ax_t, ratios, "step time / non-private", "step time"),
-            (ax_m, memory, "extra peak memory (MB)", "peak memory")):
-        labels = sorted(data)
-        for i, label in enumerate(labels):
-            values = data[label]
-            mean = sum(values) / len(values)
-            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-            jitter = [i + 0.12 * ((k % 5) - 2) / 2 for k in range(len(values))]
-            ax.plot(jitter, values, ls="none", marker="o", ms=3.5, mfc="none", mec=colours[label], alpha=0.8)
-            ax.errorbar([i], [mean], yerr=[std], color=colours[label], marker="_", ms=16, mew=2, capsize=4, lw=1.4)
-        if ax is ax_t and labels:
-            ax.axhline(1.0, color="0.4", lw=1, ls="--")
-        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.set_ylim(bottom=0)
-        ax.grid(True, axis="y", alpha=0.3)
+    epsilons = sorted({t["epsilon"] for t in trials}, key=lambda e: (e is not None, e or 0))
+    colours = {e: ("0.35" if e is None else PALETTE[i % len(PALETTE)]) for i, e in enumerate(epsilons)}
+    for gi, (dataset, model) in enumerate(groups):
+        ax_t, ax_m = axes[2 * gi], axes[2 * gi + 1]
+        part = [t for t in trials if (t["dataset"], t["model"]) == (dataset, model)]
+        labels = sorted({f"{t['mechanism']} ({t['sweep']})" if multi else t["mechanism"] for t in part})
+        step: dict[tuple, list[float]] = defaultdict(list)
+        memory: dict[tuple, list[float]] = defaultdict(list)
+        for t in part:
+            label = f"{t['mechanism']} ({t['sweep']})" if multi else t["mechanism"]
+            ref = base.get((t["sweep"], t["dataset"], t["model"], t["batch_size"]))
+            if ref and _finite(t["step_time_s"]):
+                step[(label, t["epsilon"])].append(t["step_time_s"] / (sum(ref) / len(ref)))
+            if _finite(t["peak_memory_mb"]):
+                memory[(label, t["epsilon"])].append(t["peak_memory_mb"])
+        width = 0.7 / max(1, len(epsilons))
+        for ax, data, ylabel, title, bar in (
+                (ax_t, step, "step time / non-private", "step time", True),
+                (ax_m, memory, "extra peak memory (MB)", "peak memory per trial", False)):
+            top = 0.0
+            for (label, eps), values in data.items():
+                x = labels.index(label) + (epsilons.index(eps) - (len(epsilons) - 1) / 2) * width
+                ax.plot([x] * len(values), values, ls="none", marker="o", ms=4, mfc="none", mec=colours[eps])
+                if bar:
+                    ax.plot([x - width * 0.4, x + width * 0.4], [sum(values) / len(values)] * 2, color=colours[eps],
+                            lw=2)
+                top = max(top, *values)
+            if bar and data:
+                ax.axhline(1.0, color="0.4", lw=1, ls="--")
+            ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+            ax.set_xlim(-0.6, len(labels) - 0.4)
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{dataset} / {model}: {title}")
+            ax.set_ylim(0, top * 1.12 if top > 0 else 1)  # headroom: the highest trial's marker is whole
+            ax.grid(True, axis="y", alpha=0.3)
+    fig.legend(handles=[Line2D([], [], ls="none", marker="o", mfc="none", mec=colours[e], label=_eps_label(e))
+                        for e in epsilons], loc="outside lower center" if narrow else "outside right upper",
+               frameon=False, title="target", ncols=len(epsilons) if narrow else 1)
     return fig
 
 
@@ -233,8 +262,8 @@ CURVE_TITLES = {"train_loss": "training loss", "test_accuracy": "test accuracy",
 def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
     """Per-epoch learning curves every trial records, mean over seeds with a +- std band.
 
-    One panel per curve kind (columns) and dataset/model (rows); one line per mechanism and epsilon,
-    colour by mechanism, darker for larger epsilon.
+    One panel per curve kind (columns) and dataset/model (rows), each titled with both; one line per
+    mechanism and epsilon: colour by mechanism, line style by epsilon, in one legend for the figure.
     """
     multi = len(_sweeps(records)) > 1
     series: dict[tuple, dict[tuple, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
@@ -251,11 +280,13 @@ def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
                 series[(cfg["dataset"], cfg["model"], kind)][(label, cfg.get("epsilon"))].append(clean)
     order = [k for k in CURVE_TITLES if k in kinds] + sorted(kinds - set(CURVE_TITLES))
     groups = sorted({(d, m) for d, m, _ in series})
-    fig, axes = _new_figure(max(1, len(order) * len(groups)), width_per=3.0, nrows=max(1, len(groups)))
+    fig, axes = _new_figure(max(1, len(order) * len(groups)), width_per=3.0, nrows=max(1, len(groups)),
+                            extra_width=1.6)
     if not series:
         return _empty(fig, "no learning curves recorded")
     colours = _colours(label for g in series.values() for label, _ in g)
     eps_all = sorted({e for g in series.values() for _, e in g if e is not None})
+    legend: dict[tuple, Line2D] = {}
     for gi, (dataset, model) in enumerate(groups):
         for ki, kind in enumerate(order):
             ax = axes[gi * len(order) + ki]
@@ -266,18 +297,19 @@ def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
                 std = [(sum((v[i] - mean[i]) ** 2 for v in runs) / (len(runs) - 1)) ** 0.5 if len(runs) > 1 else 0.0
                        for i in range(n)]
                 epochs = list(range(1, n + 1))
-                shade = 0.45 + 0.55 * (eps_all.index(eps) + 1) / len(eps_all) if eps in eps_all else 1.0
+                style = LINESTYLES[eps_all.index(eps) % len(LINESTYLES)] if eps in eps_all else "-"
                 name = label + (f", eps {eps:g}" if eps is not None else "")
-                ax.plot(epochs, mean, color=colours[label], alpha=shade, marker="o", ms=3, lw=1.3, label=name)
+                line = ax.plot(epochs, mean, color=colours[label], ls=style, marker="o", ms=3, lw=1.3, label=name)[0]
                 ax.fill_between(epochs, [m - s for m, s in zip(mean, std, strict=True)],
                                 [m + s for m, s in zip(mean, std, strict=True)], color=colours[label], alpha=0.12)
+                legend.setdefault((label, -1 if eps is None else eps), line)
             ax.set_xlabel("epoch")
             ax.set_ylabel(CURVE_TITLES.get(kind, kind))
-            ax.set_title(f"{dataset} / {model}")
+            ax.set_title(f"{dataset} / {model}: {CURVE_TITLES.get(kind, kind)}")
             ax.grid(True, alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
-            if ki == 0 and gi == 0:
-                ax.legend(frameon=False, loc="best", fontsize=6.5)
+    handles = [legend[k] for k in sorted(legend)]
+    fig.legend(handles=handles, labels=[h.get_label() for h in handles], loc="outside right upper", frameon=False)
     return fig
 
 
@@ -288,7 +320,7 @@ def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
     One panel per dataset/model; the worst status over seeds colours the cell, a blank cell means no
     finished trial at that point.
     """
-    board = [r for r in rows(records) if r.mechanism != "nonprivate"]
+    board = [r for r in rows(records) if r.private]
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
     fig, axes = _new_figure(max(1, len(groups)), width_per=4.2,
@@ -327,23 +359,51 @@ def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
 BUILDERS = {"privacy-utility": privacy_utility, "overhead": overhead, "curves": curves, "verdicts": verdicts}
 
 
-def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accuracy") -> Figure:
+def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accuracy",
+          size: str | None = None) -> Figure:
+    """The figure `kind`; `size` ('single': 3.3 in, 'double': 7 in wide) rescales it to a paper's column
+    or text width, keeping its aspect ratio within bounds (constrained layout reflows it)."""
     if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
         from dashboards import tuning
 
         return tuning.figure(records, metric)
     if kind not in BUILDERS:
         raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
-    return privacy_utility(records, metric) if kind == "privacy-utility" else BUILDERS[kind](records)
+    if size is not None and size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
+    if kind in ("privacy-utility", "overhead"):  # these two lay themselves out for one column
+        fig = privacy_utility(records, metric, size) if kind == "privacy-utility" else overhead(records, size)
+    else:
+        fig = BUILDERS[kind](records)
+    if size is not None:
+        w, h = fig.get_size_inches()
+        width = SIZES[size]
+        fig.set_size_inches(width, h if kind == "overhead" and size == "single" else
+                            min(max(h * width / w, 2.2), 1.3 * width if width < 4 else 0.8 * width))
+    return fig
 
 
-def save(fig: Figure, path: Path) -> Path:
-    """Write the figure; the format follows the suffix. Dates are left out so reruns give equal files."""
-    fmt = path.suffix.lstrip(".").lower()
+def tex_engine() -> str | None:
+    """The TeX engine matplotlib's PGF backend can measure text with (None: no TeX installed)."""
+    import shutil
+
+    return next((e for e in ("xelatex", "pdflatex", "lualatex") if shutil.which(e)), None)
+
+
+def save(fig: Figure, path: Path | BinaryIO, fmt: str | None = None) -> Path | BinaryIO:
+    """Write the figure; the format follows the suffix (or `fmt` for a file object). Dates are left out
+    so reruns give equal files, and PDF / PS fonts are TrueType (`RC` is in force when the file is
+    written, which is when matplotlib reads the font type)."""
+    fmt = fmt or Path(path).suffix.lstrip(".").lower()
     if fmt not in FORMATS:
-        raise ValueError(f"unsupported figure format {path.suffix!r}; known: {', '.join('.' + f for f in FORMATS)}")
-    metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}, "pgf": {}}[fmt]
-    fig.savefig(path, format=fmt, metadata=metadata, dpi=200 if fmt == "png" else "figure")
+        raise ValueError(f"unsupported figure format {fmt!r}; known: {', '.join('.' + f for f in FORMATS)}")
+    from matplotlib import rc_context
+
+    # PGF takes no metadata; its text is measured by the TeX engine that is installed.
+    kwargs = {"pdf": {"metadata": {"CreationDate": None}}, "svg": {"metadata": {"Date": None}}, "png": {"dpi": 200},
+              "pgf": {}}[fmt]
+    with rc_context(RC | ({"pgf.texsystem": tex_engine() or "xelatex"} if fmt == "pgf" else {})):
+        fig.savefig(path, format=fmt, **kwargs)
     return path
 
 

@@ -1,4 +1,6 @@
-"""Leaderboard rows (DESIGN.md keys) from a sweep's result records: mean +- std over seeds.
+"""Leaderboard rows from a sweep's result records: mean +- std over seeds.
+
+Every column, where it comes from in the record and how seeds combine is declared in `storage.schema`.
 
 Ratios compare with `nonprivate` on the same dataset / model / batch size; a value that does not
 apply is None, never a made-up number. Rows are ranked by utility at equal certified epsilon.
@@ -14,6 +16,8 @@ from typing import Any
 import pandas as pd
 
 from dashboards import tuning
+from storage import schema
+from storage.verdicts import sweep_claim_statuses
 
 STATUS_ORDER = {"violated": 3, "overclaimed": 2, "uncertified": 1, "ok": 0}
 VIEWS = ("certified", "claimed")
@@ -65,37 +69,33 @@ class LeaderboardRow:
     mia_tpr_at_0_1pct_fpr: float | None = None
     audit_s: float | None = None
     audit_time_ratio: float | None = None
+    # Where the trial's time went (seconds, means over seeds): planning, the accelerator, the analyses after.
+    plan_s: float | None = None
+    accelerator_s: float | None = None
+    analysis_s: float | None = None
+    private: bool = True  # the mechanism claims privacy (the records' `private`); False: the non-private reference
     # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
     tuning: str | None = None
 
 
-# Leaderboard column -> key of the trial's `privacy` record (workers/audit.py).
-AUDIT_KEYS = {
-    "epsilon_audited_steinke": "audit_epsilon_steinke", "epsilon_audited_fdp": "audit_epsilon_fdp",
-    "epsilon_audited_curve": "audit_epsilon_curve", "epsilon_audited_noise": "audit_epsilon_noise",
-    "audit_ceiling": "audit_ceiling",
-    "mia_auc": "mia_auc", "mia_tpr_at_0_1pct_fpr": "mia_tpr_at_0.1%_fpr",
-    "audit_s": "audit_s", "audit_time_ratio": "audit_time_ratio",
-}
-# Lower bounds: the largest over seeds, as `epsilon_audited`.
-LOWER_BOUNDS = ("epsilon_audited_steinke", "epsilon_audited_fdp", "epsilon_audited_curve", "epsilon_audited_noise")
+# The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
+# columns are grouping keys or derived from several fields).
+_KEYS = ("sweep", "dataset", "model", "mechanism", "epsilon_target")
+AGGREGATED = tuple(f for f in schema.columns()
+                   if f.section in ("metrics", "privacy") and f.aggregate in ("mean", "max"))
 
 
 def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
     cfg, privacy, metrics = record["config"], record.get("privacy") or {}, record.get("metrics") or {}
+    sections = {"config": cfg, "metrics": metrics, "privacy": privacy}
     return {
         "sweep": record.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"], "mechanism": cfg["mechanism"],
+        "private": schema.is_private(record),
         "epsilon_target": cfg.get("epsilon"), "seed": cfg["seed"], "status": record["status"],
-        "batch_size": (cfg.get("train") or {}).get("batch_size"),
-        "delta": privacy.get("delta"), "utility": metrics.get(metric),
-        "epsilon_claimed": privacy.get("epsilon_claimed"), "epsilon_certified": privacy.get("epsilon_certified"),
-        "epsilon_audited": privacy.get("epsilon_audited"), "claim_status": privacy.get("claim_status"),
-        "sigma": privacy.get("sigma"), "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
-        "step_time_s": metrics.get("step_time_s"), "peak_memory_mb": metrics.get("peak_memory_mb"),
-        "examples_per_s": metrics.get("examples_per_s"), "wall_s": metrics.get("wall_s"),
-        "mu_claimed": privacy.get("mu_claimed"), "mu_audited": privacy.get("mu_audited"),
-        "epsilon_audited_step": privacy.get("epsilon_audited_step"),
-    } | {column: privacy.get(key) for column, key in AUDIT_KEYS.items()}
+        "batch_size": (cfg.get("train") or {}).get("batch_size"), "utility": metrics.get(metric),
+        "step_time_s": metrics.get("step_time_s"), "claim_status": privacy.get("claim_status"),
+        "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
+    } | {f.column: schema.value(sections[f.section], f) for f in AGGREGATED}
 
 
 def _num(x: Any) -> float | None:
@@ -123,13 +123,14 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
     records = tuning.for_default_view(everything)  # a tuned cell is its selected candidate
     flags = tuning.unaccounted(everything)
     frame = pd.DataFrame([_flat(r, metric) for r in records])
+    frame["claim_status"] = sweep_claim_statuses(records)  # step audits corrected over each sweep (Holm)
     if frame.empty:
         return []
-    keys = ["sweep", "dataset", "model", "mechanism", "epsilon_target"]
+    keys = list(_KEYS)
     frame["sweep"] = frame["sweep"].fillna("")
     frame["epsilon_target"] = frame["epsilon_target"].astype(object).where(frame["epsilon_target"].notna(), None)
     ok = frame[frame.status == "finished"]
-    base = ok[ok.mechanism == "nonprivate"].groupby(["sweep", "dataset", "model", "batch_size"])[
+    base = ok[~ok.private.astype(bool)].groupby(["sweep", "dataset", "model", "batch_size"])[
         ["step_time_s", "peak_memory_mb"]].mean()
     out: list[LeaderboardRow] = []
     for key, group in frame.groupby(keys, dropna=False, sort=True):
@@ -150,24 +151,19 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
 
         out.append(LeaderboardRow(
             dataset=dataset, model=model, mechanism=mechanism, epsilon_target=eps,
-            delta=_mean(fin.delta), metric=metric,
+            metric=metric,
             utility_mean=_num(util.mean()) if len(util) else None,
             utility_std=_num(util.std(ddof=1)) if len(util) > 1 else (0.0 if len(util) == 1 else None),
-            epsilon_claimed=_mean(fin.epsilon_claimed),
-            epsilon_certified=_max(fin.epsilon_certified),  # never under-report across seeds
-            epsilon_audited=_max(fin.epsilon_audited),
             claim_status=max(statuses, key=STATUS_ORDER.__getitem__) if statuses else None,
-            sigma=_mean(fin.sigma), accountant=next(iter(fin.accountant.dropna()), None),
+            accountant=next(iter(fin.accountant.dropna()), None),
             sampler=next(iter(fin.sampler.dropna()), None),
             step_time_ratio=ratio("step_time_s"),
             peak_memory_ratio=ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB),
-            examples_per_s=_mean(fin.examples_per_s), wall_s=_mean(fin.wall_s),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
-            mu_claimed=_mean(fin.mu_claimed), mu_audited=_max(fin.mu_audited),
-            epsilon_audited_step=_max(fin.epsilon_audited_step), peak_memory_mb=_mean(fin.peak_memory_mb),
-            sweep=sweep or None,
-            **{c: (_max if c in LOWER_BOUNDS else _mean)(fin[c]) for c in AUDIT_KEYS},
+            sweep=sweep or None, private=bool(group.private.any()),
+            # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
+            **{f.column: (_max if f.aggregate == "max" else _mean)(fin[f.column]) for f in AGGREGATED},
         ))
     out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
     return rank(out, view)

@@ -16,22 +16,26 @@ from typing import Any
 from dashboards import figures
 from dashboards.leaderboard import LeaderboardRow, rows
 from dashboards.render import text_table
+from storage import schema
 
 CAPTIONS = {
     "privacy-utility": "Utility against certified epsilon (log scale), mean and std over seeds. Hollow markers: "
                        "the claimed epsilon of the same runs, joined to the certified one; shaded bars: from the "
                        "audited lower bound to the certified upper bound; grey band: non-private mean ± std.",
     "verdicts": "Claim verdict per mechanism and target epsilon (cells: claimed / certified epsilon).",
-    "overhead": "Cost per training step against non-private (left) and extra peak memory in MB (right); dots are "
-                "trials, bars mean ± std.",
+    "overhead": "Cost per training step against non-private (left; bars: the mean) and each trial's extra peak "
+                "memory in MB (right); dots are trials, coloured by target epsilon.",
     "curves": "Per-epoch learning curves, mean over seeds with a ± std band.",
     "tuning": "Tuned cells: test utility of the selected candidate (mean and std over cells) against epsilon: "
               "hollow at one run's certified epsilon, filled at the epsilon including tuning.",
 }
-STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}"
-         "td,th{padding:3px 8px;text-align:right;white-space:nowrap}th{border-bottom:1px solid #888}"
-         "table{border-collapse:collapse;font-size:13px}tr:nth-child(even){background:#f4f4f4}"
-         "figure{margin:16px 0}figure svg{width:min(100%,760px);height:auto}figcaption{font-size:13px;color:#444}"
+# The page fits 1400 px without scrolling sideways: headers wrap (cells do not), and each figure keeps the
+# size matplotlib gave it (its text at the size it was set in), shrunk only when the window is narrower.
+STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1350px;color:#222}"
+         "td,th{padding:3px 4px;text-align:right}td{white-space:nowrap}"
+         "th{border-bottom:1px solid #888;vertical-align:bottom;font-weight:600}"
+         "table{border-collapse:collapse;font-size:12px}tr:nth-child(even){background:#f4f4f4}"
+         "figure{margin:16px 0}figure svg{max-width:100%;height:auto}figcaption{font-size:13px;color:#444}"
          "pre{background:#f6f6f6;padding:8px;overflow:auto}li{margin:3px 0}"
          ".ok{color:#007a55}.overclaimed{color:#a86a00}.violated{color:#c03a00}.uncertified{color:#666}")
 
@@ -95,6 +99,18 @@ def _svg(fig: Any, salt: str) -> str:
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
 
 
+def _tables(board: list[LeaderboardRow]) -> str:
+    """Every leaderboard column, in two tables so the page stays within 1400 px: privacy and audits, then
+    the costs (each row named again by its sweep, dataset, model, mechanism and target)."""
+    overhead = {f.header for f in schema.FIELDS if f.group == "overhead"} | {"step x", "runs"}
+    names = {"sweep", "dataset", "model", "mechanism", "eps target"}
+    frame = text_table(board, "all")
+    main = frame[[c for c in frame.columns if c not in overhead or c == "step x"]]
+    cost = frame[[c for c in frame.columns if c in names or c in overhead]]
+    return (main.to_html(index=False, escape=True, border=0, classes="leaderboard")
+            + "<h2>Cost</h2>" + cost.to_html(index=False, escape=True, border=0, classes="leaderboard cost"))
+
+
 def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: Mapping[str, str] | None = None,
            *, metric: str = "accuracy") -> str:
     board = rows(records, metric=metric)
@@ -113,10 +129,9 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
         fig = figures.build(kind, records, metric)
         parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
                      f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")
-    table = text_table(board).to_html(index=False, escape=True, border=0, classes="leaderboard")
-    parts += ["<h2>Leaderboard</h2>", table, "<h2>Verdicts</h2><ul class='verdicts'>"]
+    parts += ["<h2>Leaderboard</h2>", _tables(board), "<h2>Verdicts</h2><ul class='verdicts'>"]
     for r in board:
-        if r.mechanism != "nonprivate":
+        if r.private:
             text = html.escape(verdict_sentence(r) + audit_sentence(r))
             parts.append(f"<li class='{html.escape(r.claim_status or 'none')}'>{text}</li>")
     parts.append("</ul><h2>Grid files</h2>")

@@ -15,12 +15,11 @@ from dashboards.render import render
 def sweep_files(records: Sequence[Mapping[str, Any]], metric: str = "accuracy") -> dict[str, bytes | str]:
     board = rows(records, metric=metric)
     files: dict[str, bytes | str] = {"leaderboard.csv": render(board, "csv"),
-                                     "leaderboard.md": render(board, "markdown")}
+                                     "leaderboard.md": render(board, "markdown", columns="all")}
     for kind in figures.KINDS:
         fig = figures.build(kind, records, metric)
         for fmt in ("pdf", "png"):
             buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else {},
-                        dpi=150 if fmt == "png" else "figure")
+            figures.save(fig, buf, fmt)  # TrueType fonts in the PDF, as `privbench plot` writes it
             files[f"figures/{kind}.{fmt}"] = buf.getvalue()
     return files

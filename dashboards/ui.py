@@ -3,34 +3,64 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from storage.location import StoreLocation
+from storage.mlflow_view import RUNS_VIEW_KEY
 
 
 class UiError(RuntimeError):
     """The server cannot start (port busy, bad host): said in one line, exit 2."""
 
 
-def server_command(location: StoreLocation, host: str, port: int) -> list[str]:
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", location.tracking_uri,
-           "--host", host, "--port", str(port), "--workers", "1"]
+def server_command(host: str, port: int) -> list[str]:
+    """The server's command line: no store URI in it (see `server_env`), since every user sees argv (`ps`)."""
+    return [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port), "--workers", "1"]
+
+
+def server_env(location: StoreLocation) -> dict[str, str]:
+    """The store reaches `mlflow server` through its environment, which only this user (and root) can read:
+    `mlflow server` reads these variables for its options and hands the URI on to its workers the same way.
+    Uvicorn's access log (a line per request) is off; real errors still print."""
+    env = {"MLFLOW_DISABLE_TELEMETRY": "true"} | os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+                        "MLFLOW_BACKEND_STORE_URI": location.tracking_uri,
+                        "MLFLOW_REGISTRY_STORE_URI": location.tracking_uri}
+    env.setdefault("MLFLOW_UVICORN_OPTS", "--no-access-log")
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     if location.artifact_root:
-        cmd += ["--default-artifact-root", location.artifact_root]
-    return cmd
+        env["MLFLOW_DEFAULT_ARTIFACT_ROOT"] = location.artifact_root
+    return env
 
 
-def runs_table_url(host: str, port: int, experiment_id: str) -> str:
+# What `mlflow server` prints on every start that says nothing to a privbench user (its defaults, which
+# privbench chose), its INFO lines, and the deprecation warnings of its dependencies.
+NOISE = re.compile(r"Registry store URI not provided|\[MLflow\] Security middleware enabled with default settings"
+                   r"|DeprecationWarning|^\s+warnings\.warn\(|^(\S+ \S+ )?INFO[: ]")
+
+
+def _relay(stream: IO[str], sink: IO[str]) -> None:
+    """Copy the server's output to `sink`, less its start-up noise (errors and warnings pass)."""
+    for line in stream:
+        if not NOISE.search(line):
+            sink.write(line)
+            sink.flush()
+
+
+def runs_table_url(host: str, port: int, experiment_id: str, view: bool = True) -> str:
     """The experiment's runs table. MLflow 3's UI opens an experiment on its GenAI overview when its
-    workflow switch (kept in the browser) says GenAI, its default; `workflowType` in the link overrides it."""
+    workflow switch (kept in the browser) says GenAI, its default; `workflowType` in the link overrides it.
+    `view`: the experiment carries privbench's runs view (storage/mlflow_view.py), which the link selects."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
-    return f"http://{shown}:{port}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    share = f"&viewStateShareKey={RUNS_VIEW_KEY}" if view else ""
+    return f"http://{shown}:{port}/#/experiments/{experiment_id}/runs?workflowType=machine_learning{share}"
 
 
 def check_bindable(host: str, port: int) -> None:
@@ -54,8 +84,10 @@ def serve(location: StoreLocation, host: str = "127.0.0.1", port: int = 5000) ->
     the way out, so no server outlives `privbench ui`.
     """
     check_bindable(host, port)
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(server_command(location, host, port), env=env, start_new_session=True)
+    proc = subprocess.Popen(server_command(host, port), env=server_env(location), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    relay = threading.Thread(target=_relay, args=(proc.stdout, sys.stderr), daemon=True)
+    relay.start()
     stopping: list[float] = []
 
     def stop(signum: int, _: Any) -> None:  # only signal here: waiting happens in the loop below

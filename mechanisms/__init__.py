@@ -1,17 +1,35 @@
-"""privbench's mechanism library: usable alone (no Ray, no MLflow), e.g. `from mechanisms import dpsgd`.
+"""privbench's mechanism library: usable alone (no Ray, no MLflow), e.g. `mechanisms.get("dpsgd")`.
 
 A mechanism is a `Mechanism` (mechanisms/mechanism.py) built from parts: batch selection
 (`batch_selection`), clipping (`clipping`) and noise addition (`noise_addition`), bundled with the DpEvent
-they add up to in a `PrivacyPlan`; `private_training.make_private` runs exactly that plan.
+they add up to in a `PrivacyPlan`; `private_training.make_private` runs exactly that plan. Mechanisms are
+found through entry points (`mechanisms.registry`): privbench's own and any installed plugin alike.
+
+Importing this package is light (no torch, Opacus or scipy): `Parts`, `PrivacyPlan`, `PrivacySpec` and the
+submodules load on first use (PEP 562).
 """
 
-from mechanisms import dp_forward, dpsgd, dpsgd_gdp, gredp, nonprivate, shuffled_dpsgd
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from mechanisms.mechanism import Mechanism
-from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
-from mechanisms.registry import UnknownName, get, names, register
+from mechanisms.registry import PluginError, UnknownName, get, names, register, unregister
 
-for _module in (nonprivate, dpsgd, dpsgd_gdp, gredp, shuffled_dpsgd, dp_forward):
-    register(_module.mechanism)
+_FROM_PLAN = ("Parts", "PrivacyPlan", "PrivacySpec")
 
-__all__ = ["Mechanism", "Parts", "PrivacyPlan", "PrivacySpec", "UnknownName", "dpsgd", "get", "names",
-           "nonprivate", "register"]
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_PLAN:
+        return getattr(importlib.import_module("mechanisms.plan"), name)
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+__all__ = ["Mechanism", "Parts", "PluginError", "PrivacyPlan", "PrivacySpec", "UnknownName", "get", "names",
+           "register", "unregister"]

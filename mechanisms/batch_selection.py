@@ -24,12 +24,15 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import dp_accounting
-import torch
 
 from mechanisms.accountants import events
+from mechanisms.accountants.validation import require_sample_rate, require_steps
+
+if TYPE_CHECKING:  # torch loads when batches are drawn: accounting (`privbench privacy`) never pays for it
+    import torch
 
 NeighborRel = dp_accounting.NeighboringRelation
 
@@ -96,6 +99,8 @@ class PoissonSampling(BatchSelection):
         return events.poisson_sampled(step, self.sample_rate, self.steps)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        import torch
+
         for _ in range(self.steps_per_epoch):
             mask = torch.rand(self.dataset_size, generator=generator) < self.sample_rate
             yield mask.nonzero().flatten().tolist()
@@ -112,6 +117,8 @@ class FixedSizeSampling(BatchSelection):
         return events.sampled_without_replacement(step, self.dataset_size, self.batch_size, self.steps)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        import torch
+
         for _ in range(self.steps_per_epoch):
             yield torch.randperm(self.dataset_size, generator=generator)[: self.batch_size].tolist()
 
@@ -131,12 +138,38 @@ class ShuffleSampling(BatchSelection):
         return dp_accounting.SelfComposedDpEvent(step, self.epochs)
 
     def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+        import torch
+
         order = torch.randperm(self.dataset_size, generator=generator)
         for batch in torch.tensor_split(order, self.steps_per_epoch):
             yield batch.tolist()
 
 
 SAMPLERS: dict[str, type[BatchSelection]] = {s.name: s for s in (PoissonSampling, FixedSizeSampling, ShuffleSampling)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PoissonRate:
+    """Poisson sampling stated by its rate q and step count T rather than by (N, B, epochs): for accounting
+    alone (`privbench privacy --sample-rate --steps`, DP-Forward's claimed central analysis). Its event is
+    `PoissonSampling`'s, through the same `events.poisson_sampled`; it runs nothing (no `epoch`)."""
+
+    sample_rate: float
+    steps: int
+
+    name: ClassVar[str] = "poisson"
+    neighboring_relation: ClassVar[NeighborRel] = NeighborRel.ADD_OR_REMOVE_ONE
+
+    def __post_init__(self) -> None:
+        require_sample_rate(self.sample_rate)
+        require_steps(self.steps)
+
+    def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+        return events.poisson_sampled(step, self.sample_rate, self.steps)
+
+    def describe(self) -> dict[str, object]:
+        return {"sampler": self.name, "steps": self.steps, "sample_rate": self.sample_rate,
+                "neighboring_relation": relation_name(self.neighboring_relation)}
 
 
 def batch_selection(name: str, dataset_size: int, batch_size: int, epochs: int) -> BatchSelection:
@@ -149,8 +182,9 @@ def relation_name(relation: NeighborRel) -> str:
     return relation.name.lower().replace("_", "-")
 
 
-class EpochBatches(torch.utils.data.Sampler[list[int]]):
-    """Adapts a `BatchSelection` to torch's batch-sampler protocol: `len` is the steps of one epoch."""
+class EpochBatches:
+    """Adapts a `BatchSelection` to torch's batch-sampler protocol (an iterable of index lists with a
+    length, what `DataLoader(batch_sampler=...)` takes): `len` is the steps of one epoch."""
 
     def __init__(self, selection: BatchSelection, generator: torch.Generator) -> None:
         self.selection, self.generator = selection, generator
@@ -162,5 +196,5 @@ class EpochBatches(torch.utils.data.Sampler[list[int]]):
         return self.selection.epoch(self.generator)
 
 
-__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonSampling",
+__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonRate", "PoissonSampling",
            "ShuffleSampling", "batch_selection", "relation_name"]

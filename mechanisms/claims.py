@@ -6,6 +6,12 @@ import math
 
 STATUSES = ("ok", "overclaimed", "uncertified", "violated")
 REL_TOL = 1e-3
+# The one significance policy of privbench's step audits (`privbench audit`, a trial's step audit, and the
+# family-wise rate of a sweep's audits under Holm, storage/verdicts.py). At 5% a correct mechanism would be
+# called `violated` in 1 audit of 20 (its claim is exactly the Gaussian curve the audit tests): the textbook
+# DP-SGD step at sigma 1 was, at its default seed. At 0.1% it is 1 in 1,000, while a broken noise step
+# (GReDP's sigma / sqrt 2, half the noise) is still refuted with p-values below 1e-10.
+AUDIT_SIGNIFICANCE = 0.001
 
 
 def _above(a: float | None, b: float | None) -> bool:
@@ -21,7 +27,7 @@ def claim_status(
     epsilon_claimed: float | None, epsilon_certified: float | None, epsilon_audited: float | None = None,
     *, audit_violated: bool = False, private: bool = True,
 ) -> str | None:
-    """Precedence violated > overclaimed > uncertified > ok (DESIGN.md). None for nonprivate trials.
+    """Precedence violated > overclaimed > uncertified > ok. None for nonprivate trials.
 
     A NaN epsilon raises: it means an analysis broke, and no verdict may rest on it. An infinite certified
     epsilon (a direction without noise) is above any finite claim: `overclaimed`.

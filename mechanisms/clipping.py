@@ -14,15 +14,17 @@ import abc
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
-import dp_accounting
-import torch
-
-NeighborRel = dp_accounting.NeighboringRelation
+if TYPE_CHECKING:  # torch and dp-accounting load when a clipper clips or states a sensitivity, not on import
+    import torch
+    from dp_accounting import NeighboringRelation as NeighborRel
 
 
 def relation_factor(relation: NeighborRel) -> float:
     """How far apart two neighbouring sums can be, in units of the per-example bound."""
+    from dp_accounting import NeighboringRelation as NeighborRel
+
     if relation == NeighborRel.ADD_OR_REMOVE_ONE:
         return 1.0
     if relation == NeighborRel.REPLACE_ONE:
@@ -31,7 +33,8 @@ def relation_factor(relation: NeighborRel) -> float:
 
 
 class Clipping(abc.ABC):
-    opacus_clipping: str  # the `clipping` argument of Opacus' optimizers
+    name: ClassVar[str]  # what a grid writes (`mechanism_options: {dpsgd: {clipping: per-layer}}`)
+    opacus_clipping: ClassVar[str]  # the same rule as the `clipping` argument of Opacus' optimizers
 
     @property
     @abc.abstractmethod
@@ -57,7 +60,8 @@ class FlatClipping(Clipping):
     """One norm over all trainable tensors of an example, scaled down to `clip` when above it."""
 
     clip: float
-    opacus_clipping = "flat"
+    name: ClassVar[str] = "flat"
+    opacus_clipping: ClassVar[str] = "flat"
 
     def __post_init__(self) -> None:
         if not (self.clip > 0 and math.isfinite(self.clip)):
@@ -72,6 +76,8 @@ class FlatClipping(Clipping):
         return self.clip
 
     def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        import torch
+
         norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in per_example]).norm(dim=0)
         factor = (self.clip / (norms + 1e-6)).clamp(max=1.0)  # Opacus' rule, epsilon included
         return [torch.einsum("i,i...->...", factor, g) for g in per_example]
@@ -82,7 +88,8 @@ class PerLayerClipping(Clipping):
     """Each trainable tensor clipped to its own bound; the example's bound is the norm of the bounds."""
 
     clips: tuple[float, ...]
-    opacus_clipping = "per_layer"
+    name: ClassVar[str] = "per-layer"
+    opacus_clipping: ClassVar[str] = "per_layer"
 
     def __post_init__(self) -> None:
         if not self.clips or not all(c > 0 and math.isfinite(c) for c in self.clips):
@@ -104,6 +111,8 @@ class PerLayerClipping(Clipping):
     def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(per_example) != len(self.clips):
             raise ValueError(f"{len(per_example)} tensors for {len(self.clips)} per-layer clips")
+        import torch
+
         out = []
         for g, c in zip(per_example, self.clips, strict=True):
             factor = (c / (g.reshape(len(g), -1).norm(dim=1) + 1e-6)).clamp(max=1.0)
@@ -111,4 +120,11 @@ class PerLayerClipping(Clipping):
         return out
 
 
-__all__ = ["Clipping", "FlatClipping", "PerLayerClipping", "relation_factor"]
+# The clipping rules a mechanism option may name (grid name -> class); the per-sample-gradient engines
+# (Opacus, mechanisms/bookkeeping) take the same rules under `opacus_clipping`.
+CLIPPINGS: dict[str, type[Clipping]] = {c.name: c for c in (FlatClipping, PerLayerClipping)}
+# How the per-sample gradients are clipped: the book-keeping engine (mechanisms/bookkeeping) or an Opacus
+# grad-sample mode (`mechanisms.private_training` runs them; a grid's `train.grad_sample_mode` names one).
+GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")
+
+__all__ = ["CLIPPINGS", "GRAD_SAMPLE_MODES", "Clipping", "FlatClipping", "PerLayerClipping", "relation_factor"]

@@ -22,7 +22,7 @@ Options (`mechanism_options: {dp-forward: {...}}`, also keyword arguments of `ma
   inference_noise   true (default, the paper's) | false
   seed              noise and RR seed (default: drawn from torch's seeded global generator)
 
-Claimed vs certified (docs/readme/dp_forward.md): the claim is the paper's accounting at sensitivity S.
+Claimed vs certified (docs/mechanisms.md, DP-Forward): the claim is the paper's accounting at sensitivity S.
 The certified bound is the PLD composition of what is released per example: k Gaussian releases at ratio
 2C / (sigma C) (any two normalised states differ by up to 2C, whatever the paper's convention) and one RR
 label, under replace-one adjacency; being a local bound it is also a central one. No shuffling amplification
@@ -35,22 +35,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
-import torch
 
-from mechanisms import label_rr
-from mechanisms.accountants import DpsgdEvents, calibrate_sigma, epsilon
-from mechanisms.accountants.analytic_gaussian import agm_epsilon, amgm_sigma
-from mechanisms.accountants.calibration import calibrate
-from mechanisms.clipping import FlatClipping
-from mechanisms.forward_noise import parse_position
 from mechanisms.mechanism import Mechanism
-from mechanisms.noise_addition import GaussianNoise
-from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
-from mechanisms.private_training import PrivateTraining, plan_loader
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+    from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+    from mechanisms.private_training import PrivateTraining
 
 ID = "dp-forward"
 SENSITIVITIES = {"2C": 2.0, "C": 1.0}
@@ -78,6 +73,8 @@ class Options:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        from mechanisms.forward_noise import parse_position
+
         parse_position(self.position)
         for name, allowed in (("sensitivity", tuple(SENSITIVITIES)), ("accounting", ACCOUNTINGS),
                               ("local_composition", LOCAL_COMPOSITIONS), ("calibrator", CALIBRATORS),
@@ -114,9 +111,16 @@ class Options:
 
 # ---- the paper's accounting (claimed) ----------------------------------------------------------------
 
-def central_events(dataset_size: int, epochs: int, options: Options) -> DpsgdEvents:
-    """Table 5's translation: each of kN steps releases one example's noisy state, q = 1/N (Poisson)."""
-    return DpsgdEvents(1.0 / dataset_size, epochs * dataset_size, "poisson", None, 1.0 / options.s)
+def central_events(dataset_size: int, epochs: int, options: Options) -> Parts:
+    """Table 5's translation, as parts: each of kN steps releases one example's noisy state at Poisson
+    rate q = 1/N (batches of 1 over N examples, k epochs) with noise sigma C at sensitivity S = s C.
+    An event family sigma -> DpEvent built like a trial's, so one setting has one event."""
+    from mechanisms.batch_selection import PoissonSampling
+    from mechanisms.clipping import FlatClipping
+    from mechanisms.noise_addition import GaussianNoise
+    from mechanisms.plan import Parts
+
+    return Parts(PoissonSampling(dataset_size, 1, epochs), FlatClipping(options.s), GaussianNoise(1.0))
 
 
 def _gm_factor(delta: float) -> float:
@@ -125,6 +129,8 @@ def _gm_factor(delta: float) -> float:
 
 def local_epsilon(sigma: float, delta: float, options: Options, releases: int) -> float:
     """SeqLDP epsilon of `releases` Gaussian releases at sensitivity S (k releases = ratio sqrt(k) S / sigma)."""
+    from mechanisms.accountants.analytic_gaussian import agm_epsilon
+
     ratio = math.sqrt(releases) * options.s / sigma
     if options.calibrator == "gm":
         return ratio * _gm_factor(delta)
@@ -133,12 +139,16 @@ def local_epsilon(sigma: float, delta: float, options: Options, releases: int) -
 
 def local_sigma(epsilon_seq: float, delta: float, options: Options, releases: int) -> float:
     """The noise the paper's local analysis picks for a SeqLDP budget over `releases` releases."""
+    from mechanisms.accountants.analytic_gaussian import amgm_sigma
+
     if options.calibrator == "gm":
         return math.sqrt(releases) * options.s * _gm_factor(delta) / epsilon_seq
     return amgm_sigma(epsilon_seq, delta, sensitivity=options.s, releases=releases)
 
 
 def label_epsilon_central(options: Options, dataset_size: int, delta: float) -> float:
+    from mechanisms import label_rr
+
     if options.epsilon_labels is None:
         return 0.0
     return label_rr.shuffled_rr_epsilon(options.epsilon_labels, options.classes, dataset_size, delta)
@@ -146,6 +156,8 @@ def label_epsilon_central(options: Options, dataset_size: int, delta: float) -> 
 
 def claimed_epsilons(sigma: float, spec: PrivacySpec, options: Options) -> dict[str, float]:
     """Every number the paper's analysis gives for this sigma; `epsilon_claimed` picks one by `accounting`."""
+    from mechanisms.accountants import epsilon
+
     k, delta = spec.epochs, spec.delta
     labels = options.epsilon_labels or 0.0
     per_release = local_epsilon(sigma, delta, options, 1)
@@ -175,19 +187,23 @@ def claimed_sigma(spec: PrivacySpec, options: Options) -> float:
                          "lower epsilon_labels or raise epsilon")
     if options.accounting == "local":
         return local_sigma(budget, delta, options, releases)
+    from mechanisms.accountants import calibrate_sigma
+
     return calibrate_sigma(central_events(spec.dataset_size, k, options), budget, delta, spec.accountant).sigma
 
 
 # ---- what is really released (certified) --------------------------------------------------------------
 
 def certification_gap(options: Options) -> str | None:
-    """Why no sound epsilon exists for these options (None when one does). See docs/readme/dp_forward.md."""
+    """Why no sound epsilon exists for these options (None when one does). See docs/mechanisms.md (DP-Forward)."""
     if not options.freeze_pre_noise:
         return ("pre-noise layers are trained with clean per-example gradients, so the released weights of f "
                 "are a non-private function of the training data (at `embedding`, exactly the rows of the "
                 "tokens seen move); no finite epsilon holds. Set freeze_pre_noise: true")
     if options.epsilon_labels is None:
         return "labels are used in the clear (SeqDP only): example-level DP does not hold. Set epsilon_labels"
+    from mechanisms.forward_noise import parse_position
+
     if parse_position(options.position).sequence_level:
         return ("a sequence-level release is not private in its shape and mask: batches are trimmed to their "
                 "longest example (the n x d shape depends on other examples) and post-noise layers read each "
@@ -199,6 +215,11 @@ def release_parts(spec: PrivacySpec, options: Options) -> Parts:
     """What is released per example: its normalised state (norm <= C, so neighbours differ by up to 2C under
     replace-one) with N(0, (sigma C)^2) noise, once per epoch (one shuffled pass), plus its label through RR
     once. Replace-one is the only relation that fits a local release of every example."""
+    from mechanisms import label_rr
+    from mechanisms.clipping import FlatClipping
+    from mechanisms.noise_addition import GaussianNoise
+    from mechanisms.plan import Parts
+
     selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
     labels = () if options.epsilon_labels is None else (label_rr.rr_event(options.epsilon_labels, options.classes),)
     return Parts(selection, FlatClipping(spec.clip), GaussianNoise(spec.clip), extra_events=labels)
@@ -207,6 +228,8 @@ def release_parts(spec: PrivacySpec, options: Options) -> Parts:
 def certified_event(sigma: float, epochs: int, options: Options) -> dp_accounting.DpEvent:
     """k Gaussian releases of states bounded by C with noise sigma C + one RR label: the event of
     `release_parts`, accounted under replace-one (dp-accounting's PLD then compares states 2C apart)."""
+    from mechanisms.plan import PrivacySpec
+
     spec = PrivacySpec(epsilon=None, delta=0.5, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
                        options=options.as_dict())
     return release_parts(spec, options).dp_event(sigma)
@@ -214,6 +237,9 @@ def certified_event(sigma: float, epochs: int, options: Options) -> dp_accountin
 
 def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options) -> float:
     """PLD under replace-one of `certified_event` (any dp-accounting accountant recomputes it)."""
+    from mechanisms.accountants import epsilon
+    from mechanisms.plan import PrivacySpec
+
     spec = PrivacySpec(epsilon=None, delta=delta, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
                        options=options.as_dict())
     relation = release_parts(spec, options).accounting_relation
@@ -227,6 +253,9 @@ def certified_sigma(spec: PrivacySpec, options: Options) -> float:
     if gap is not None:
         raise ValueError(f"dp-forward cannot be calibrated to a certified epsilon (calibration: certified "
                          f"skips it): {gap}")
+    from mechanisms.accountants.analytic_gaussian import amgm_sigma
+    from mechanisms.accountants.calibration import calibrate
+
     guess = amgm_sigma(float(spec.epsilon), spec.delta, TRUE_SENSITIVITY, spec.epochs)  # type: ignore[arg-type]
     return calibrate(lambda s: certified_epsilon(s, spec.epochs, spec.delta, options), float(spec.epsilon),  # type: ignore[arg-type]
                      guess=guess).sigma
@@ -234,13 +263,19 @@ def certified_sigma(spec: PrivacySpec, options: Options) -> float:
 
 class DpForward(Mechanism):
     ID = ID
+    references = ("arXiv:2309.06746",)
     Options = Options
-    AUDIT_COORDINATEWISE = False  # normalisation couples the coordinates of a state
+    audit_coordinatewise = False  # normalisation couples the coordinates of a state
 
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
         return release_parts(spec, options)
 
     def plan(self, spec: PrivacySpec) -> PrivacyPlan:
+        import dp_accounting
+
+        from mechanisms.accountants.analytic_gaussian import agm_epsilon
+        from mechanisms.forward_noise import parse_position
+
         options = self.options(spec.options)
         if spec.sigma is not None:
             sigma = spec.sigma
@@ -286,7 +321,11 @@ class DpForward(Mechanism):
         The hooks object is kept as `module.dp_forward` (`.remove()` undoes them; `.releases` counts
         released examples). Noise and RR seeds derive from option `seed`, else from `generator` (the trial's).
         """
+        import torch
+
+        from mechanisms import label_rr
         from mechanisms.forward_noise import install
+        from mechanisms.private_training import PrivateTraining, plan_loader
 
         if plan.mechanism != ID or plan.sigma is None:
             raise ValueError(f"make_private needs a {ID} plan, got {plan.mechanism!r}")
@@ -319,7 +358,10 @@ class DpForward(Mechanism):
         """One release per row (a flattened hidden state): bound its norm to C, add N(0, (sigma C)^2) per entry.
 
         The normalisation is `forward_noise`'s (the training hook's) and the noise the Gaussian part's."""
+        import torch
+
         from mechanisms.forward_noise import bound_norm
+        from mechanisms.noise_addition import GaussianNoise
 
         rows = torch.from_numpy(np.atleast_2d(np.asarray(sums, dtype=np.float64)).reshape(len(sums), -1))
         bounded = bound_norm(rows, clip, normalization)
@@ -357,5 +399,3 @@ def _head_classes(model: Any) -> int | None:
 
 
 mechanism = DpForward()
-plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
-claimed_step_tradeoff, audit_cases = mechanism.claimed_step_tradeoff, mechanism.audit_cases

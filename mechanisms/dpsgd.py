@@ -8,12 +8,13 @@ equally over the model's tensors, so one example's bound is still C).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mechanisms.clipping import Clipping
 from mechanisms.mechanism import CLIPPINGS, Mechanism, clipping_for
-from mechanisms.noise_addition import GaussianNoise
-from mechanisms.plan import Parts, PrivacySpec
+
+if TYPE_CHECKING:
+    from mechanisms.clipping import Clipping
+    from mechanisms.plan import Parts, PrivacySpec
 
 ID = "dpsgd"
 
@@ -29,18 +30,20 @@ class Options:
 
 class DpSgd(Mechanism):
     ID = ID
+    references = ("arXiv:1607.00133",)
     Options = Options
 
     def clipper(self, spec: PrivacySpec, options: Any) -> Clipping:
         return clipping_for(options.clipping, spec.clip, spec.n_tensors, self.ID)
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
+        from mechanisms.noise_addition import GaussianNoise
+        from mechanisms.plan import Parts
+
         clipper = self.clipper(spec, options)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))
 
 
 mechanism = DpSgd()
-plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
-claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
-__all__ = ["ID", "DpSgd", "Options", "claimed_step_tradeoff", "make_private", "mechanism", "plan", "privatize_step"]
+__all__ = ["ID", "DpSgd", "Options", "mechanism"]

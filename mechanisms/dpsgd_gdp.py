@@ -8,13 +8,14 @@ same sigma and the leaderboard shows both.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mechanisms.accountants import gdp
-from mechanisms.auditing import tradeoff
 from mechanisms.dpsgd import DpSgd, Options
 from mechanisms.mechanism import Claim
-from mechanisms.plan import Parts, PrivacySpec
+
+if TYPE_CHECKING:
+    from mechanisms.auditing.tradeoff import TradeOff
+    from mechanisms.plan import Parts, PrivacySpec
 
 ID = "dpsgd-gdp"
 
@@ -25,27 +26,33 @@ def _gdp_sampler(sampler: str) -> str:
 
 class DpSgdGdp(DpSgd):
     ID = ID
+    references = ("arXiv:1911.11607",)
     Options = Options
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
         """The paper's choice: the CLT's sigma for the target."""
+        from mechanisms.accountants import gdp
+
         return gdp.sigma_for_epsilon(spec.epsilon, spec.delta, parts.sampler.sample_rate, parts.sampler.steps,
                                      _gdp_sampler(parts.sampler.name))
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
+        from mechanisms.accountants import gdp
+
         sampler = _gdp_sampler(parts.sampler.name)
         mu = gdp.mu_of(sigma, parts.sampler.sample_rate, parts.sampler.steps, sampler)
         claimed = gdp.epsilon_from_mu(mu, spec.delta)
         notes = "CLT under-reports epsilon here" if certified is not None and certified > claimed else ""
         return Claim(claimed, f"gdp-clt ({sampler})", {"mu_claimed": mu}, notes)
 
-    def claimed_step_tradeoff(self, sigma: float, **_: Any) -> tradeoff.TradeOff:
+    def claimed_step_tradeoff(self, sigma: float, **_: Any) -> TradeOff:
         """The CLT formula at q = 1, T = 1: mu = sqrt(e^{1/sigma^2} - 1) (> 1/sigma: conservative for one step)."""
+        from mechanisms.accountants import gdp
+        from mechanisms.auditing import tradeoff
+
         return tradeoff.Gaussian(mu=gdp.mu_poisson(sigma, 1.0, 1))
 
 
 mechanism = DpSgdGdp()
-plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
-claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
-__all__ = ["ID", "DpSgdGdp", "claimed_step_tradeoff", "make_private", "mechanism", "plan", "privatize_step"]
+__all__ = ["ID", "DpSgdGdp", "mechanism"]

@@ -23,16 +23,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from mechanisms.accountants import calibrate_sigma, epsilon
 from mechanisms.clipping import Clipping, FlatClipping, PerLayerClipping
 from mechanisms.mechanism import CLIPPINGS, Claim, Mechanism
-from mechanisms.noise_addition import FFT_NORMS, FrequencyNoise, GaussianNoise
-from mechanisms.plan import Parts, PrivacySpec
+
+if TYPE_CHECKING:
+    from mechanisms.plan import Parts, PrivacySpec
 
 ID = "gredp"
 NOISE_PARTS = {"complex": (1 / math.sqrt(2), 1 / math.sqrt(2)), "real": (1.0, 0.0), "complex-full": (1.0, 1.0)}
@@ -50,6 +49,8 @@ class Options:
             raise ValueError(f"noise must be one of {', '.join(NOISE_PARTS)}, got {self.noise!r}")
         if self.noise_parts is not None and not all(math.isfinite(x) for x in self.noise_parts):
             raise ValueError(f"noise_parts must be two finite numbers, got {self.noise_parts}")
+        from mechanisms.noise_addition import FFT_NORMS
+
         if self.fft not in FFT_NORMS:
             raise ValueError(f"fft must be one of {', '.join(FFT_NORMS)}, got {self.fft!r}")
         if self.clipping not in CLIPPINGS:
@@ -85,21 +86,33 @@ def time_domain_clipper(options: Options, clip: float, tensor_sizes: Sequence[in
 
 class Gredp(Mechanism):
     ID = ID
+    references = ("arXiv:2409.11663",)
     Options = Options
-    AUDIT_COORDINATEWISE = False  # the FFT mixes coordinates
+    audit_coordinatewise = False  # the FFT mixes coordinates
+    audit_per_tensor = True  # the transform runs per parameter tensor
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
+        from mechanisms.noise_addition import FrequencyNoise
+        from mechanisms.plan import Parts
+
         clipper = time_domain_clipper(options, spec.clip, spec.tensor_sizes, spec.n_tensors, spec.model_dim)
         return Parts(spec.batch_selection, clipper, FrequencyNoise(spec.clip, options.parts, options.fft))
 
     def paper_parts(self, spec: PrivacySpec) -> Parts:
         """What the paper analyses: DP-SGD's Gaussian at sigma (Theorems 1 and 3)."""
+        from mechanisms.noise_addition import GaussianNoise
+        from mechanisms.plan import Parts
+
         return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(spec.clip))
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
+        from mechanisms.accountants import calibrate_sigma
+
         return calibrate_sigma(self.paper_parts(spec), spec.epsilon, spec.delta, spec.accountant).sigma
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
+        from mechanisms.accountants import epsilon
+
         claimed = epsilon(self.paper_parts(spec).dp_event(sigma), spec.delta, spec.accountant)
         scale = parts.noise_multiplier(sigma) / self.paper_parts(spec).noise_multiplier(sigma)
         notes = ("real-valued noise leaves the odd-symmetric subspace noiseless: not DP for any finite epsilon"
@@ -118,6 +131,10 @@ class Gredp(Mechanism):
         rows are scaled to it, released, and scaled back (a linear map of the release, so the same
         privacy), which keeps the audit in the auditor's units.
         """
+        import torch
+
+        from mechanisms.plan import PrivacySpec
+
         rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
         opts = self.options(self.audit_options(options))
         sizes = list(tensor_sizes) if tensor_sizes is not None else [rows.shape[1]]
@@ -134,9 +151,5 @@ class Gredp(Mechanism):
 
 
 mechanism = Gredp()
-plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
-claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
-
-__all__ = ["ID", "NOISE_PARTS", "Gredp", "Options", "make_private", "mechanism", "plan",
-           "privatize_step", "time_domain_clipper"]
+__all__ = ["ID", "NOISE_PARTS", "Gredp", "Options", "mechanism", "time_domain_clipper"]

@@ -1,15 +1,23 @@
-"""The `Mechanism` base class: a mechanism is its options, its parts, and its own (claimed) analysis.
+"""The mechanism contract: a mechanism is its options, its parts, and its own (claimed) analysis.
 
-What a subclass writes:
-- `Options`: a frozen dataclass of its grid options (parsed strictly by `mechanisms.options`);
+Every hook the planner (`plan`), the trainer (`make_private`) and the auditor (`privatize_step`,
+`claimed_step_tradeoff`, `audit_cases`, `audit_coordinatewise`) use is declared here, with the guarantee it
+must keep; `private` says whether the mechanism claims any privacy. A subclass writes:
+- `ID` (the grid's name) and `Options`: a frozen dataclass of its grid options (parsed strictly by
+  `mechanisms.options`);
 - `parts(spec, options)`: the sampler, clipper and noise adder it runs (`mechanisms.plan.Parts`);
 - optionally `claim(...)` / `claimed_sigma(...)`: the paper's own analysis, when it differs from the
-  reference; and `after_step(...)`: post-processing run after each update.
+  reference; `after_step(...)`: post-processing run after each update; `audit_cases(...)`; and
+  `claimed_step_tradeoff(...)` when the claim is not the reference accountant's.
 
 What the base class derives, the same way for every mechanism: the certified event (from the parts), sigma
 (explicit, or calibrated under the grid's `calibration`), epsilon_certified (PLD, always; RDP and PRV
 recorded beside it), the private training objects (`make_private`, from the plan's parts), and the
 one-step release the auditor tests (`privatize_step`: the noise part's own torch code).
+
+Import-light: a mechanism's descriptor (ID, Options, `private`, its module's docstring) loads without
+torch, Opacus or scipy (`privbench list`, grid validation); the heavy code is imported inside the hooks.
+Mechanisms are found through the `privbench.mechanisms` entry points (`mechanisms.registry`).
 """
 
 from __future__ import annotations
@@ -18,19 +26,24 @@ import dataclasses
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from mechanisms import options as options_lib
-from mechanisms.accountants import calibrate_sigma, epsilon
+from mechanisms.clipping import CLIPPINGS as CLIPPING_RULES
 from mechanisms.clipping import FlatClipping, PerLayerClipping
-from mechanisms.noise_addition import GaussianNoise, NoiseMap
-from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec, relation_name
-from mechanisms.private_training import AfterStep, PrivateTraining, make_private
 
-CLIPPINGS = ("flat", "per-layer")
+if TYPE_CHECKING:
+    import torch
+
+    from mechanisms.auditing.cases import AuditCase
+    from mechanisms.auditing.tradeoff import TradeOff
+    from mechanisms.noise_addition import NoiseMap
+    from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+    from mechanisms.private_training import AfterStep, PrivateTraining
+
+CLIPPINGS = tuple(CLIPPING_RULES)  # the `clipping` option's values: flat, per-layer
 BESIDE = ("rdp", "prv")  # accountants recorded next to the certified (PLD) epsilon
 
 
@@ -60,29 +73,53 @@ class AfterStepPart:
 
 
 class Mechanism:
-    """Base class; subclasses are registered as instances (`mechanisms.register`)."""
+    """The contract every mechanism follows; subclasses are registered as instances (entry points, or
+    `mechanisms.register` in a notebook). Defaults are DP-SGD's, so a DP-SGD variant overrides only what
+    differs (see docs/plugins.md for a worked example)."""
 
     ID: ClassVar[str]
     Options: ClassVar[type] = NoOptions
-    AUDIT_COORDINATEWISE: ClassVar[bool] = True  # privatize_step treats coordinates independently
+    references: ClassVar[tuple[str, ...]] = ()  # the papers it implements (arXiv ids), shown with its results
+    #: True when the mechanism claims privacy; False for a reference run (no noise, no epsilon), which the
+    #: grid runs once per seed without an epsilon axis and the leaderboard uses as the utility baseline.
     private: ClassVar[bool] = True
+    #: True when `privatize_step` treats coordinates independently (output column k depends only on input
+    #: column k and fresh noise): the audit may then run it on the canary's support only, which is exact for
+    #: projection statistics. False when the release mixes coordinates (FFT, permutations, normalisation).
+    audit_coordinatewise: ClassVar[bool] = True
+    #: True when the release acts on each parameter tensor on its own (gredp's per-tensor FFT): the audit
+    #: then passes `privatize_step` the model's tensor structure, scaled to the audited dimension, as
+    #: `tensor_sizes` (summing to the row length).
+    audit_per_tensor: ClassVar[bool] = False
 
     @property
-    def summary(self) -> str:
-        """One line for `privbench list mechanisms`: the first line of its module's docstring."""
-        doc = sys.modules[type(self).__module__].__doc__ or type(self).__doc__ or ""
-        return doc.strip().splitlines()[0] if doc.strip() else ""
+    def description(self) -> str:
+        """What `privbench list mechanisms` shows: the first paragraph of the class' own docstring, else of
+        its module's (one mechanism per module, as the built-ins)."""
+        module = sys.modules.get(type(self).__module__)
+        doc = type(self).__dict__.get("__doc__") or (module.__doc__ if module else None) or ""
+        return " ".join(doc.strip().split("\n\n")[0].split())
 
     # ---- options and parts ---------------------------------------------------------------------------
 
     def options(self, mapping: Mapping[str, Any] | None) -> Any:
+        """The grid's `mechanism_options[ID]` as a frozen `Options`; raises ValueError listing every problem."""
         return options_lib.parse(self.Options, mapping, self.ID)
 
     def option_problems(self, mapping: Mapping[str, Any] | None) -> list[str]:
+        """Every problem with the options, one per line (empty when they are valid); never raises."""
         return options_lib.problems(self.Options, mapping, self.ID)
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts | None:
-        """DP-SGD's parts by default: the spec's sampler, flat clipping at C, Gaussian noise."""
+        """The parts one private step is made of, each stating its guarantee (None: nothing private runs).
+
+        Guarantee: training runs exactly these parts (`make_private` builds the loader, clipper and noise
+        from them), so the event they add up to (`Parts.dp_event`) is the run's certified event.
+        DP-SGD's parts by default: the spec's sampler, flat clipping at C, Gaussian noise.
+        """
+        from mechanisms.noise_addition import GaussianNoise
+        from mechanisms.plan import Parts
+
         clipper = FlatClipping(spec.clip)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))
 
@@ -90,7 +127,7 @@ class Mechanism:
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
         """The mechanism's own epsilon for `sigma`: by default the reference accountant's (nothing claimed
-        beyond what is certified)."""
+        beyond what is certified). A claim is the paper's number, not a bound: the audit tests it."""
         return Claim(certified, "pld")
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
@@ -98,12 +135,20 @@ class Mechanism:
         return self.certified_sigma(spec, parts)
 
     def certified_sigma(self, spec: PrivacySpec, parts: Parts) -> float:
+        """The smallest sigma (on the calibration grid) whose certified epsilon is <= the target."""
+        from mechanisms.accountants import calibrate_sigma
+
         if parts.noise_multiplier(1.0) == 0:
             raise ValueError(f"{self.ID}: this configuration leaves a direction without noise, so no sigma "
                              "reaches a finite certified epsilon (calibration: certified cannot apply)")
         return calibrate_sigma(parts, spec.epsilon, spec.delta, spec.accountant).sigma
 
     def plan(self, spec: PrivacySpec) -> PrivacyPlan:
+        """What runs and what it is worth: parts, sigma, the certified event and the three epsilons.
+
+        Guarantee: `epsilon_certified` is a sound upper bound (PLD) for the event of the parts that
+        `make_private` runs at `sigma`; `epsilon_claimed` is the mechanism's own analysis (`claim`).
+        """
         options = self.options(spec.options)
         parts = self.parts(spec, options)
         if parts is None:
@@ -120,6 +165,9 @@ class Mechanism:
 
     def assemble(self, spec: PrivacySpec, options: Any, parts: Parts, sigma: float) -> PrivacyPlan:
         """The plan of `parts` at `sigma`: the event they add up to, its epsilons, and the claim."""
+        from mechanisms.accountants import epsilon
+        from mechanisms.plan import PrivacyPlan, relation_name
+
         event = parts.dp_event(sigma)
         epsilons = {name: epsilon(event, spec.delta, name, parts.accounting_relation) for name in ("pld", *BESIDE)}
         certified = epsilons["pld"]
@@ -139,14 +187,21 @@ class Mechanism:
 
     def after_step(self, module: torch.nn.Module, plan: PrivacyPlan, options: Any,
                    generator: torch.Generator) -> AfterStepPart:
-        """Post-processing after each update; none by default."""
+        """Post-processing after each update (it must not read the data: it costs and earns no privacy);
+        none by default."""
         return AfterStepPart()
 
     def make_private(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: Any, plan: PrivacyPlan, *,
                      criterion: Any, generator: torch.Generator, grad_sample_mode: str = "hooks",
                      noise_generator: torch.Generator | None = None, secure_mode: bool = False) -> PrivateTraining:
-        """Wrap like Opacus' `make_private`, every part from the plan. `generator` drives batch selection
-        and post-processing, `noise_generator` the noise (both derived from the trial seed by the worker)."""
+        """Wrap like Opacus' `make_private`, every part from the plan.
+
+        Guarantee: the loader, clipping and noise that run are `plan.parts` (the accounted process is the
+        executed one). `generator` drives batch selection and post-processing, `noise_generator` the noise
+        (both derived from the trial seed by the worker).
+        """
+        from mechanisms.private_training import make_private
+
         if plan.mechanism != self.ID:
             raise ValueError(f"{self.ID}.make_private got a plan for {plan.mechanism!r}")
         post = self.after_step(module, plan, self.options(plan.extra.get("options", {})), generator)
@@ -162,6 +217,8 @@ class Mechanism:
 
     def audit_parts(self, sigma: float, clip: float, dim: int, options: Mapping[str, Any]) -> Parts:
         """The parts of one un-subsampled release of a `dim`-coordinate vector (for the one-step audit)."""
+        from mechanisms.plan import PrivacySpec
+
         spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=1, batch_size=1, epochs=1, clip=clip,
                            sigma=sigma, options=options, model_dim=dim, n_tensors=1)
         parts = self.parts(spec, self.options(options))
@@ -171,7 +228,14 @@ class Mechanism:
 
     def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
                        **options: Any) -> np.ndarray:
-        """One release per row of clipped-gradient sums, through the noise part training runs."""
+        """The audit release: one privatised step per row of clipped-gradient sums (rows have norm <= clip).
+
+        Guarantee: the same code and law as one training step's release (the noise part's own `release`),
+        so what the auditor measures is what training does. `options` are the mechanism's own (extra,
+        auditor-side keys are allowed: `audit_options` keeps the declared ones).
+        """
+        import torch
+
         rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
         parts = self.audit_parts(sigma, clip, rows.shape[1], self.audit_options(options))
         generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
@@ -183,15 +247,26 @@ class Mechanism:
         known = {f.name for f in dataclasses.fields(self.Options)}
         return {k: v for k, v in options.items() if k in known}
 
-    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
-        """What the claim says about one un-subsampled release: G_{1/sigma} for DP-SGD's Gaussian."""
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> TradeOff | None:
+        """What the claim says about ONE un-subsampled release with sensitivity `clip` at `sigma`, as a
+        trade-off curve (None: it claims nothing). The audit calls the claim violated when an attack beats
+        this curve. DP-SGD's Gaussian: G_{1/sigma}."""
         from mechanisms.auditing import tradeoff
 
         return tradeoff.Gaussian(mu=1.0 / sigma)
 
+    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[AuditCase]:
+        """Worst-case neighbouring inputs beyond the Dirac canary every mechanism gets (`auditing/cases.py`).
+
+        Each case's two sides must be valid clipped sums (norm <= clip per example) that differ in one
+        example, so a bound found on them is a bound on the mechanism. None by default."""
+        return []
+
 
 def clipping_for(clipping: str, clip: float, n_tensors: int | None, owner: str) -> FlatClipping | PerLayerClipping:
     """Flat clipping at C, or per-layer clipping splitting C over the model's tensors (same example bound)."""
+    if clipping not in CLIPPING_RULES:
+        raise ValueError(f"{owner} clipping must be one of {', '.join(CLIPPINGS)}, got {clipping!r}")
     if clipping == "flat":
         return FlatClipping(clip)
     if n_tensors is None:

@@ -19,14 +19,15 @@ import abc
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-
-import dp_accounting
-import torch
+from typing import TYPE_CHECKING
 
 from mechanisms.clipping import Clipping, PerLayerClipping, relation_factor
 
-NeighborRel = dp_accounting.NeighboringRelation
-NoiseMap = Callable[[int, torch.Tensor], torch.Tensor]  # (tensor index, noise) -> noise in the current frame
+if TYPE_CHECKING:  # torch loads when noise is drawn, dp-accounting when a sensitivity is stated
+    import torch
+    from dp_accounting import NeighboringRelation as NeighborRel
+
+NoiseMap = Callable[[int, "torch.Tensor"], "torch.Tensor"]  # (tensor index, noise) -> noise in the current frame
 
 
 def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | None,
@@ -37,6 +38,8 @@ def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | N
     secure mode (Mironov, "On significance of the least significant bits for differential privacy", 2012
     describes the attack on naive floating-point sampling).
     """
+    import torch
+
     if std == 0:
         return torch.zeros_like(reference)
     if not secure:
@@ -47,6 +50,31 @@ def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | N
         total += torch.normal(0.0, std, reference.shape, generator=generator, device=reference.device,
                               dtype=reference.dtype)
     return total / 2
+
+
+def gaussian_like(sums: Sequence[torch.Tensor], std: float, generator: torch.Generator | None,
+                  secure: bool = False) -> list[torch.Tensor]:
+    """N(0, std^2) shaped like each of `sums`, drawn as ONE flat buffer (rows x all coordinates) and viewed per
+    tensor: one generator call and one kernel per step instead of one per parameter tensor (a step of a small
+    model on a GPU is bound by kernel launches). The draw is a function of the generator's state alone, so a
+    seeded generator reproduces it. Tensors of different dtype, device or leading dimension are drawn one by one.
+    """
+    import torch
+
+    if not sums:
+        return []
+    first = sums[0]
+    if any(s.dtype != first.dtype or s.device != first.device or s.dim() == 0 or s.shape[0] != first.shape[0]
+           for s in sums):
+        return [gaussian(s, std, generator, secure) for s in sums]
+    rows = first.shape[0]
+    sizes = [s[0].numel() if rows else s.numel() for s in sums]
+    flat = gaussian(torch.empty(rows, sum(sizes), dtype=first.dtype, device=first.device), std, generator, secure)
+    offsets = [0]
+    for size in sizes[:-1]:
+        offsets.append(offsets[-1] + size)
+    # narrow, not split: single-output views may be modified in place under grad mode (Opacus' ghost step)
+    return [flat.narrow(1, o, n).view(s.shape) for o, n, s in zip(offsets, sizes, sums, strict=True)]
 
 
 class NoiseAddition(abc.ABC):
@@ -73,12 +101,13 @@ class GaussianNoise(NoiseAddition):
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
-        out = []
-        for i, s in enumerate(sums):
-            noise = gaussian(s, sigma * self.std_per_sigma, generator, secure)
-            if noise_map is not None:
-                noise = noise_map(i, noise)
-            out.append(noise.add_(s))  # in place on the fresh noise: no gradient-sized temporary
+        import torch
+
+        out = gaussian_like(sums, sigma * self.std_per_sigma, generator, secure)
+        if noise_map is not None:
+            out = [noise_map(i, noise) for i, noise in enumerate(out)]
+        if out:
+            torch._foreach_add_(out, list(sums))  # in place on the fresh noise, one multi-tensor kernel
         return out
 
     def sensitivity(self, clipper: Clipping, relation: NeighborRel) -> float:
@@ -103,14 +132,16 @@ class BatchClippedGaussian(NoiseAddition):
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        import torch
+
         if not sums:
             return []
         rows = len(sums[0])
         norm = torch.stack([s.reshape(rows, -1).norm(dim=1) for s in sums]).norm(dim=0)
         scale = (self.batch_clip / (norm + 1e-6)).clamp(max=1.0)
         out = []
-        for i, s in enumerate(sums):
-            noise = gaussian(s, sigma * self.std_per_sigma, generator, secure)
+        for i, (s, noise) in enumerate(zip(sums, gaussian_like(sums, sigma * self.std_per_sigma, generator, secure),
+                                           strict=True)):
             if noise_map is not None:
                 noise = noise_map(i, noise)
             out.append(noise.addcmul_(s, scale.reshape(rows, *([1] * (s.dim() - 1)))))
@@ -152,6 +183,8 @@ class FrequencyNoise(NoiseAddition):
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+        import torch
+
         norm = FFT_NORMS[self.fft]
         a, b = self.parts
         std = sigma * self.std_per_sigma
@@ -172,4 +205,4 @@ class FrequencyNoise(NoiseAddition):
         return sigma * min(abs(self.parts[0]), abs(self.parts[1])) / (relation_factor(relation) * math.sqrt(layers))
 
 
-__all__ = ["BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian"]
+__all__ = ["BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian", "gaussian_like"]

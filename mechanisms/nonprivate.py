@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
-import torch
 
 from mechanisms.mechanism import Mechanism
-from mechanisms.plan import PrivacyPlan, PrivacySpec
-from mechanisms.private_training import PrivateTraining, plan_loader
+
+if TYPE_CHECKING:
+    import torch
+
+    from mechanisms.plan import PrivacyPlan, PrivacySpec
+    from mechanisms.private_training import PrivateTraining
 
 ID = "nonprivate"
 
@@ -22,6 +24,10 @@ class NonPrivate(Mechanism):
 
     def plan(self, spec: PrivacySpec) -> PrivacyPlan:
         """No privacy: no sigma, no epsilons; the sampler is shuffling, as ordinary training."""
+        import dp_accounting
+
+        from mechanisms.plan import PrivacyPlan
+
         selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
         return PrivacyPlan(
             mechanism=ID, sigma=None, sample_rate=selection.sample_rate, steps=selection.steps, delta=spec.delta,
@@ -32,6 +38,8 @@ class NonPrivate(Mechanism):
 
     def make_private(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: Any, plan: PrivacyPlan, *,
                      criterion: Any, generator: torch.Generator, **_: Any) -> PrivateTraining:
+        from mechanisms.private_training import PrivateTraining, plan_loader
+
         return PrivateTraining(module, optimizer, plan_loader(data, plan, generator), criterion)
 
     def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
@@ -45,7 +53,5 @@ class NonPrivate(Mechanism):
 
 
 mechanism = NonPrivate()
-plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
-claimed_step_tradeoff = mechanism.claimed_step_tradeoff
 
-__all__ = ["ID", "NonPrivate", "mechanism", "plan"]
+__all__ = ["ID", "NonPrivate", "mechanism"]

@@ -26,9 +26,8 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping, DPPe
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from mechanisms.clipping import GRAD_SAMPLE_MODES
 from mechanisms.noise_addition import NoiseAddition, NoiseMap
-
-GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # bk: mechanisms/bookkeeping
 
 
 class ReleaseObserver(Protocol):
@@ -127,6 +126,13 @@ class PrivateBookkeepingOptimizer(PrivateGhostOptimizer):
             else:
                 p.summed_grad = p.grad
             p.grad = None
+
+    def scale_grad(self) -> None:
+        """Opacus' division by the expected batch size as one multi-tensor kernel (it loops per tensor)."""
+        if self.loss_reduction == "mean":  # type: ignore[attr-defined]
+            grads = [p.grad for p in self.params]  # type: ignore[attr-defined]
+            if grads:
+                torch._foreach_div_(grads, self.expected_batch_size * self.accumulated_iterations)  # type: ignore[attr-defined]
 
 
 def optimizer_class(clipping: str, grad_sample_mode: str) -> type[PrivateOptimizerMixin]:

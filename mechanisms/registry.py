@@ -1,11 +1,32 @@
-"""The mechanism registry: `Mechanism` instances (mechanisms/mechanism.py) by their kebab-case id."""
+"""Registries of named things (mechanisms, accountants, and in `workers` models and datasets), filled from
+entry points, so that privbench's own entries and a user's plugins arrive the same way.
+
+Each kind has an entry-point group, `privbench.<kind>s`; an entry's name is the id a grid uses and its value
+(`module:attr`) names an object following the kind's contract (`mechanisms.Mechanism`,
+`mechanisms.accountants.accountant.Accountant`, `workers.models.Model`, `workers.datasets.Dataset`).
+privbench's built-ins are declared in pyproject.toml and, identically, in the `builtins` of each registry:
+a Ray worker that received privbench as shipped folders (runtime_env `py_modules`) has no package
+metadata, yet must find them (tests/test_plugins.py keeps the two declarations equal). Installed plugins
+come from package metadata, on the driver and on every worker; modules named by a grid's `plugins:` are
+imported and scanned by `workers.plugins`.
+
+Loading happens once per process, on first use (never at import), and imports only the modules the
+entries name: those hold light descriptors, whose heavy code is imported inside the hooks that need it.
+A plugin that fails to load does not take the others down: asking for it raises its error.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from mechanisms.accountants.accountant import Accountant
     from mechanisms.mechanism import Mechanism
+
+T = TypeVar("T")
+GROUP_PREFIX = "privbench."
 
 
 class UnknownName(ValueError):
@@ -16,28 +37,151 @@ class UnknownName(ValueError):
         self.kind, self.name, self.known = kind, name, known
 
 
-_MECHANISMS: dict[str, Mechanism] = {}
+class PluginError(ValueError):
+    """An entry point or plugin module that cannot be loaded, or an object that breaks its kind's contract."""
+
+
+class Registry(Generic[T]):
+    """Named objects of one kind: the built-in entry points, the installed ones, and `register`ed ones.
+
+    `check(obj)` returns the name the object declares (its id), raising TypeError when it does not follow
+    the contract; an entry point's name must equal it.
+    """
+
+    def __init__(self, kind: str, builtins: Mapping[str, str], check: Callable[[Any], str]) -> None:
+        self.kind, self.group = kind, f"{GROUP_PREFIX}{kind}s"
+        self.builtins, self._check = dict(builtins), check
+        self._objects: dict[str, T] = {}
+        self._broken: dict[str, str] = {}
+        self._loaded = False
+
+    def entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        """The built-in entries, then the installed ones (privbench's own metadata repeats the built-ins)."""
+        points = [importlib.metadata.EntryPoint(name, value, self.group) for name, value in self.builtins.items()]
+        seen = {(p.name, p.value) for p in points}
+        for point in importlib.metadata.entry_points(group=self.group):
+            if (point.name, point.value) not in seen:
+                seen.add((point.name, point.value))
+                points.append(point)
+        return points
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for point in self.entry_points():
+            try:
+                obj = point.load()
+                self._add(obj, point.name)
+            except Exception as e:  # noqa: BLE001 - one broken plugin must not hide the others
+                self._broken[point.name] = (f"{self.group} entry point {point.name} = {point.value}: "
+                                            f"{type(e).__name__}: {e}").splitlines()[0]
+
+    def _add(self, obj: Any, declared: str | None = None) -> T:
+        try:
+            name = self._check(obj)
+        except TypeError as e:
+            raise PluginError(f"not a {self.kind}: {e}") from None
+        if declared is not None and declared != name:
+            raise PluginError(f"the entry point is named {declared!r} but the {self.kind} says it is {name!r}")
+        if name in self._objects and self._objects[name] is not obj:
+            raise PluginError(f"{self.kind} {name!r} registered twice")
+        self._objects[name] = obj
+        return obj
+
+    def register(self, obj: T) -> T:
+        """Add an object (a notebook's, or a `plugins:` module's); a second object under a name is an error."""
+        self._load()
+        return self._add(obj)
+
+    def unregister(self, name: str) -> None:
+        """Remove an entry (a notebook's or a test's); unknown names are an error."""
+        self._load()
+        if name not in self._objects:
+            raise UnknownName(self.kind, name, self.names())
+        del self._objects[name]
+
+    def get(self, name: str) -> T:
+        self._load()
+        if name in self._objects:
+            return self._objects[name]
+        if name in self._broken:
+            raise PluginError(self._broken[name])
+        raise UnknownName(self.kind, name, self.names())
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._objects)
+
+    def items(self) -> list[tuple[str, T]]:
+        self._load()
+        return sorted(self._objects.items())
+
+    def broken(self) -> dict[str, str]:
+        """Entries that failed to load, with why (shown by `privbench list`)."""
+        self._load()
+        return dict(self._broken)
+
+    def name_of(self, obj: Any) -> str:
+        """The name `obj` declares; TypeError when it does not follow this kind's contract."""
+        return self._check(obj)
+
+    def accepts(self, obj: Any) -> bool:
+        try:
+            self._check(obj)
+        except TypeError:
+            return False
+        return True
+
+
+def _mechanism_id(obj: Any) -> str:
+    from mechanisms.mechanism import Mechanism
+
+    if not isinstance(obj, Mechanism):
+        raise TypeError(f"{obj!r} is not a mechanisms.Mechanism instance")
+    if not isinstance(getattr(obj, "ID", None), str) or not obj.ID:
+        raise TypeError(f"{type(obj).__name__} has no ID (the name grids use)")
+    return obj.ID
+
+
+def _accountant_name(obj: Any) -> str:
+    from mechanisms.accountants.accountant import Accountant
+
+    if not isinstance(obj, Accountant):
+        raise TypeError(f"{obj!r} is not a mechanisms.accountants.accountant.Accountant")
+    return obj.name
+
+
+MECHANISMS: Registry[Mechanism] = Registry("mechanism", {
+    "nonprivate": "mechanisms.nonprivate:mechanism",
+    "dpsgd": "mechanisms.dpsgd:mechanism",
+    "dpsgd-gdp": "mechanisms.dpsgd_gdp:mechanism",
+    "gredp": "mechanisms.gredp:mechanism",
+    "shuffled-dpsgd": "mechanisms.shuffled_dpsgd:mechanism",
+    "dp-forward": "mechanisms.dp_forward:mechanism",
+}, _mechanism_id)
+
+ACCOUNTANTS: Registry[Accountant] = Registry("accountant", {
+    name: f"mechanisms.accountants.accountant:{name.upper()}"
+    for name in ("pld", "rdp", "prv", "gdp", "ma_classic", "fenton_wilkinson")
+}, _accountant_name)
 
 
 def register(mechanism: Mechanism) -> Mechanism:
-    if mechanism.ID in _MECHANISMS:
-        raise ValueError(f"mechanism {mechanism.ID!r} registered twice")
-    _MECHANISMS[mechanism.ID] = mechanism
-    return mechanism
+    return MECHANISMS.register(mechanism)
 
 
 def get(mechanism_id: str) -> Mechanism:
-    if mechanism_id not in _MECHANISMS:
-        raise UnknownName("mechanism", mechanism_id, names())
-    return _MECHANISMS[mechanism_id]
+    return MECHANISMS.get(mechanism_id)
 
 
 def names() -> list[str]:
-    return sorted(_MECHANISMS)
+    return MECHANISMS.names()
 
 
 def unregister(mechanism_id: str) -> None:
-    """Remove a mechanism (a notebook's or a test's); unknown ids are an error."""
-    if mechanism_id not in _MECHANISMS:
-        raise UnknownName("mechanism", mechanism_id, names())
-    del _MECHANISMS[mechanism_id]
+    MECHANISMS.unregister(mechanism_id)
+
+
+__all__ = ["ACCOUNTANTS", "MECHANISMS", "PluginError", "Registry", "UnknownName", "get", "names", "register",
+           "unregister"]

@@ -1,6 +1,6 @@
 """Shuffled DP-SGD (Yang, Ji, Xiang 2024; arXiv 2407.15414).
 
-DP-SGD plus two parts, composed onto `dpsgd.make_private` rather than copied:
+DP-SGD plus two parts, composed onto DP-SGD's `make_private` rather than copied:
 
 - noise (`batch_clip_noise`): the sum of per-sample-clipped gradients is clipped again, as one flat
   vector, to c' = `batch_clip_ratio` * c (Alg. 1 line 12), then N(0, (sigma c)^2) is added;
@@ -30,22 +30,22 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from mechanisms.accountants import fenton_wilkinson as fw
-from mechanisms.auditing import tradeoff
-from mechanisms.auditing.cases import AuditCase
-from mechanisms.batch_selection import NeighborRel
 from mechanisms.clipping import FlatClipping
 from mechanisms.mechanism import AfterStepPart, Mechanism
-from mechanisms.noise_addition import BatchClippedGaussian, GaussianNoise, NoiseAddition, NoiseMap
-from mechanisms.permutation import BlockLayout, CanonicalFrame, permute_
 from mechanisms.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
-from mechanisms.permutation_hf import find_blocks
-from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from mechanisms.auditing.cases import AuditCase
+    from mechanisms.auditing.tradeoff import TradeOff
+    from mechanisms.noise_addition import NoiseAddition, NoiseMap
+    from mechanisms.permutation import BlockLayout, CanonicalFrame
+    from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
 
 ID = "shuffled-dpsgd"
 CLAIMED_BY = "fenton-wilkinson (Thm 6 + advanced composition + subsampling)"
@@ -129,25 +129,32 @@ class Options:
 
 def sensitivity(batch_clip_ratio: float | None) -> float:
     """Add/remove L2 sensitivity of the released sum in units of c, as the noise part declares it."""
-    return noise_part(1.0, batch_clip_ratio).sensitivity(FlatClipping(1.0), NeighborRel.ADD_OR_REMOVE_ONE)
+    from dp_accounting import NeighboringRelation
+
+    return noise_part(1.0, batch_clip_ratio).sensitivity(FlatClipping(1.0), NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 def noise_part(clip: float, batch_clip_ratio: float | None) -> NoiseAddition:
     """The release: batch clip to c' = ratio * c then Gaussian noise, or plain Gaussian noise (fallback)."""
+    from mechanisms.noise_addition import BatchClippedGaussian, GaussianNoise
+
     if batch_clip_ratio is None:
         return GaussianNoise(clip)
     return BatchClippedGaussian(clip, batch_clip_ratio * clip)
 
 
 def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -> float:
+    from mechanisms.accountants import fenton_wilkinson as fw
+
     return fw.epsilon(sigma, spec.sample_rate, spec.steps, spec.delta, dim,
                       batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
 
 
 class ShuffledDpSgd(Mechanism):
     ID = ID
+    references = ("arXiv:2407.15414",)
     Options = Options
-    AUDIT_COORDINATEWISE = False  # the permutation mixes coordinates
+    audit_coordinatewise = False  # the permutation mixes coordinates
 
     def options(self, mapping: Mapping[str, Any] | None) -> Options:
         return Options.parse(mapping)
@@ -160,6 +167,8 @@ class ShuffledDpSgd(Mechanism):
         return []
 
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
+        from mechanisms.plan import Parts
+
         ratio = options.batch_clip_ratio if options.shuffle else None
         return Parts(spec.batch_selection, FlatClipping(spec.clip), noise_part(spec.clip, ratio),
                      post_processing="coupled random permutation of transformer blocks" if options.shuffle else None)
@@ -170,6 +179,8 @@ class ShuffledDpSgd(Mechanism):
         Alg. 1 falls back to plain DP-SGD at sigma_0 when the shuffled sigma is not below it: the plan then
         runs with `shuffle: false` (no batch clip, no permutation), which is what its parts describe.
         """
+        from mechanisms.accountants import fenton_wilkinson as fw
+
         opts = self.options(spec.options)
         dim, source = opts.claim_dim(spec.model_dim)
         extra: dict[str, Any] = {"num_params": dim if dim > 1 else opts.num_params, "num_params_source": source,
@@ -210,6 +221,11 @@ class ShuffledDpSgd(Mechanism):
                              "or option num_params")
         if not options.shuffle:
             return AfterStepPart()
+        import torch
+
+        from mechanisms.permutation import CanonicalFrame
+        from mechanisms.permutation_hf import find_blocks
+
         layouts = find_blocks(module)
         if not layouts:
             raise ValueError(f"{ID}: no trainable BERT/RoBERTa/ViT/GPT-2 block in {type(module).__name__} "
@@ -229,7 +245,7 @@ class ShuffledDpSgd(Mechanism):
         return AfterStepPart(shuffler, noise_map_for, shuffler)
 
 
-    # ---- auditing hooks (mechanisms/auditing/hooks.py) ----------------------------------------------
+    # ---- auditing hooks (declared by `Mechanism`) --------------------------------------------------
 
     def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
                            **options: Any) -> np.ndarray:
@@ -246,12 +262,15 @@ class ShuffledDpSgd(Mechanism):
         return permute_rows(released, rng, opts.flat_permutation, FlatBlock(*opts.flat_block))
 
 
-    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> tradeoff.TradeOff | None:
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> TradeOff | None:
         """The paper's per-step claim: f_{eps(delta), delta} from Thm 6 at each delta, as one envelope.
 
         d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
         audited d-coordinate vector. Auditing another dimension, pass num_params = that dimension.
         """
+        from mechanisms.accountants import fenton_wilkinson as fw
+        from mechanisms.auditing import tradeoff
+
         opts = Options.parse(options)
         dim, _ = opts.claim_dim()
         curves = []
@@ -269,6 +288,8 @@ class ShuffledDpSgd(Mechanism):
         u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
         with clipped gradient c u); both lie inside the batch-clip ball, so the clip keeps their gap c.
         """
+        from mechanisms.auditing.cases import AuditCase
+
         opts = Options.parse(options)
         if dim < 2:
             return []
@@ -290,6 +311,8 @@ class Shuffler:
         self.shuffles, self.seconds = 0, 0.0
 
     def __call__(self, optimizer: Any) -> None:
+        from mechanisms.permutation import permute_
+
         start = time.perf_counter()
         permute_(self.layouts, self.generator, optimizer=optimizer, frame=self.frame,
                  shared_value=self.shared_value)
@@ -303,8 +326,5 @@ def trainable_params(model: torch.nn.Module) -> int:
 
 
 mechanism = ShuffledDpSgd()
-plan, make_private, privatize_step = mechanism.plan, mechanism.make_private, mechanism.privatize_step
-claimed_step_tradeoff, audit_cases = mechanism.claimed_step_tradeoff, mechanism.audit_cases
 
-__all__ = ["ID", "Options", "ShuffledDpSgd", "Shuffler", "audit_cases", "claimed_step_tradeoff", "make_private",
-           "mechanism", "noise_part", "plan", "privatize_step", "sensitivity"]
+__all__ = ["ID", "Options", "ShuffledDpSgd", "Shuffler", "mechanism", "noise_part", "sensitivity"]

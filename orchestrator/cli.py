@@ -48,6 +48,7 @@ def _read_for(out_file: Path | None, store: Any, ledger: str | None, sweeps: lis
     sweeps' records, and a metric they have."""
     _writable_parent(out_file)
     st = _open_store(store, ledger)
+    sweep_cli.not_into_store(out_file, st)
     with store_errors(st.where):
         names, records = _records(st, sweeps)
     _known_metric(records, metric)
@@ -66,14 +67,26 @@ def leaderboard(
                                            "cells' selected candidates at epsilon including tuning.")] = "certified",
     fmt: Annotated[str, typer.Option("--format", help="table|csv|markdown|latex|json|html")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
+    columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
+                                              "audited, status, step x, runs): privacy, audit, overhead or all, "
+                                              "comma-separated. CSV and JSON always hold every field.")] = "core",
+    float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (a bare tabular, shrunk to the "
+                                                           "line width when wider), table or table*.")] = "none",
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
     from dashboards import tuning
-    from dashboards.render import FORMATS, render, rich_table
+    from dashboards.render import FLOATS, FORMATS, render, rich_table
+    from storage import schema
 
     if fmt not in FORMATS:
         fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    try:
+        groups_chosen = schema.select(columns)
+    except ValueError as e:
+        fail(str(e))
+    if float_env not in FLOATS:
+        fail(f"unknown --float {float_env!r}; known: {', '.join(FLOATS)}")
     if view not in (*lb.VIEWS, tuning.TUNED_VIEW):
         fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuning.TUNED_VIEW))}")
     if view == tuning.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
@@ -98,12 +111,15 @@ def leaderboard(
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
-            out.print(rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)"))
+            table = rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
+                               groups_chosen)
+            _print_whole(table)
             for r in part:
                 if r.tuning:
                     out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
         return
-    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}")
+    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
+                  columns=groups_chosen, float_env=float_env)
     if fmt in ("table", "markdown"):
         text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
     if out_file is None:
@@ -114,6 +130,22 @@ def leaderboard(
 
 def _eps(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
+
+
+def _print_whole(table: Any) -> None:
+    """Piped or logged with no COLUMNS to go by, a table gets the width it needs: no header or cell is
+    folded. A terminal (or an explicit COLUMNS) keeps its width, which the default columns fit at 80."""
+    if out.is_terminal or os.environ.get("COLUMNS"):
+        out.print(table)
+        return
+    from rich.measure import Measurement
+
+    width = out.width
+    out.width = max(width, Measurement.get(out, out.options.update(max_width=1000), table).maximum)
+    try:
+        out.print(table)
+    finally:
+        out.width = width
 
 
 def _writable_parent(path: Path | None) -> None:
@@ -132,7 +164,11 @@ def _write(path: Path, text: str) -> None:
 
 
 def _known_metric(records: list[dict], metric: str) -> None:
-    """A metric no record has would give a leaderboard of nulls: say which metrics exist instead."""
+    """A metric no record has would give a leaderboard of nulls: say which metrics exist instead (or,
+    when no trial finished, that they all failed, and the first error)."""
+    if records and all(r.get("status") == "failed" for r in records):
+        first = next((str(r.get("error")) for r in records if r.get("error")), "no error recorded").splitlines()
+        fail(f"all {len(records)} trials failed: first error {(first or [''])[0][:200]}", code=1)
     known = sorted({k for r in records for k, v in (r.get("metrics") or {}).items() if isinstance(v, int | float)})
     if records and metric not in known:
         fail(f"unknown metric {metric!r}; the records have: {', '.join(known) or 'none'}")
@@ -165,16 +201,31 @@ def plot(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
+    size: Annotated[str | None, typer.Option(help="single (3.3 in wide, one column of a two-column paper) or "
+                                                  "double (7 in); default: the figure's own size.")] = None,
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
 
     if kind not in (*figures.KINDS, figures.TUNING_KIND):
         fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
-    if out_file.suffix.lstrip(".").lower() not in figures.FORMATS:
+    if size is not None and size not in figures.SIZES:
+        fail(f"unknown size {size!r}; known: {', '.join(figures.SIZES)}")
+    fmt = out_file.suffix.lstrip(".").lower()
+    if fmt not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
+    if fmt == "pgf" and figures.tex_engine() is None:
+        fail("--out .pgf needs a TeX engine (xelatex, lualatex or pdflatex) on PATH; use .pdf or .svg otherwise")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
-    figures.save(figures.build(kind, records, metric), out_file)
+    fig = figures.build(kind, records, metric, size)
+    try:
+        figures.save(fig, out_file)
+    except OSError as e:
+        fail(f"cannot write {out_file}: {e.strerror or e}")
+    except Exception as e:  # matplotlib's LatexError: the TeX engine is there but could not typeset
+        if type(e).__name__ != "LatexError":
+            raise
+        fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
     out.print(f"wrote {out_file}")
 
 
@@ -191,6 +242,7 @@ def export(
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
     _writable_parent(out_file)
     st = _open_store(store, ledger)
+    sweep_cli.not_into_store(out_file, st)
     name = resolve_sweep(st, sweep)
     with store_errors(st.where):
         records = st.records(name)
@@ -218,6 +270,7 @@ def ui(
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
     from dashboards.ui import UiError, check_bindable, runs_table_url, serve
     from orchestrator.sweep_cli import locate
+    from storage.mlflow_view import RUNS_VIEW_TAG
 
     location = locate(store, artifacts=artifacts)
     if location.kind == "server":
@@ -227,10 +280,13 @@ def ui(
     st = _open_store(location)
     with store_errors(st.where):
         sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
+        # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
+        viewed = {e for _, e in sweeps if RUNS_VIEW_TAG in (st.client.get_experiment(e).tags or {})}
     try:
         check_bindable(host, port)
         for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            out.print(f"{name}: {runs_table_url(host, port, experiment_id)}", soft_wrap=True, highlight=False)
+            url = runs_table_url(host, port, experiment_id, view=experiment_id in viewed)
+            out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
         code = serve(location, host, port)
     except UiError as e:
         fail(str(e))
@@ -239,25 +295,29 @@ def ui(
 
 @app.command("list")
 def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")]) -> None:
-    """List the names a grid file can use."""
-    import mechanisms
+    """List the names a grid file can use: privbench's and installed plugins' (entry points)."""
+    from mechanisms.accountants.accountant import described
+    from mechanisms.registry import ACCOUNTANTS, MECHANISMS
     from workers import datasets, models
 
     if what == "mechanisms":
-        rows = [(n, mechanisms.get(n).summary) for n in mechanisms.names()]
+        rows = [(n, m.description) for n, m in MECHANISMS.items()]
+        broken = MECHANISMS.broken()
     elif what == "datasets":
         rows = [(n, f"{kind}: {desc}") for n, kind, desc in datasets.describe()]
+        broken = datasets.DATASETS.broken()
     elif what == "models":
         rows = [(n, f"{kinds}: {desc}") for n, kinds, desc in models.describe()]
+        broken = models.MODELS.broken()
     elif what == "accountants":
-        from mechanisms.accountants.compare import KIND
-
-        rows = list(KIND.items())
+        rows = [(n, described(a)) for n, a in ACCOUNTANTS.items()]
+        broken = ACCOUNTANTS.broken()
     else:
         fail(f"unknown list {what!r}; known: mechanisms, datasets, models, accountants")
+    rows += [(n, f"failed to load: {why}") for n, why in sorted(broken.items())]
     table = Table(title=what)
-    table.add_column("name")
-    table.add_column("description")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description", overflow="fold")
     for row in rows:
         table.add_row(*row)
     out.print(table)

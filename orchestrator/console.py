@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import NoReturn
 
 import typer
@@ -9,8 +10,8 @@ from rich.console import Console
 
 out = Console()
 err = Console(stderr=True)
-for _c in (out, err):  # wide tables stay readable when piped or logged
-    if not _c.is_terminal:
+for _c in (out, err):  # wide tables stay readable when piped or logged, unless COLUMNS says how wide
+    if not _c.is_terminal and not os.environ.get("COLUMNS"):
         _c.width = max(_c.width, 180)
 
 

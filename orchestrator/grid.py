@@ -26,7 +26,7 @@ from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, Tra
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train", "model_train", "secure_rng", "max_trials", "tune"}
+             "mechanism_train", "model_train", "secure_rng", "max_trials", "plugins", "tune"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_AXIS_VALUES = 10_000
@@ -50,6 +50,7 @@ class GridSpec:
     raw: dict[str, Any]
     text: str
     trials: tuple[TrialConfig, ...]
+    plugins: tuple[str, ...] = ()  # modules the driver imported and ships to the cluster (workers.plugins)
 
     @property
     def gpus_requested(self) -> float:
@@ -169,11 +170,28 @@ def _numbers(where: str, field: str, values: list[Any], problems: list[str]) -> 
     return out
 
 
-def _is_private(name: str) -> bool:
+def mechanism_private(name: str) -> bool:
+    """Whether a mechanism claims privacy (`Mechanism.private`); unknown names are reported with the axis."""
     try:
         return bool(mechanisms.get(name).private)
-    except UnknownName:
+    except (UnknownName, mechanisms.PluginError):
         return True
+
+
+def _plugins(raw: dict[str, Any], source: str, problems: list[str]) -> tuple[str, ...]:
+    """`plugins:` modules, imported and registered now (so the grid validates their names like built-ins);
+    a module not installed is looked for beside the grid file."""
+    from workers import plugins as plugins_lib
+
+    value = raw.get("plugins")
+    names = _as_list(value) if value is not None else []
+    folder = [Path(source).parent] if Path(source).is_file() else []
+    for name in names:
+        try:
+            plugins_lib.load([name], search=folder)
+        except (mechanisms.PluginError, ImportError) as e:
+            problems.append(str(e))
+    return tuple(str(n) for n in names)
 
 
 def _axes(raw: dict[str, Any], problems: list[str]) -> Axes:
@@ -196,7 +214,7 @@ def _axes(raw: dict[str, Any], problems: list[str]) -> Axes:
              _names("mechanism", values["mechanism"], mechanisms.get, problems)]
     epsilons = [float(e) for e in _numbers("grid.epsilon", "epsilon", values["epsilon"], problems)]
     seeds = _numbers("seeds", "seed", values["seeds"], problems)
-    return Axes(*names, epsilons, seeds, frozenset(m for m in names[2] if _is_private(m)))
+    return Axes(*names, epsilons, seeds, frozenset(m for m in names[2] if mechanism_private(m)))
 
 
 def _trial_count(raw: dict[str, Any], axes: Axes, problems: list[str]) -> None:
@@ -352,7 +370,7 @@ def _name(raw: dict[str, Any], source: str, problems: list[str]) -> str:
 
 # expansion --------------------------------------------------------------------------------------------
 def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str], tuple[TrainConfig, frozenset[str]]],
-            options: dict[str, dict[str, dict[str, Any]]]) -> Iterator[TrialConfig]:
+            options: dict[str, dict[str, dict[str, Any]]], plugins: tuple[str, ...]) -> Iterator[TrialConfig]:
     for d, m, mech, seed in itertools.product(axes.datasets, axes.models, axes.mechanisms, axes.seeds):
         private = mech in axes.private
         train_cfg, train_written = train[m, mech]
@@ -364,7 +382,8 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str], 
                 secure_rng=shared.secure_rng, train=train_cfg, audit=shared.audit, resources=shared.resources,
                 mechanism_options=options["mechanism_options"].get(mech, {}),
                 model_options=options["model_options"].get(m, {}),
-                dataset_options=options["dataset_options"].get(d, {}), written=train_written | shared.written)
+                dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
+                written=train_written | shared.written)
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:
@@ -373,6 +392,7 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     raw = _mapping("grid file", _read_yaml(text, source), problems)
     _unknown_keys("top level", raw, TOP_LEVEL, problems)
     name = _name(raw, source, problems)
+    plugins = _plugins(raw, source, problems)
     axes = _axes(raw, problems)
     _trial_count(raw, axes, problems)
     shared = _shared(raw, axes, problems)
@@ -382,8 +402,8 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     tune = tuning.grid_spec(raw, axes, options, problems) if "tune" in raw else None
     if problems:
         raise GridError(problems)
-    trials = _expand(name, axes, shared, train, options)
-    return GridSpec(name, raw, text, tuple(tuning.expand(trials, tune) if tune else trials))
+    trials = _expand(name, axes, shared, train, options, plugins)
+    return GridSpec(name, raw, text, tuple(tuning.expand(trials, tune) if tune else trials), plugins)
 
 
 def load(path: str | Path) -> GridSpec:

@@ -25,9 +25,7 @@ app = typer.Typer(help="Privacy accounting and noise calibration.", no_args_is_h
 out = Console()
 err = Console(stderr=True)
 
-# Written out so that --help needs no import of the accountants (tests check it equals compare.ACCOUNTANTS).
-ACCOUNTANTS = ("pld", "rdp", "prv", "gdp", "ma_classic", "fenton_wilkinson")
-ACCOUNTANT_HELP = f"One of {', '.join(ACCOUNTANTS)}, or all."
+ACCOUNTANT_HELP = "An accountant (`privbench list accountants`: sound ones, the papers' claims, plugins), or all."
 
 
 class _Invalid(ValueError):
@@ -76,32 +74,39 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 def _setting(sample_rate: str | None, steps: str | None, delta: str | None, sampler: str,
              dataset_size: str | None, dim: str | None, batch_clip_ratio: str | None,
-             batch_size: str | None, delta_split: str) -> compare.DpsgdSetting:
-    return compare.DpsgdSetting(
-        sample_rate=_number("sample-rate", sample_rate, required=True),
-        steps=_number("steps", steps, int, required=True),
-        delta=_number("delta", delta, required=True),
-        sampler=sampler,
-        dataset_size=_number("dataset-size", dataset_size, int),
-        dim=_number("dim", dim),
-        batch_clip_ratio=_number("batch-clip-ratio", batch_clip_ratio),
-        batch_size=_number("batch-size", batch_size, int),
-        delta_split=_number("delta-split", delta_split),
-    )
+             batch_size: str | None, delta_split: str, epochs: str | None = None) -> compare.DpsgdSetting:
+    """The run's geometry as a trial states it (--dataset-size N --batch-size B --epochs E, any sampler),
+    or Poisson sampling by rate and steps (--sample-rate q --steps T): the same sampler objects and parts
+    a trial's plan uses, so both give the trial's certified epsilon."""
+    claims = {"dim": _number("dim", dim), "batch_clip_ratio": _number("batch-clip-ratio", batch_clip_ratio),
+              "delta_split": _number("delta-split", delta_split)}
+    delta_value = _number("delta", delta, required=True)
+    if epochs is not None:
+        if sample_rate is not None or steps is not None:
+            raise _Invalid("give either --dataset-size/--batch-size/--epochs or --sample-rate/--steps, not both")
+        return compare.DpsgdSetting.of(sampler, _number("dataset-size", dataset_size, int, required=True),
+                                       _number("batch-size", batch_size, int, required=True),
+                                       _number("epochs", epochs, int), delta_value, **claims)
+    if sampler != "poisson":
+        raise _Invalid(f"the {sampler} sampler needs the trial's geometry: --dataset-size, --batch-size and "
+                       "--epochs")
+    return compare.DpsgdSetting.poisson(_number("sample-rate", sample_rate, required=True),
+                                        _number("steps", steps, int, required=True), delta_value,
+                                        batch_size=_number("batch-size", batch_size, int), **claims)
 
 
 def _names(setting: compare.DpsgdSetting, accountant: str) -> tuple[str, ...]:
     if accountant == "all":
         return compare.applicable(setting)
-    if accountant not in compare.ACCOUNTANTS:
-        raise _Invalid(f"unknown accountant {accountant!r}; known: {', '.join(compare.ACCOUNTANTS)}, all")
+    if accountant not in compare.accountants():
+        raise _Invalid(f"unknown accountant {accountant!r}; known: {', '.join(compare.accountants())}, all")
     return (accountant,)
 
 
 def _setting_fields(setting: compare.DpsgdSetting) -> dict[str, Any]:
     fields = {"delta": setting.delta, "sample_rate": setting.sample_rate, "steps": setting.steps,
               "sampler": setting.sampler, "adjacency": setting.adjacency}
-    for name in ("dataset_size", "dim", "batch_clip_ratio", "batch_size"):
+    for name in ("dataset_size", "epochs", "dim", "batch_clip_ratio", "batch_size"):
         if getattr(setting, name) is not None:
             fields[name] = getattr(setting, name)
     if "fenton_wilkinson" in compare.applicable(setting):
@@ -114,16 +119,22 @@ def _caption(setting: compare.DpsgdSetting, extra: str) -> str:
             f"sampler={setting.sampler} ({setting.adjacency})")
 
 
-SampleRate = Annotated[str | None, typer.Option("--sample-rate", help="Sampling rate q in (0, 1].")]
-Steps = Annotated[str | None, typer.Option("--steps", help="Number of steps T >= 1.")]
+SampleRate = Annotated[str | None, typer.Option("--sample-rate", help="Poisson sampling rate q in (0, 1] "
+                                                                   "(with --steps).")]
+Steps = Annotated[str | None, typer.Option("--steps", help="Number of Poisson steps T >= 1 (with --sample-rate).")]
+Epochs = Annotated[str | None, typer.Option("--epochs", help="Epochs E, with --dataset-size N and --batch-size B: "
+                                                             "the steps a trial runs, E * round(N / B), for any "
+                                                             "sampler.")]
 Delta = Annotated[str | None, typer.Option("--delta", help="Target delta in (0, 1).")]
 Accountant = Annotated[str, typer.Option("--accountant", help=ACCOUNTANT_HELP)]
 Sampler = Annotated[str, typer.Option("--sampler", help="poisson, fixed or shuffle (fixed/shuffle need "
-                                                         "--dataset-size; replace-one adjacency).")]
-DatasetSize = Annotated[str | None, typer.Option("--dataset-size", help="N, for fixed-size samplers.")]
+                                                         "--dataset-size, --batch-size and --epochs; "
+                                                         "replace-one adjacency).")]
+DatasetSize = Annotated[str | None, typer.Option("--dataset-size", help="N, the training examples.")]
 Dim = Annotated[str | None, typer.Option("--dim", help="Model dimension d (Fenton-Wilkinson claim).")]
 BatchClip = Annotated[str | None, typer.Option("--batch-clip-ratio", help="c'/c of shuffled DP-SGD.")]
-BatchSize = Annotated[str | None, typer.Option("--batch-size", help="Batch size; c'/c without batch clipping.")]
+BatchSize = Annotated[str | None, typer.Option("--batch-size", help="Batch size B (also c'/c without batch "
+                                                                   "clipping, for Fenton-Wilkinson).")]
 DeltaSplit = Annotated[str, typer.Option("--delta-split", help="Share of delta for advanced composition's "
                                                                "slack (Fenton-Wilkinson).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -134,14 +145,15 @@ def epsilon_cmd(
     sigma: Annotated[str | None, typer.Option("--sigma", help="Noise multiplier > 0.")] = None,
     sample_rate: SampleRate = None, steps: Steps = None, delta: Delta = None,
     accountant: Accountant = "pld", sampler: Sampler = "poisson", dataset_size: DatasetSize = None,
-    dim: Dim = None, batch_clip_ratio: BatchClip = None, batch_size: BatchSize = None,
+    epochs: Epochs = None, dim: Dim = None, batch_clip_ratio: BatchClip = None, batch_size: BatchSize = None,
     delta_split: DeltaSplit = "0.5", json_out: JsonOut = False,
 ) -> None:
-    """Epsilon of T DP-SGD steps at noise multiplier SIGMA, per accountant (sound and claimed)."""
+    """Epsilon of DP-SGD at noise multiplier SIGMA, per accountant (sound and claimed): the certified (pld)
+    value equals a trial plan's epsilon_certified for the same sampler and geometry."""
     try:
         sigma_value = _number("sigma", sigma, required=True)
         setting = _setting(sample_rate, steps, delta, sampler, dataset_size, dim, batch_clip_ratio,
-                           batch_size, delta_split)
+                           batch_size, delta_split, epochs)
         names = _names(setting, accountant)
         reports = {name: compare.epsilon_of(setting, sigma_value, name) for name in names}
     except ValueError as e:
@@ -152,17 +164,17 @@ def epsilon_cmd(
             _emit_json({"accountant": "all", "epsilons": {n: r.epsilon for n, r in reports.items()},
                         "computed_by": {n: r.computed_by for n, r in reports.items()},
                         "notes": {n: r.note for n, r in reports.items() if r.note},
-                        "kinds": {n: compare.KIND[n] for n in reports}, **fields})
+                        "kinds": {n: compare.kinds()[n] for n in reports}, **fields})
         else:
             report = reports[accountant]
             _emit_json({"accountant": accountant, "epsilon": report.epsilon, "computed_by": report.computed_by,
-                        "note": report.note, "kind": compare.KIND[accountant], **fields})
+                        "note": report.note, "kind": compare.kinds()[accountant], **fields})
         return
     table = Table(title="Epsilon by accountant", caption=_caption(setting, f"sigma={sigma_value:g}"))
     for column in ("accountant", "epsilon", "kind", "note"):
         table.add_column(column, justify="right" if column == "epsilon" else "left")
     for name, report in reports.items():
-        table.add_row(name, _fmt(report.epsilon), compare.KIND[name].split(":")[0], report.note)
+        table.add_row(name, _fmt(report.epsilon), compare.kinds()[name].split(":")[0], report.note)
     out.print(table)
 
 
@@ -171,7 +183,7 @@ def sigma_cmd(
     epsilon: Annotated[str | None, typer.Option("--epsilon", help="Target epsilon > 0.")] = None,
     sample_rate: SampleRate = None, steps: Steps = None, delta: Delta = None,
     accountant: Accountant = "pld", sampler: Sampler = "poisson", dataset_size: DatasetSize = None,
-    dim: Dim = None, batch_clip_ratio: BatchClip = None, batch_size: BatchSize = None,
+    epochs: Epochs = None, dim: Dim = None, batch_clip_ratio: BatchClip = None, batch_size: BatchSize = None,
     delta_split: DeltaSplit = "0.5",
     rel_tol: Annotated[str, typer.Option("--rel-tol", help="Relative tolerance of the sigma grid.")] = "1e-3",
     json_out: JsonOut = False,
@@ -181,7 +193,7 @@ def sigma_cmd(
         target = _number("epsilon", epsilon, required=True)
         tol = _number("rel-tol", rel_tol)
         setting = _setting(sample_rate, steps, delta, sampler, dataset_size, dim, batch_clip_ratio,
-                           batch_size, delta_split)
+                           batch_size, delta_split, epochs)
         names = _names(setting, accountant)
         results = {name: compare.sigma_for(setting, target, name, tol) for name in names}
     except ValueError as e:
@@ -195,13 +207,13 @@ def sigma_cmd(
         else:
             c = results[accountant]
             _emit_json({"accountant": accountant, "sigma": c.sigma, "epsilon": c.epsilon, "note": c.note,
-                        "evaluations": c.evaluations, "kind": compare.KIND[accountant], **fields})
+                        "evaluations": c.evaluations, "kind": compare.kinds()[accountant], **fields})
         return
     table = Table(title="Noise multiplier by accountant", caption=_caption(setting, f"target epsilon={target:g}"))
     for column in ("accountant", "sigma", "achieved epsilon", "kind", "note"):
         table.add_column(column, justify="right" if column in ("sigma", "achieved epsilon") else "left")
     for name, c in results.items():
-        table.add_row(name, _fmt(c.sigma, 5), _fmt(c.epsilon), compare.KIND[name].split(":")[0], c.note)
+        table.add_row(name, _fmt(c.sigma, 5), _fmt(c.epsilon), compare.kinds()[name].split(":")[0], c.note)
     out.print(table)
 
 

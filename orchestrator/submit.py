@@ -20,7 +20,16 @@ from typing import Any
 import ray
 
 from workers.config import TrialConfig
-from workers.trial import AcceleratorOutput, Planned, accelerator_phase, analysis_phase, failed, plan_phase, step_phase
+from workers.trial import (
+    AcceleratorOutput,
+    Planned,
+    accelerator_phase,
+    analysis_phase,
+    failed,
+    plan_phase,
+    step_memory,
+    step_phase,
+)
 
 LoadPhase = Callable[[TrialConfig], dict[str, Any] | None]
 SavePhase = Callable[[TrialConfig, dict[str, Any]], Any]
@@ -94,6 +103,23 @@ def failed_record(config: TrialConfig, error: BaseException | PhaseFailure, phas
         return failed(config, f"{error.phase} phase: {error.error}"[:2000], error.traceback)
     text = f"{phase} phase: {type(error).__name__}: {error}".splitlines()[0][:2000]
     return failed(config, text, "".join(traceback.format_exception(error)))
+
+
+def measure_memory(configs: list[TrialConfig], gpus: float) -> dict[str, tuple[float, float | None]]:
+    """Each distinct `memory_key`'s peak memory and GPU size (`workers.trial.step_memory`), measured on a
+    whole GPU (`gpus` per probe; 0 measures on CPU). A probe that fails leaves its key out: those trials
+    take a whole GPU."""
+    probe = ray.remote(step_memory)
+    firsts = {c.memory_key: c for c in configs}
+    refs = {key: probe.options(num_cpus=c.resources.cpus, num_gpus=gpus, max_retries=0).remote(
+        dataclasses.replace(c, resources=dataclasses.replace(c.resources, gpus=gpus))) for key, c in firsts.items()}
+    out = {}
+    for key, ref in refs.items():
+        try:
+            out[key] = ray.get(ref)
+        except Exception:  # noqa: BLE001 - unmeasured: one trial per GPU, as before packing
+            continue
+    return out
 
 
 @dataclasses.dataclass

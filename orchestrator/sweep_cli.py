@@ -55,6 +55,12 @@ def run(
                                                                    "(default: cluster CPUs / cpus per trial).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the trials and exit.")] = False,
     retries: Annotated[int, typer.Option(min=0, help="Retries of a failed trial within this run.")] = 0,
+    steal_leases: Annotated[bool, typer.Option(
+        "--steal-leases", help="Take over the trials other drivers hold leases on (for a driver you know is "
+                               "dead on another machine; a live one loses its results for them).")] = False,
+    reconcile: Annotated[bool, typer.Option(
+        "--reconcile", help="Check MLflow against the ledger even when every trial is finished (a rerun "
+                            "with nothing to do reads only the ledger).")] = False,
 ) -> None:
     """Run every trial of GRID_FILE that the ledger does not already mark finished.
 
@@ -80,14 +86,22 @@ def run(
                           "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
         out.print(table)
         return
-    from storage.store import Store
+    from storage.store import Store, preflight
 
-    if location.exists() and location.kind == "folder":  # a damaged store is reported before Ray starts
-        _open_store(location)
+    with store_errors(location.display):
+        present = location.exists()
+    if present and location.kind == "folder":  # a damaged store is reported before Ray starts
+        _open_store(location).close()
+    if not (steal_leases or reconcile):
+        _exit_if_nothing_to_do(location, spec)
+    try:
+        preflight(location, spec.name)  # nothing is created before the server answers and the sweep is ours
+    except StoreError as e:
+        fail(str(e))
     from orchestrator import cluster
 
     try:
-        resources = cluster.connect(address)
+        resources = cluster.connect(address, spec.plugins)
     except cluster.ClusterError as e:
         fail(str(e))
     problems = cluster.resource_problems(list(spec.trials), resources)
@@ -99,13 +113,20 @@ def run(
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
+        if steal_leases:
+            st.ledger.release(spec.name, owner=None)
         by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
         fail(str(e))
-    todo.sort(key=lambda c: c.mechanism == "nonprivate")  # long trials first
+    todo.sort(key=lambda c: not grid.mechanism_private(c.mechanism))  # long (private) trials first
     finished_before = len(spec.trials) - len(todo)
-    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0))
+    memory = {}
+    if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):
+        from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
+
+        memory = measure_memory([c for c in todo if c.resources.gpus == "auto"], 1.0)
+    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0), memory)
     per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
     err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {finished_before} already finished, "
@@ -115,8 +136,9 @@ def run(
         if todo:
             failures = _run_with_progress(st, spec.name, todo, limit, retries)
         counts = st.ledger.status_counts(spec.name)
-    except StoreError as e:
-        fail(str(e))
+        st.check_intact()
+    except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
+        fail(str(e), code=1)
     finally:
         try:
             st.release(spec.name)
@@ -124,12 +146,86 @@ def run(
             pass
     err.print(f"sweep [bold]{spec.name}[/]: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     _log_sweep_summary(st, spec.name)
+    unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
+    if unrun:
+        with store_errors(st.where):
+            leases, alive = _watch_leases(st, spec.name)
+        if not alive:
+            fail(_not_run_message(spec.name, unrun, leases), code=1)
+        owners = ", ".join(sorted({owner for owner, _ in leases})[:3])
+        err.print(f"sweep [bold]{spec.name}[/]: {unrun} trial(s) are being run by another driver ({owners}), "
+                  "which records them", highlight=False)
     if failures:
         err.print(f"[bold red]{len(failures)} trial(s) failed:[/]")
         for rec in failures:
             err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(code=1)
+
+
+def _not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> str:
+    """Why trials of a finished `sweep run` were not run, and when they can be."""
+    import time
+
+    if not leases:
+        return f"sweep {sweep}: {count} trial(s) not run; run the sweep again"
+    wait = max(0.0, max(expires for _, expires in leases) - time.time())
+    owners = sorted({owner for owner, _ in leases})
+    return (f"sweep {sweep}: {count} trial(s) not run: leased by {len(owners)} other driver(s) "
+            f"({', '.join(owners[:3])}) whose leases lapse in {wait:.0f} s unless renewed; run again then, "
+            "or pass --steal-leases if that driver is dead")
+
+
+def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
+    """The other drivers' leases on the trials this driver could not run, and whether those drivers are
+    alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
+    this host whose process is gone is dead at once)."""
+    import time
+
+    from storage.ledger import lease_seconds, owner_dead
+
+    def unfinished() -> dict[str, tuple[str | None, float | None]]:
+        return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in st.ledger.trials(sweep)
+                if t["status"] in ("pending", "running")}
+
+    first = unfinished()
+    leases = st.ledger.leases(sweep)
+    if not leases or len(leases) < len(first) or any(owner_dead(owner) for owner, _ in leases):
+        return leases, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
+    deadline = time.monotonic() + lease_seconds() / 3 + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
+        now = unfinished()
+        if all(key not in now or (now[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
+            return st.ledger.leases(sweep), True
+    return st.ledger.leases(sweep), False
+
+
+def _exit_if_nothing_to_do(location: Any, spec: Any) -> None:
+    """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
+    Ray or opening MLflow (a no-op rerun is a second, not half a minute)."""
+    from storage.ledger import Ledger
+
+    try:
+        ledger = Ledger(location.ledger_uri, read_only=True)
+        try:
+            if not ledger.has_schema():
+                return
+            row = ledger.sweep(spec.name)
+            trials = ledger.trials(spec.name)
+        finally:
+            ledger.engine.dispose()
+    except Exception:  # noqa: BLE001 - whatever it is, the full path below reports it properly
+        return
+    if row is None or row["grid_yaml"] != spec.text or not row["experiment_id"]:
+        return  # a new or edited grid: the full path syncs the ledger
+    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
+    if set(live) != {t.trial_key for t in spec.trials}:
+        return
+    if all(t["status"] == "finished" for t in live.values()):
+        err.print(f"sweep [bold]{spec.name}[/]: {len(live)} trials, {len(live)} already finished, 0 to run; "
+                  f"nothing to do (store {location.display})", highlight=False)
+        raise typer.Exit(code=0)
 
 
 def _log_sweep_summary(st: Any, sweep: str) -> None:
@@ -225,6 +321,21 @@ def store_errors(where: str = "store") -> Iterator[None]:
         fail(str(e))
 
 
+def not_into_store(out_file: Path | None, st: Any) -> None:
+    """An output file must not overwrite the store's own files (`--out STORE/ledger.db` would destroy
+    the ledger: privbench never deletes data it did not create)."""
+    from storage.location import sqlite_path
+
+    if out_file is None:
+        return
+    target = Path(out_file).expanduser().resolve()
+    own = {sqlite_path(st.location.ledger_uri), sqlite_path(st.location.tracking_uri)} - {None}
+    folder = st.location.folder
+    if target in {p.resolve() for p in own} or (folder is not None and folder.resolve() in target.parents
+                                                 and target.name.startswith(("ledger.db", "mlflow.db"))):
+        fail(f"--out {out_file} is a file of the store itself; write the output elsewhere")
+
+
 def _open_store(store: Any, ledger: str | None = None) -> Any:
     """Open a store for reading: read-only, nothing created or changed (MLflow is not even opened)."""
     from storage.location import StoreLocation
@@ -275,9 +386,9 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     with store_errors(st.where):
         trials = st.ledger.trials(name)
         counts = st.ledger.status_counts(name)
+        results = [st.ledger.loads(t, "result_json") if t["result_json"] else {} for t in trials]
     rows = []
-    for t in trials:
-        rec = json.loads(t["result_json"]) if t["result_json"] else {}
+    for t, rec in zip(trials, results, strict=True):
         rows.append({"trial_key": t["trial_key"], "status": t["status"], "dataset": t["dataset"],
                      "model": t["model"], "mechanism": t["mechanism"], "epsilon": t["epsilon"], "seed": t["seed"],
                      "attempts": t["attempts"], "run_id": t["run_id"],

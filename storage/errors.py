@@ -8,7 +8,10 @@ a `StoreError` saying which file and what to do.
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
+
+from storage.secrets import mask
 
 
 class StoreError(RuntimeError):
@@ -19,27 +22,38 @@ class Conflict(StoreError):
     """The sweep's experiment belongs to another ledger or to no privbench sweep."""
 
 
+class StoreLost(StoreError):
+    """The store failed while a sweep was recording (deleted, replaced, disk full, server gone): what was
+    recorded before is kept, and a rerun resumes. The driver stops with exit 1 (not 2: nothing was wrong
+    with the command)."""
+
+
+WRITE_ACCESS = "needs write access (read commands — leaderboard, export, sweep status — work on it as it is)"
+DISK_FULL = "the disk is full; what was recorded is kept: free some space and run the sweep again to resume"
+
+
 _HINTS = (
     ("file is not a database", "is not a SQLite database (corrupt or overwritten); restore it from a backup "
                                "or move the store aside"),
     ("database disk image is malformed", "is corrupt (malformed database image); restore it from a backup "
                                          "or move the store aside"),
-    ("readonly database", "is read-only; privbench can read it (leaderboard, export, status) but `sweep run` "
-                          "needs write access"),
-    ("read-only", "is read-only; privbench can read it (leaderboard, export, status) but `sweep run` "
-                  "needs write access"),
+    ("readonly database", f"is read-only: `sweep run` {WRITE_ACCESS}"),
+    ("read-only", f"is read-only: `sweep run` {WRITE_ACCESS}"),
+    ("database or disk is full", DISK_FULL),
+    ("no space left on device", DISK_FULL),
+    ("max retries exceeded", "stopped answering (server down or unreachable); what was recorded is kept: "
+                             "rerun the sweep once it is back to resume"),
     ("no such table", "is missing privbench or MLflow tables (truncated or not a privbench store)"),
     ("unable to open database file", "cannot be opened (missing folder or no permission)"),
     ("does not exist", "does not exist"),
     ("connection refused", "refuses connections (is the server running?)"),
+    ("permission denied", "cannot be read by this user (permission denied)"),
     ("password authentication failed", "rejected the credentials"),
 )
 
 
 def describe(exc: BaseException, where: str) -> str:
     """One line: what is wrong with `where` (already masked), from a driver or MLflow error."""
-    from storage.location import mask
-
     text = str(getattr(exc, "orig", None) or exc)
     low = text.lower()
     for needle, hint in _HINTS:
@@ -55,13 +69,31 @@ def _is_store_error(exc: BaseException) -> bool:
                              "alembic.")) for n in names)
 
 
+def _os_error(exc: OSError, where: str) -> StoreError | None:
+    """The file-system errors a store meets: no permission, a full disk (a traceback otherwise)."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return StoreError(f"store {where} cannot be used by this user: permission denied"
+                          + (f" on {exc.filename}" if exc.filename else ""))
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreLost(f"store {where}: {DISK_FULL}")
+    if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.EIO):
+        return StoreError(f"store {where[:120]}: {exc.strerror}")
+    return None
+
+
 @contextlib.contextmanager
 def translated(where: str) -> Iterator[None]:
-    """Re-raise database/MLflow errors as a one-line `StoreError` about the store at `where`."""
+    """Re-raise database/MLflow errors (and a denied or full file system) as a one-line `StoreError`
+    about the store at `where`."""
     try:
         yield
     except StoreError:
         raise
+    except OSError as exc:
+        mapped = _os_error(exc, where)
+        if mapped is None:
+            raise
+        raise mapped from exc
     except Exception as exc:
         if not _is_store_error(exc):
             raise

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from storage.errors import StoreError
-from storage.location import mask, sqlite_path
+from storage.location import mask_uri, sqlite_path
 
 metadata = sa.MetaData()
 
@@ -77,7 +77,15 @@ PG_LOCK_KEY = 0x7072697662656E63  # "privbenc": the advisory lock serialising st
 
 
 def lease_seconds() -> float:
-    return float(os.environ.get("PRIVBENCH_LEASE_S", "60"))
+    """How long a lease lives without renewal (`PRIVBENCH_LEASE_S`, seconds, default 60)."""
+    raw = os.environ.get("PRIVBENCH_LEASE_S", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):  # 0 or less: every lease expired at once, trials run twice
+        raise StoreError(f"PRIVBENCH_LEASE_S must be a positive number of seconds, got {raw[:40]!r}")
+    return value
 
 
 def new_owner() -> str:
@@ -85,7 +93,8 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _owner_dead(owner: str) -> bool:
+def owner_dead(owner: str) -> bool:
+    """Whether a lease's driver ran on this host and its process is gone (elsewhere: unknown, False)."""
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
@@ -100,19 +109,30 @@ def _owner_dead(owner: str) -> bool:
 
 
 def _sqlite_ro_connect(path: Path) -> Callable[[], sqlite3.Connection]:
-    """Read-only SQLite: `mode=ro` never creates or changes the file; a WAL database in a folder we
-    cannot write needs `immutable=1` (no -shm file can be made there)."""
+    """Read-only SQLite that never creates or changes a file.
+
+    A cleanly closed store has no `-wal` file, and no writer has it open (a writer in WAL mode keeps
+    one): it is opened `immutable=1`, because even `mode=ro` would create `-wal` and `-shm` sidecars
+    next to it. While a writer runs (`-wal` present) it is opened `mode=ro`, which reads the writer's
+    latest commits through those sidecars. Where that is refused (a store this user can read but not
+    write: SQLite reports "attempt to write a readonly database" or "unable to open") it falls back to
+    `immutable=1`: the committed state of the main file, as of the last checkpoint."""
     quoted = urllib.parse.quote(str(path))
 
+    def immutable() -> sqlite3.Connection:
+        return sqlite3.connect(f"file:{quoted}?mode=ro&immutable=1", uri=True, timeout=30, check_same_thread=False)
+
     def connect() -> sqlite3.Connection:
+        if not path.with_name(path.name + "-wal").exists():
+            return immutable()
         try:
             conn = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, timeout=30, check_same_thread=False)
             conn.execute("select count(*) from sqlite_master").fetchone()
             return conn
         except sqlite3.OperationalError as e:
-            if "unable to open" not in str(e) or not path.exists():
+            if not any(s in str(e) for s in ("unable to open", "readonly database", "read-only")) or not path.exists():
                 raise
-        return sqlite3.connect(f"file:{quoted}?mode=ro&immutable=1", uri=True, timeout=30, check_same_thread=False)
+        return immutable()
 
     return connect
 
@@ -156,12 +176,13 @@ class Ledger:
         self.path = sqlite_path(uri)
         self.read_only = read_only and not create
         self.engine = engine_for(uri, read_only=self.read_only)
+        self._columns: list[sa.Column] | None = None
         if create:
             self.migrate()
 
     @property
     def where(self) -> str:
-        return str(self.path) if self.path is not None else mask(self.uri)
+        return str(self.path) if self.path is not None else mask_uri(self.uri)
 
     def migrate(self) -> None:
         """Create the tables, and add the columns that older ledgers lack (call under `lock()`)."""
@@ -174,12 +195,15 @@ class Ledger:
                     ddl = column.type.compile(dialect=self.engine.dialect)
                     with self.engine.begin() as c:
                         c.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl}"))
+        self._columns = None
 
     def has_schema(self) -> bool:
         return sa.inspect(self.engine).has_table("privbench_trials")
 
     def check(self) -> None:
         """Raise a one-line StoreError when the ledger is empty, truncated or not a privbench ledger."""
+        if self.path is not None and self.path.is_dir():
+            raise StoreError(f"store {self.path} is a folder, not a ledger file; move it aside")
         if self.path is not None and self.path.exists() and self.path.stat().st_size == 0:
             raise StoreError(f"store {self.path} is empty (0 bytes: truncated?); restore it from a backup "
                              "or move the store aside")
@@ -315,7 +339,7 @@ class Ledger:
         with self.engine.connect() as c:
             owners = [r[0] for r in c.execute(sa.select(trials.c.lease_owner).distinct()
                                               .where((trials.c.sweep == sweep) & trials.c.lease_owner.is_not(None)))]
-        dead = [o for o in owners if _owner_dead(o)]
+        dead = [o for o in owners if owner_dead(o)]
         if dead:
             with self.engine.begin() as c:
                 c.execute(trials.update().where((trials.c.sweep == sweep) & trials.c.lease_owner.in_(dead))
@@ -345,11 +369,21 @@ class Ledger:
         with self.engine.begin() as c:
             return c.execute(trials.update().where(cond).values(lease_expires=time.time() + lease_seconds())).rowcount
 
-    def release(self, sweep: str, owner: str) -> None:
-        """Give back every lease of `owner` (a driver that stops early lets others go on at once)."""
+    def release(self, sweep: str, owner: str | None) -> None:
+        """Give back every lease of `owner` (a driver that stops early lets others go on at once); with
+        None, every lease of the sweep (`--steal-leases`: its drivers are known to be dead)."""
+        held = trials.c.lease_owner == owner if owner is not None else trials.c.lease_owner.is_not(None)
         with self.engine.begin() as c:
-            c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.lease_owner == owner))
+            c.execute(trials.update().where((trials.c.sweep == sweep) & held)
                       .values(lease_owner=None, lease_expires=None))
+
+    def leases(self, sweep: str) -> list[tuple[str, float]]:
+        """(owner, expiry) of the sweep's live leases (what keeps a driver from running those trials)."""
+        now = time.time()
+        with self.engine.connect() as c:
+            return [(r[0], r[1]) for r in c.execute(
+                sa.select(trials.c.lease_owner, trials.c.lease_expires).where(
+                    (trials.c.sweep == sweep) & trials.c.lease_owner.is_not(None) & (trials.c.lease_expires >= now)))]
 
     def leased_by_others(self, sweep: str, owner: str | None) -> set[str]:
         now = time.time()
@@ -393,9 +427,25 @@ class Ledger:
             return c.execute(sa.select(trials.c.run_id).where(
                 (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).scalar()
 
+    def loads(self, row: Mapping[str, Any], column: str) -> Any:
+        """A JSON column of a trial row; a damaged one is a one-line StoreError naming the trial."""
+        try:
+            return json.loads(row[column])
+        except (TypeError, ValueError):
+            raise StoreError(f"store {self.where}: the {column} of trial {row['trial_key']} of sweep {row['sweep']!r} "
+                             "is damaged (not JSON); restore the ledger from a backup") from None
+
+    def _present(self) -> list[sa.Column]:
+        """The trial columns this ledger has: a store written by an older privbench lacks the newer ones
+        until a driver migrates it, and a read command (read-only) must still read it."""
+        if self._columns is None:
+            have = {c["name"] for c in sa.inspect(self.engine).get_columns(trials.name)}
+            self._columns = [c for c in trials.columns if c.name in have]
+        return self._columns
+
     def trials(self, sweep: str) -> list[dict[str, Any]]:
         with self.engine.connect() as c:
-            rows = c.execute(sa.select(trials).where(trials.c.sweep == sweep)
+            rows = c.execute(sa.select(*self._present()).where(trials.c.sweep == sweep)
                              .order_by(trials.c.dataset, trials.c.model, trials.c.mechanism,
                                        trials.c.epsilon, trials.c.seed)).mappings().all()
         return [dict(r) for r in rows]

@@ -17,17 +17,15 @@ import urllib.parse
 from pathlib import Path
 
 from storage.errors import StoreError
+from storage.secrets import join_credentials, mask, mask_uri, remember_secret, split_credentials
+
+# mask, mask_uri and split_credentials are re-exported: callers that resolve stores also mask and parse them.
+__all__ = ["DATABASE_SCHEMES", "DEFAULT_STORE", "SUPPORTED", "StoreLocation", "data_home", "mask", "mask_uri",
+           "normalise_db_uri", "postgres_driver", "resolve", "split_credentials", "sqlite_path"]
 
 DEFAULT_STORE = "./privbench-store"
-DATABASE_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite")
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
-
-
-def mask(text: str) -> str:
-    """Hide every password of a `scheme://user:password@host` in `text` (URIs end up in messages)."""
-    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
-
-
+DATABASE_SCHEMES = ("postgresql", "postgres", "sqlite")  # the back ends privbench is tested on
+SUPPORTED = "a folder, sqlite:////path/to/file.db, postgresql://user:password@host/db or an http(s):// MLflow server"
 def data_home() -> Path:
     """Per-user data folder (XDG), for what has no natural place next to a store."""
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "privbench"
@@ -44,12 +42,18 @@ class StoreLocation:
     @property
     def display(self) -> str:
         """What messages show: the folder, or the URI with its password masked."""
-        return str(self.folder) if self.kind == "folder" else mask(self.tracking_uri)
+        return str(self.folder) if self.kind == "folder" else mask_uri(self.tracking_uri)
 
     def exists(self) -> bool:
         """Whether a store was ever created here (servers and databases are asked when opened)."""
         path = sqlite_path(self.ledger_uri)
-        return path is None or path.exists()
+        try:
+            return path is None or path.exists()
+        except PermissionError:
+            raise StoreError(f"store {self.display}: permission denied (this user cannot look inside "
+                             f"{path.parent})") from None
+        except OSError as e:  # a name too long, a loop of links
+            raise StoreError(f"store {self.display[:120]}: {e.strerror or e}") from None
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -72,13 +76,24 @@ def postgres_driver() -> str:
 
 def normalise_db_uri(uri: str) -> str:
     """`postgresql://` and `postgres://` name the installed driver explicitly (SQLAlchemy's default
-    driver may not be the one installed); other URIs are returned as they are."""
-    scheme, sep, rest = uri.partition("://")
+    driver may not be the one installed), and the password is percent-escaped, so that one holding
+    `/`, `@`, `#` or `:` reaches the server whole; other URIs are returned as they are."""
+    scheme, user, password, rest = split_credentials(uri)
+    remember_secret(password)
     if scheme in ("postgresql", "postgres"):
-        return f"postgresql+{postgres_driver()}://{rest}"
-    if scheme.startswith("postgres+"):
-        return f"postgresql+{scheme.split('+', 1)[1]}{sep}{rest}"
-    return uri
+        scheme = f"postgresql+{postgres_driver()}"
+    elif scheme.startswith("postgres+"):
+        scheme = f"postgresql+{scheme.split('+', 1)[1]}"
+    elif not scheme.startswith("postgresql"):
+        return uri
+    return join_credentials(scheme, user, password, rest)
+
+
+def _unsupported(raw: str) -> StoreError:
+    scheme = raw.split("://", 1)[0].split("+", 1)[0].lower()
+    extra = (" (MySQL is not supported: the ledger's creation lock and lease updates are tested on "
+             "SQLite and PostgreSQL only)") if scheme in ("mysql", "mariadb") else ""
+    return StoreError(f"unsupported store {mask_uri(raw)!r}{extra}: use {SUPPORTED}")
 
 
 def _is_database(uri: str) -> bool:
@@ -104,7 +119,7 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
     if ledger is not None:
         if not _is_database(ledger):
             raise StoreError("--ledger must be a database URI (postgresql://... or sqlite:///...), "
-                             f"got {mask(ledger)!r}")
+                             f"got {mask_uri(ledger)!r}")
         ledger = normalise_db_uri(ledger)
     if artifacts is not None and "://" not in artifacts:
         artifacts = Path(artifacts).expanduser().resolve().as_uri()
@@ -119,9 +134,10 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
             artifacts = artifacts or (path.parent / "artifacts").as_uri()
         return StoreLocation(uri, ledger or uri, artifacts, path.parent if path else None, "database")
     if raw.startswith(("http://", "https://")):
+        remember_secret(split_credentials(raw)[2])
         return StoreLocation(raw.rstrip("/"), ledger or _server_ledger(raw), artifacts, None, "server")
     if "://" in raw:
-        raise StoreError(f"unsupported store {mask(raw)!r}: use a folder, postgresql://, sqlite:/// or http(s)://")
+        raise _unsupported(raw)
     folder = Path(raw).expanduser().resolve()
     return StoreLocation(
         tracking_uri=f"sqlite:///{folder / 'mlflow.db'}",

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -15,11 +17,14 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from storage.errors import Conflict, StoreError, translated
+from storage import schema
+from storage.errors import WRITE_ACCESS, Conflict, StoreError, StoreLost, translated
 from storage.ledger import Ledger, lease_seconds, new_owner, write_like_the_driver
-from storage.location import StoreLocation, data_home, mask, resolve, sqlite_path
+from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
+from storage.mlflow_view import RUNS_VIEW_TAG, runs_view
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
@@ -29,20 +34,31 @@ KIND_TAG = "privbench.kind"
 RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
+SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's parent run (not nested, see record())
 # MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# The runs view (storage/mlflow_view.py) gives that table its columns when the link names it.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view()}
 MAX_PARAM_LEN = 6000
 FAULT_ENV = "PRIVBENCH_FAULT"
 
 
 def fault(point: str) -> None:
     """Test hook: `PRIVBENCH_FAULT=after_create_run` (or `after_create_run:3`, the third time) kills
-    this process with SIGKILL at that point, so kill tests hit exact moments instead of random ones."""
+    this process with SIGKILL at that point, so kill tests hit exact moments instead of random ones.
+    A third field picks another fault: `:stop` (SIGSTOP: a paused driver, resumed with SIGCONT) or
+    `:enospc` (the disk is full: OSError 28 at that write)."""
     wanted = os.environ.get(FAULT_ENV)
     if not wanted or wanted.split(":", 1)[0] != point:
         return
+    _, nth, action = (wanted.split(":") + ["", ""])[:3]
     count = _FAULT_COUNTS[point] = _FAULT_COUNTS.get(point, 0) + 1
-    if count >= int(wanted.split(":", 1)[1] if ":" in wanted else 1):
+    if count != int(nth or 1):
+        return
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif action == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    else:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -54,10 +70,14 @@ def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # an unreachable server fails in seconds
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    # A benchmark of private training reports nothing home unless its user opts in (false turns it back on).
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
     for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # A server that stops answering is said once, by the driver, in one line: not per retry.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +92,54 @@ def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
 def _default_artifacts(location: StoreLocation) -> str:
     """A database store's artifact root when none was given: a per-user folder named after the
     database (never the working folder). Recorded in the ledger, so every driver uses the same."""
-    ident = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in mask(location.tracking_uri).split("@")[-1])
+    ident = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in mask_uri(location.tracking_uri).split("@")[-1])
     return (data_home() / "artifacts" / ident.strip("_")).as_uri()
+
+
+SERVER_PROBE_TIMEOUT_S = 5.0
+
+
+def preflight(location: StoreLocation, sweep: str) -> None:
+    """What can be known before the driver creates anything (a ledger file, a folder): a tracking server
+    answers, and a sweep whose ledger does not exist yet does not name an experiment that is already on
+    the server (it would belong to another ledger, and the run would be refused after creating one)."""
+    lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
+    if location.folder is not None and location.folder.exists() and not location.folder.is_dir():
+        raise StoreError(f"store {location.display} is a file, not a store folder")
+    if location.kind != "server":
+        return
+    import base64
+    import urllib.error
+    import urllib.request
+
+    scheme, user, password, rest = split_credentials(location.tracking_uri)
+    request = urllib.request.Request(f"{scheme}://{rest}/health")  # urllib takes no credentials in the URL
+    if user or password:
+        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:  # any HTTP answer means a server is there; MLflow's client would retry for a long time instead
+        urllib.request.urlopen(request, timeout=SERVER_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        pass
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise StoreError(f"cannot reach the MLflow server {location.display}: "
+                         f"{getattr(reason, 'strerror', None) or reason}") from None
+    ledger = sqlite_path(location.ledger_uri)
+    if ledger is None or ledger.exists():
+        return
+    _quiet_mlflow()
+    from mlflow.tracking import MlflowClient
+
+    with translated(location.display):
+        exp = MlflowClient(tracking_uri=location.tracking_uri).get_experiment_by_name(sweep)
+    if exp is not None:
+        tags = exp.tags or {}
+        whose = (f"another privbench ledger (ledger {tags[LEDGER_ID_TAG]})" if LEDGER_ID_TAG in tags
+                 else "no privbench sweep")
+        raise Conflict(f"the MLflow experiment {sweep!r} on {location.display} belongs to {whose}, and this "
+                       f"user has no ledger for it yet ({ledger} does not exist). To resume that sweep, pass its "
+                       "ledger with --ledger; otherwise give the sweep another name (`name:` in the grid)")
 
 
 class Store:
@@ -90,6 +156,7 @@ class Store:
         self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
         self._claimed: set[tuple[str, str]] = set()
         self._renewed = 0.0
+        self._files: dict[Path, tuple[int, int]] = {}
         with translated(self.where):
             if create:
                 self._create()
@@ -103,8 +170,7 @@ class Store:
         loc = self.location
         for path in (sqlite_path(loc.ledger_uri), sqlite_path(loc.tracking_uri)):
             if path is not None and path.exists() and not os.access(path, os.W_OK):
-                raise StoreError(f"store {path} is read-only; privbench can read it (leaderboard, export, "
-                                 "status) but `sweep run` needs write access")
+                raise StoreError(f"store {path} is read-only: `sweep run` {WRITE_ACCESS}")
         if loc.folder is not None:
             try:
                 loc.folder.mkdir(parents=True, exist_ok=True)
@@ -119,6 +185,34 @@ class Store:
             if loc.kind == "database" and self.artifact_root is None:
                 self.artifact_root = self.ledger.ensure_meta("artifact_root", _default_artifacts(loc))
             self._client = self._make_client()  # MLflow creates its schema here: under the lock
+        self._files = self._file_identities()
+
+    def _file_identities(self) -> dict[Path, tuple[int, int]]:
+        """(device, inode) of the store's SQLite files: a file deleted or replaced under a running driver
+        keeps taking its writes through the open connection, and every result would be lost."""
+        found = {}
+        for path in {sqlite_path(self.location.ledger_uri), sqlite_path(self.location.tracking_uri)} - {None}:
+            with contextlib.suppress(FileNotFoundError):
+                info = path.stat()
+                found[path] = (info.st_dev, info.st_ino)
+        return found
+
+    def check_intact(self) -> None:
+        """Raise `StoreLost` when the store this driver opened was deleted or replaced since (checked at
+        each record: the driver stops instead of reporting results that no longer exist)."""
+        with translated(self.where):
+            for path, ident in self._files.items():
+                try:
+                    info = path.stat()
+                except FileNotFoundError:
+                    raise StoreLost(f"store {self.where} was deleted while the sweep ran ({path} is gone); "
+                                    "stopping: results recorded from now on would be lost") from None
+                if (info.st_dev, info.st_ino) != ident:
+                    raise StoreLost(f"store {self.where} was replaced while the sweep ran ({path} is another "
+                                    "file now); stopping: results would go to the old, deleted file")
+            if self._files.get(self.ledger.path) is None and self.ledger.meta_value("ledger_id") != self.ledger_id:
+                raise StoreLost(f"the ledger {self.ledger.where} was replaced while the sweep ran (another "
+                                "ledger identity); stopping")
 
     def _check_tracking_file(self) -> None:
         """A folder store whose MLflow database vanished or was truncated while the ledger lists sweeps
@@ -175,7 +269,7 @@ class Store:
         return experiment_id
 
     def _sweep_run(self, sweep: str, experiment_id: str, grid_yaml: str | None = None) -> str:
-        """The sweep's parent run (created once): trial runs nest under it in the UI, and it holds the
+        """The sweep's parent run (created once): trial runs name it in a tag, and it holds the
         grid file and, after each `sweep run`, the leaderboard and figures (`log_sweep_files`)."""
         if grid_yaml is None and sweep in self._parents:
             return self._parents[sweep]
@@ -325,7 +419,7 @@ class Store:
     # trials -------------------------------------------------------------------------------------
     def pending(self, sweep: str) -> list[dict[str, Any]]:
         """Configs of trials not finished (pending, running when the driver died, or failed)."""
-        return [json.loads(t["config_json"]) for t in self.ledger.trials(sweep)
+        return [self.ledger.loads(t, "config_json") for t in self.ledger.trials(sweep)
                 if t["status"] not in ("finished", "superseded")]
 
     def claim(self, sweep: str, trial_key: str) -> bool:
@@ -353,15 +447,51 @@ class Store:
 
     def record(self, record: Mapping[str, Any]) -> str | None:
         """Log one result as one MLflow run, then (last) the ledger row. Returns the run id (None when
-        this driver lost the trial's lease to another driver, which records it instead)."""
+        this driver lost the trial's lease to another driver, which records it instead).
+
+        Raises `StoreLost` when the store was deleted or replaced since it was opened, and a one-line
+        `StoreError` for a full disk or a tracking server that stopped answering."""
+        from mlflow.exceptions import MlflowException
+
+        sweep, key = record["sweep"], record["trial_key"]
+        owner = self.owner if (sweep, key) in self._claimed else None
+        self.check_intact()
+        with translated(self.where):
+            if owner is not None and not self.ledger.renew(sweep, owner, key):
+                return None  # the lease expired and another driver took the trial over: it records it
+            previous = [r for r in [self.ledger.run_id(sweep, key)] if r]
+            try:
+                run_id = self._write_run(record)
+                fault("before_ledger_record")
+                recorded = self.ledger.record(record, run_id, owner)
+            except MlflowException:
+                # Paused past its lease (SIGSTOP, a suspended laptop): the driver that took the trial over
+                # deleted this half-written run. Stand down; the trial is that driver's now.
+                if owner is not None and not self.ledger.renew(sweep, owner, key):
+                    return None
+                raise
+            if not recorded:
+                self._delete_quietly(run_id)  # our own run, for a trial another driver took over
+                return None
+            self._claimed.discard((sweep, key))
+            for old in previous:  # a retried trial keeps one run: the latest attempt
+                if old != run_id:
+                    self._delete_quietly(old)
+        self.check_intact()  # deleted while this result was written: it is lost, say so now
+        return run_id
+
+    def _delete_quietly(self, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        with contextlib.suppress(MlflowException):  # already deleted (by the driver that took over)
+            self.client.delete_run(run_id)
+
+    def _write_run(self, record: Mapping[str, Any]) -> str:
+        """The trial's MLflow run, complete (its `recorded` tag set last); returns its id."""
         from mlflow.entities import Metric, Param, RunTag
 
         sweep, key = record["sweep"], record["trial_key"]
         experiment_id, sweep_id = self._sweep_identity(sweep)
-        owner = self.owner if (sweep, key) in self._claimed else None
-        if owner is not None and not self.ledger.renew(sweep, owner, key):
-            return None  # the lease expired and another driver took the trial over: it records it
-        previous = [r for r in [self.ledger.run_id(sweep, key)] if r]
         config = record["config"]
         eps = config.get("epsilon")
         run_name = f"{config['mechanism']}-{config['dataset']}-{config['model']}" + (
@@ -374,7 +504,7 @@ class Store:
         params |= {f"privacy.{k}": privacy.get(k) for k in
                    ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by", "grad_sample_mode")}
         metrics = dict(record.get("metrics") or {})
-        metrics |= {metric_name(k): privacy.get(k) for k in PRIVACY_METRICS}
+        metrics |= {f.key: schema.value(privacy, f) for f in schema.mlflow_metrics("privacy")}
         tags = {"status": record["status"], "mechanism": config["mechanism"], "device": env.get("device"),
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
                 "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
@@ -384,7 +514,8 @@ class Store:
         run = self.client.create_run(
             experiment_id, run_name=run_name, start_time=started,
             tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
-                  "mlflow.parentRunId": self._sweep_run(sweep, experiment_id)} | _source_tags()
+                  # a tag, not mlflow.parentRunId: nested trials sit collapsed under the sweep's row in the UI
+                  SWEEP_RUN_ID_TAG: self._sweep_run(sweep, experiment_id)} | _source_tags()
             | {k: str(v)[:5000] for k, v in tags.items() if v is not None})
         run_id = run.info.run_id
         fault("after_create_run")
@@ -403,20 +534,12 @@ class Store:
         fault("after_log_batch")
         self.client.set_terminated(run_id, "FINISHED" if record["status"] == "finished" else "FAILED",
                                    end_time=ended)
-        fault("before_ledger_record")
-        if not self.ledger.record(record, run_id, owner):
-            self.client.delete_run(run_id)  # our own run, for a trial another driver took over
-            return None
-        self._claimed.discard((sweep, key))
-        for old in previous:  # a retried trial keeps one run: the latest attempt
-            if old != run_id:
-                self.client.delete_run(old)
         return run_id
 
     # reading ------------------------------------------------------------------------------------
     def records(self, sweep: str) -> list[dict[str, Any]]:
         """Results of the sweep's current grid (not of trials an edited grid superseded)."""
-        return [json.loads(t["result_json"]) for t in self.ledger.trials(sweep)
+        return [self.ledger.loads(t, "result_json") for t in self.ledger.trials(sweep)
                 if t["result_json"] and t["status"] != "superseded"]
 
     def sweep_names(self) -> list[str]:
@@ -427,22 +550,6 @@ def _mlflow_engine(client: Any) -> Any:
     """MLflow's SQLAlchemy engine behind a client, None for a tracking server. MLflow has no public hook
     for its database connections, so this is the one place that reaches through the client for it."""
     return getattr(getattr(client._tracking_client, "store", None), "engine", None)
-
-
-# The privacy record's numbers a trial run logs as MLflow metrics (docs/auditing.md lists the audit keys).
-PRIVACY_METRICS = (
-    "epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audited_step", "mu_audited", "mu_claimed",
-    "audit_epsilon_steinke", "audit_epsilon_fdp", "audit_epsilon_fdp_gdp", "audit_epsilon_curve",
-    "audit_epsilon_noise", "audit_sigma_measured", "audit_tightness", "audit_ceiling", "audit_ceiling_tightness",
-    "audit_canaries", "mia_auc", "mia_tpr_at_0.1%_fpr", "mia_tpr_at_1%_fpr", "audit_plan_s", "audit_one_run_s",
-    "audit_estimate_s", "audit_family_s", "mia_s", "audit_s", "audit_time_ratio",
-    "epsilon_certified_run", "epsilon_certified_tuned",  # a tuned candidate's (workers/tuning.py)
-)
-
-
-def metric_name(key: str) -> str:
-    """MLflow metric names take letters, digits, `_-. /:` only: `mia_tpr_at_0.1%_fpr` -> `mia_tpr_at_0.1pct_fpr`."""
-    return key.replace("%", "pct")
 
 
 def _ms(seconds: Any) -> int | None:

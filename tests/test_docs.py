@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Pages other parts of the project write; links to them are checked once they exist.
 PAGES_WRITTEN_ELSEWHERE = {"store.md", "clipping.md", "auditing.md"}
-OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe digest\b|\bdigest('s)? (section )?\d", re.I)
+OUTSIDE = re.compile(r"research/|shared/(papers|research)|\bthe digest\b|\bdigest('s)? (section )?\d|"
+                     r"\b(DESIGN|STYLE)\.md\b|docs/readme/", re.I)
+DOC_POINTER = re.compile(r"\bdocs/[A-Za-z0-9_./-]+\.md\b")
 
 
 def command_lines(text: str) -> list[str]:
@@ -125,6 +127,22 @@ def test_nothing_points_outside_the_project():
     assert not hits, f"{len(hits)} references to documents outside the project:\n" + "\n".join(hits)
 
 
+def test_pointers_to_docs_name_docs_that_exist():
+    """`docs/x.md` in code, docs, examples and `--help` names a page of the project (no stale `docs/readme/...`)."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    missing = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix not in {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt"} or path == Path(__file__):
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        missing += [f"{name}: {m}" for m in DOC_POINTER.findall(text) if not (ROOT / m).is_file()]
+    assert not missing, "pointers to missing docs:\n" + "\n".join(missing)
+
+
 def test_help_texts_point_nowhere_outside():
     texts = {}
 
@@ -137,6 +155,7 @@ def test_help_texts_point_nowhere_outside():
     walk(root_command(), [])
     assert len(texts) > 10
     assert not [p for p, text in texts.items() if OUTSIDE.search(text)]
+    assert not [p for p, text in texts.items() if any(not (ROOT / m).is_file() for m in DOC_POINTER.findall(text))]
 
 
 def test_readme_is_a_front_page_starting_with_the_two_setup_commands():
@@ -154,23 +173,48 @@ RESULT_BLOCK = re.compile(r"<!-- results: ([\w-]+) -->\n(.*?)<!-- /results -->",
 def test_result_tables_are_what_the_commands_print():
     """Result tables are written by scripts/results.py from a run and `leaderboard --format markdown`:
     each block names the commands that made it, and its columns are the ones the leaderboard prints
-    today (a table pasted by hand, or left from older columns, fails here)."""
+    today (a table pasted by hand, or left from older columns, fails here). Columns the schema shows only
+    when some row has them (the phase seconds, newer than some runs) may or may not be there."""
     import yaml
 
     from dashboards.render import render
+    from storage import schema
 
-    header = render([], "markdown").splitlines()[0]
+    header = render([], "markdown", columns="all").splitlines()[0]
+    sparse = {f.header for f in schema.FIELDS if f.sparse}
+
+    def dense(line: str) -> str:
+        return "|" + "|".join(c for c in line.strip("|").split("|") if c.strip() not in sparse) + "|"
+
     blocks = [(doc.name, *m.groups()) for doc in DOCS for m in RESULT_BLOCK.finditer(doc.read_text())]
     assert {name for _, name, _ in blocks} >= {"quickstart", "gdp", "gredp", "shuffled_dpsgd", "dp_forward", "text"}
     for doc, name, body in blocks:
         sweep = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())["name"]
         assert f"`privbench sweep run examples/{name}.yaml` (" in body, f"{doc}: block {name} was not generated"
-        assert f"`privbench leaderboard {sweep} --format markdown`" in body, f"{doc}: block {name}"
+        assert re.search(rf"`privbench leaderboard {re.escape(sweep)} --format markdown( --columns all)?`", body), (
+            f"{doc}: block {name}")
         lines = body.splitlines()
         start = next(i for i, line in enumerate(lines) if line.startswith("|"))
         # the leaderboard's table (a tuned grid's block adds its `--view tuned` table after it)
         table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
-        assert table[0] == header, f"{doc}: block {name} has other columns than the leaderboard prints"
-        assert len(table) > 2 and all(line.count(" | ") == header.count(" | ") for line in table[2:])
+        assert dense(table[0]) == header, f"{doc}: block {name} has other columns than the leaderboard prints"
+        assert len(table) > 2 and all(line.count(" | ") == table[0].count(" | ") for line in table[2:])
     outside = RESULT_BLOCK.sub("", "\n".join(doc.read_text() for doc in DOCS))
     assert header not in outside, "a leaderboard table outside the generated blocks"
+
+
+def test_results_script_writes_no_wall_time_for_a_resume_that_ran_nothing():
+    """A rerun on a store that already holds the sweep ran nothing: its seconds are not the sweep's run
+    time. The block keeps the time it had; with none, there is nothing true to write."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    kept = "13 min 03 s wall on 2 CPU cores; a rerun on a store that already holds the sweep only resumes"
+    assert results.timing(0, 6, 37.0, kept, "here") == kept
+    with pytest.raises(SystemExit, match="nothing ran"):
+        results.timing(0, 6, 37.0, None, "here")
+    assert results.timing(6, 6, 188.0, kept, "here").startswith("3 min 08 s wall on here;")
+    assert "for 2 of 6 trials" in results.timing(2, 6, 60.0, kept, "here")
+    assert results.previous_timing("quickstart").startswith(tuple(f"{m} min" for m in range(100)))

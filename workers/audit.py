@@ -18,17 +18,18 @@ Two audits answer two different questions, so their numbers are kept apart:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mechanisms.auditing.dirac_canaries import CanaryObservations, decode_array, encode_array
 from mechanisms.claims import REL_TOL
 from workers.config import AuditConfig
+
+if TYPE_CHECKING:
+    from mechanisms.mechanism import Mechanism
 
 
 def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
@@ -46,24 +47,25 @@ def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
     return out
 
 
-def step_audit(mechanism: ModuleType, plan: Any, clip: float, cfg: AuditConfig, options: dict[str, Any],
+def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, options: dict[str, Any],
                seed: int, workers: int, tensor_sizes: Sequence[int] | None = None) -> dict[str, Any]:
     """Fields for the record; empty when the mechanism has no noise to audit.
 
     A mechanism whose release transforms each parameter tensor on its own (gredp's per-tensor FFT) is
     audited on the model's tensor structure scaled to the audited dimension (`tensor_sizes`).
     """
-    if plan.sigma is None or not hasattr(mechanism, "privatize_step"):
+    if plan.sigma is None or not mechanism.private:
         return {}
     from mechanisms.auditing import audit_step
 
-    if tensor_sizes and "tensor_sizes" in inspect.signature(mechanism.privatize_step).parameters:
+    if tensor_sizes and mechanism.audit_per_tensor:
         options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
 
     audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,
                        seed=seed, workers=workers, options=options, significance=cfg.step_significance)
     return {"epsilon_audited_step": audit.epsilon_audited, "mu_audited": audit.mu_audited,
             "mu_claimed": audit.mu_claimed, "audit_step_violated": audit.violated,
+            "audit_step_p_value": audit.p_value, "audit_step_significance": audit.significance,
             "audit_step_curve": audit.claimed_curve, "audit_step_s": audit.wall_s}
 
 
@@ -175,11 +177,11 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
         return {"audit_one_run_skipped": result.skipped} if result.skipped else {}
     e = c.estimate(delta)
     out: dict[str, Any] = {
-        "epsilon_audited": e.epsilon, "audit_epsilon_steinke": e.epsilon_steinke,
-        "audit_epsilon_fdp": e.epsilon_fdp, "audit_epsilon_fdp_gdp": e.epsilon_fdp_gdp,
+        "epsilon_audited": e.epsilon, "epsilon_audited_steinke": e.epsilon_steinke,
+        "epsilon_audited_fdp": e.epsilon_fdp, "epsilon_audited_fdp_gdp": e.epsilon_fdp_gdp,
         "audit_canaries": e.canaries, "audit_guesses": e.guesses, "audit_statistic": e.statistic,
         "audit_one_run_s": e.overhead_s, "audit_estimate_s": e.estimate_s, "audit_plan_s": result.plan_s,
-        "audit_steps": e.steps, "audit_epsilon_legacy": legacy_epsilon(c, delta),
+        "audit_steps": e.steps, "epsilon_audited_legacy": legacy_epsilon(c, delta),
     }
     budget_s = None if train_s is None else max(3.0, cfg.family_budget * train_s)
     out |= family_fields(result, cfg, plan, delta, budget_s)
@@ -199,7 +201,7 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
                   budget_s: float | None = None) -> dict[str, Any]:
     """The two run-level bounds that lean on the certified event's shape (T Poisson-subsampled Gaussian
     steps at rate q, noise multiplier unknown): the one-run f-DP test against that family's curves
-    (`audit_epsilon_curve`) and the white-box noise measurement (`audit_epsilon_noise`). Either above the
+    (`epsilon_audited_curve`) and the white-box noise measurement (`epsilon_audited_noise`). Either above the
     claim refutes it (`audit_run_violated`); `epsilon_audited` stays the assumption-free bound."""
     from mechanisms.auditing import white_box
 
@@ -212,14 +214,14 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     if c.guess_counts and cfg.family_bounds:
         b = white_box.curve_bound(c.statistic_scores(), c.included, delta, rate, steps, sigma,
                                   guess_counts=c.guess_counts, budget_s=budget_s)
-        out |= {"audit_epsilon_curve": b.epsilon, "audit_sigma_curve": b.sigma}
+        out |= {"epsilon_audited_curve": b.epsilon, "audit_sigma_curve": b.sigma}
     n = white_box.noise_bound(c.noise_moments, rate, steps, delta) if cfg.family_bounds else None
     if n is not None:
         out |= {"audit_sigma_measured": n.sigma, "audit_sigma_measured_upper": n.sigma_upper,
-                "audit_noise_kurtosis": n.kurtosis, "audit_epsilon_noise": n.epsilon}
+                "audit_noise_kurtosis": n.kurtosis, "epsilon_audited_noise": n.epsilon}
     claimed = getattr(plan, "epsilon_claimed", None)
     if out and claimed is not None:
-        found = [out.get(k) for k in ("audit_epsilon_curve", "audit_epsilon_noise")]
+        found = [out.get(k) for k in ("epsilon_audited_curve", "epsilon_audited_noise")]
         out["audit_run_violated"] = any(e is not None and e > claimed * (1 + REL_TOL) for e in found)
     if out:
         out["audit_family_s"] = time.perf_counter() - t0
@@ -281,8 +283,8 @@ def loss_threshold_mia(losses: MiaLosses) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     auditor = CanaryScoreAuditor(-losses.members, -losses.non_members)
-    out = {"mia_auc": auditor.attack_auroc(), "mia_tpr_at_0.1%_fpr": float(auditor.tpr_at_given_fpr(0.001)),
-           "mia_tpr_at_1%_fpr": float(auditor.tpr_at_given_fpr(0.01)), "mia_examples": int(losses.members.size),
+    out = {"mia_auc": auditor.attack_auroc(), "mia_tpr_at_0_1pct_fpr": float(auditor.tpr_at_given_fpr(0.001)),
+           "mia_tpr_at_1pct_fpr": float(auditor.tpr_at_given_fpr(0.01)), "mia_examples": int(losses.members.size),
            "mia_attack": "loss-threshold"}
     return out | {"mia_s": losses.seconds + time.perf_counter() - t0}
 

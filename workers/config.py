@@ -18,14 +18,15 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from mechanisms.claims import AUDIT_SIGNIFICANCE
+
 T = TypeVar("T")
 
 ECHO_CHARS = 80  # how much of a bad value an error message repeats
 SEED_MAX = 2**32 - 1  # numpy's seeds
 OPTIMIZERS = ("sgd", "adam", "adamw")  # workers/train.py builds each
-GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")  # = mechanisms.private_training's (tested)
-PRECISIONS = ("fp32", "bf16", "fp16")
-ACCOUNTANTS = ("pld", "rdp")
+PRECISIONS = ("fp32", "bf16", "fp16")  # workers/acceleration.py runs each
+COMPILABLE_MODES = ("bk",)  # private grad-sample modes the compiled step supports (non-private always)
 AUDIT_MODES = ("step", "one-run", "both", "off")
 MIAS = ("loss", "off")
 STATISTICS = ("lr", "sum")
@@ -113,6 +114,19 @@ def _samplers() -> Any:
     return SAMPLERS
 
 
+def _grad_sample_modes() -> Any:
+    from mechanisms.clipping import GRAD_SAMPLE_MODES
+
+    return GRAD_SAMPLE_MODES
+
+
+def _accountants() -> list[str]:
+    """The accountants that can calibrate (built-ins and plugins), from their registry."""
+    from mechanisms.registry import ACCOUNTANTS
+
+    return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
+
+
 def _calibrations() -> Any:
     from mechanisms.plan import CALIBRATIONS
 
@@ -133,11 +147,29 @@ class TrainConfig:
     max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
     eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
     # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
-    grad_sample_mode: str | None = bounded(None, choices=GRAD_SAMPLE_MODES)
+    grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)
     precision: str = bounded("fp32", choices=PRECISIONS)  # autocast dtype of the forward and backward passes
+    compile: bool = False  # torch.compile the module (bk and non-private only; workers/acceleration.py)
 
     def __post_init__(self) -> None:
         check(self)
+        if problems := step_problems(self.precision, self.compile, self.grad_sample_mode):
+            raise ValueError("; ".join(problems))
+
+
+def step_problems(precision: str, compile_step: Any, grad_sample_mode: str | None) -> list[str]:
+    """Settings of the training step that cannot go together, whatever the device: a narrow precision needs
+    the book-keeping engine (per-sample norms in fp32; Opacus' modes would clip with narrow norms), and the
+    compiled step supports only it among the private modes (workers/acceleration.py says why)."""
+    problems = []
+    if not isinstance(compile_step, bool):
+        problems.append(f"compile must be true or false, got {shown(compile_step)}")
+    if precision != "fp32" and grad_sample_mode not in (None, "bk"):
+        problems.append(f"precision {precision} needs grad_sample_mode bk (per-sample norms in fp32); "
+                        f"Opacus' {grad_sample_mode} would clip with {precision} norms")
+    if compile_step and grad_sample_mode not in (None, *COMPILABLE_MODES):
+        problems.append(f"compile: true supports grad_sample_mode bk only, got {grad_sample_mode}")
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,10 +192,9 @@ class AuditConfig:
     family_budget: float = bounded(0.02, ge=0)
     mia: str = bounded("loss", choices=MIAS)  # black-box loss-threshold membership inference
     mia_examples: int = bounded(5_000, ge=10, most=100_000_000)
-    # A trial's one-step verdict: at 5% a correct mechanism would be called `violated` in 1 trial of 20 (its
-    # claim is exactly the Gaussian curve the audit tests), too often for a leaderboard; at 0.1% it is 1 in
-    # 1,000, while a broken noise step (GReDP's sigma / sqrt 2) is still refuted by a wide margin.
-    step_significance: float = bounded(0.001, gt=0, lt=0.5)
+    # A trial's one-step verdict, at privbench's one audit significance (also `privbench audit`'s); the record
+    # keeps the p-value, so a sweep's verdicts are corrected together (Holm, storage/verdicts.py).
+    step_significance: float = bounded(AUDIT_SIGNIFICANCE, gt=0, lt=0.5)
 
     def __post_init__(self) -> None:
         check(self)
@@ -267,7 +298,7 @@ class TrialConfig:
     seed: int = bounded(0, ge=0, most=SEED_MAX)
     sigma: float | None = bounded(None, gt=0)
     delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
-    accountant: str = bounded("pld", choices=ACCOUNTANTS)
+    accountant: str = bounded("pld", choices=_accountants)
     calibration: str = bounded("claimed", choices=_calibrations)
     sampler: str = bounded("poisson", choices=_samplers)
     secure_rng: bool = False
@@ -278,6 +309,9 @@ class TrialConfig:
     model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dataset_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     sweep: str = "trial"
+    # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
+    # trial computes, so not part of the key
+    plugins: tuple[str, ...] = ()
     # A candidate of a tuned cell (workers/tuning.py `TuningSetting.to_dict`); {} for an ordinary trial
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # `train.lr`-style names of the settings the grid wrote out (see `_written`); not part of equality
@@ -337,6 +371,18 @@ class TrialConfig:
         return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property
+    def memory_key(self) -> str:
+        """What a trial's accelerator memory depends on (its workload, engine and batch sizes; not the seed,
+        the target or the audit): trials sharing it are measured once for packing (`gpus: auto`)."""
+        t = self.train
+        view = {"dataset": self.dataset, "dataset_options": dict(self.dataset_options), "model": self.model,
+                "model_options": dict(self.model_options), "mechanism": self.mechanism,
+                "mechanism_options": dict(self.mechanism_options), "batch_size": t.batch_size,
+                "eval_batch_size": t.eval_batch_size, "optimizer": t.optimizer,
+                "grad_sample_mode": t.grad_sample_mode, "precision": t.precision}
+        return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
     def label(self) -> str:
         eps = f" eps={self.epsilon:g}" if self.epsilon is not None else ""
         return f"{self.mechanism} {self.dataset}/{self.model}{eps} seed={self.seed}"
@@ -344,7 +390,8 @@ class TrialConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping for the ledger and MLflow (`from_dict` reads it back): the settings as
         the grid wrote them, plus the sweep, the resources and the key."""
-        return {"sweep": self.sweep, "resources": dataclasses.asdict(self.resources)} | self._key_view() | {
+        plugins = {"plugins": list(self.plugins)} if self.plugins else {}
+        return {"sweep": self.sweep, "resources": dataclasses.asdict(self.resources)} | plugins | self._key_view() | {
             "trial_key": self.trial_key}
 
     @classmethod
@@ -371,6 +418,8 @@ class TrialConfig:
         plain = {k: v for k, v in config.items() if k in known and k not in parts and k != "trial_key"}
         for name in OPTION_TABLES:
             plain[name] = dict(plain.get(name) or {}) if isinstance(plain.get(name) or {}, Mapping) else plain[name]
+        if "plugins" in plain:
+            plain["plugins"] = tuple(plain["plugins"] or ())
         missing = [n for n in ("dataset", "model", "mechanism") if n not in plain]
         if missing:
             raise ConfigError([f"a trial config needs {', '.join(missing)}"])

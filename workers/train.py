@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
 from workers.datasets.base import Split
 from workers.measure import PeakMemory, StepTimer
@@ -87,6 +88,9 @@ def train(
                                      generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
                                      secure_mode=secure_mode)
     module, optimizer, loader, criterion = private.module, private.optimizer, private.loader, private.criterion
+    is_private = hasattr(optimizer, "noise")  # a PrivateOptimizerMixin; the plain optimizer when non-private
+    precision = StepPrecision(cfg.precision, device, private=is_private, grad_sample_mode=mode)
+    step_module = compiled(module, mode, is_private) if cfg.compile else module
     audit_clock = attach(optimizer) if attach is not None else None
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = plan.steps, 0
@@ -100,9 +104,9 @@ def train(
                 audit_before = audit_clock() if audit_clock else 0.0
                 timer.start()
                 optimizer.zero_grad(set_to_none=True)
-                loss = criterion(module(*xs), y)
-                loss.backward()
-                optimizer.step()
+                with precision.autocast():
+                    loss = criterion(step_module(*xs), y)
+                precision.backward_and_step(loss, optimizer)
                 timer.stop(len(y), excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
                 value = float(loss.item())
                 if not math.isfinite(value):
@@ -128,4 +132,4 @@ def train(
         "peak_memory_mb": memory.extra_mb,
         "steps_run": float(taken),
     }
-    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode} | info)
+    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode, "precision": cfg.precision} | info)

@@ -33,7 +33,7 @@ import torch
 import mechanisms
 from mechanisms.claims import claim_status
 from mechanisms.plan import PrivacyPlan, PrivacySpec
-from workers import datasets, models
+from workers import datasets, models, plugins
 from workers.audit import (
     MiaLosses,
     OneRun,
@@ -44,7 +44,7 @@ from workers.audit import (
     one_run_fields,
     step_audit,
 )
-from workers.config import TrialConfig
+from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, train
@@ -131,6 +131,13 @@ def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
     return [p for p in bundle.module.parameters() if p.requires_grad]
 
 
+def _prepare(config: TrialConfig) -> None:
+    """What every phase does first, in whichever process runs it: the process-wide settings, and the
+    grid's `plugins:` modules (shipped by the driver), so their names resolve here too."""
+    configure()
+    plugins.load(config.plugins)
+
+
 # phases -----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Planned:
@@ -152,7 +159,7 @@ def plan_phase(config: TrialConfig) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
     training set's size and the trainable tensors' sizes."""
     t0 = time.perf_counter()
-    configure()
+    _prepare(config)
     _, train_split, bundle = _workload(config)
     spec = privacy_spec(config, len(train_split), _trainable(bundle))
     t1 = time.perf_counter()
@@ -191,7 +198,7 @@ class AcceleratorOutput:
 def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progress | None = None) -> AcceleratorOutput:
     """Train and evaluate under the plan on the trial's device, and make the forward passes the audits need."""
     t0, started = time.perf_counter(), time.time()
-    configure()
+    _prepare(config)
     gpus, cpus = config.resources.gpus, max(1, int(config.resources.cpus))
     torch.set_num_threads(cpus)
     device = pick_device(gpus)
@@ -219,6 +226,7 @@ def step_phase(config: TrialConfig, planned: Planned) -> dict[str, Any]:
     """The one-step audit of the mechanism at the plan's sigma (no trained model needed; CPU)."""
     if not (config.audit.step and planned.private):
         return {}
+    _prepare(config)
     return step_audit(mechanisms.get(config.mechanism), planned.plan, config.train.clip, config.audit,
                       dict(config.mechanism_options), config.seed, max(1, int(config.resources.cpus)),
                       list(planned.spec.tensor_sizes or ()))
@@ -228,6 +236,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                    step: Mapping[str, Any]) -> dict[str, Any]:
     """The run's audit bounds and MIA scores from the accelerator's output, and the trial's record."""
     t0 = time.perf_counter()
+    _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
@@ -238,6 +247,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     private, info = planned.private, output.info
     privacy = plan.as_record() | audits | {
         "epsilon_target": config.epsilon,
+        "private": private,  # whether the trial claims any privacy (dashboards read this, not a name)
         "grad_sample_mode": info.get("grad_sample_mode") if private else None,
         "bk_fallback": info.get("bk_fallback") if private else None,  # why bk could not clip it
         "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
@@ -245,11 +255,42 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                                           or audits.get("audit_run_violated")),
                                      private=private),
     } | dict(planned.tuning) | candidate_fields(config.tuning)
+    if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
+        privacy["claim_status_without_step"] = claim_status(
+            plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
+            audit_violated=bool(audits.get("audit_run_violated")), private=private)
     analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
     phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
-    metrics = output.metrics | phases | {"wall_s": sum(phases.values()), "calibration_s": planned.calibration_s}
+    # wall_s is the trial's own span, from its accelerator phase's start to its analysis' end (what the MLflow
+    # run's duration shows), waits between phases included; the phases' seconds say where the time went.
+    finished = time.time()
+    wall = finished - float(output.environment.get("started_at", finished - sum(phases.values())))
+    metrics = output.metrics | phases | {"wall_s": wall, "calibration_s": planned.calibration_s}
     return TrialResult(config.sweep, config.trial_key, "finished", config.to_dict(), metrics, output.curves,
-                       privacy, output.environment | {"finished_at": time.time()}).to_record()
+                       privacy, output.environment | {"finished_at": finished}).to_record()
+
+
+def step_memory(config: TrialConfig) -> tuple[float, float | None]:
+    """Peak memory (MB) of one private training step and one evaluation pass at the trial's batch sizes
+    on its device, and the device's size in MB (None on CPU): what `gpus: auto` packs trials by.
+
+    The measured run is the trial's own accelerator phase on one batch (`max_train_examples` = the batch
+    size, one epoch: one step), at a fixed sigma (the noise level does not change the memory) and without
+    audits. On a GPU the figure is the allocator's peak reservation (weights, optimizer state, activations,
+    per-sample norms); on CPU, the extra resident memory of the step.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # a reused worker's cached blocks are not this trial's
+    private = config.epsilon is not None or config.sigma is not None
+    probe = dataclasses.replace(
+        config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
+        train=dataclasses.replace(config.train, epochs=1, max_train_examples=config.train.batch_size))
+    output = accelerator_phase(probe, plan_phase(probe))
+    device = pick_device(config.resources.gpus)
+    if device.type == "cuda":
+        return (torch.cuda.max_memory_reserved(device) / 2**20,
+                torch.cuda.get_device_properties(device).total_memory / 2**20)
+    return float(output.metrics.get("peak_memory_mb") or 0.0), None
 
 
 def failed(config: TrialConfig | Mapping[str, Any], error: BaseException | str, tb: str | None = None,
@@ -290,4 +331,4 @@ def _ray_node() -> dict[str, str | None]:
 
 
 __all__ = ["AcceleratorOutput", "Planned", "accelerator_phase", "analysis_phase", "plan_phase", "run_trial",
-           "step_phase"]
+           "step_memory", "step_phase"]

@@ -1,28 +1,34 @@
 """Privacy accountants: sound ones certify (`reference`), the papers' own ones claim (`gdp`,
 `fenton_wilkinson`, `moments_accountant`, `composition`), and calibrators pick noise (`calibration`,
 `analytic_gaussian`). Every function here is pure: mechanisms describe their noise as a DpEvent (or
-plain parameters) and get numbers back; bad input raises ValueError."""
+plain parameters) and get numbers back; bad input raises ValueError.
 
-from mechanisms.accountants import composition, fenton_wilkinson, gdp, moments_accountant
-from mechanisms.accountants.analytic_gaussian import (
-    agm_delta,
-    agm_epsilon,
-    agm_sigma,
-    amgm_epsilon,
-    amgm_is_private,
-    amgm_scale,
-    amgm_sigma,
-    analytic_bound,
-)
-from mechanisms.accountants.calibration import Calibration, calibrate, calibrate_sigma
-from mechanisms.accountants.compare import DpsgdSetting, epsilon_of, epsilons, sigma_for
-from mechanisms.accountants.events import SAMPLER_ADJACENCY, DpsgdEvents, dpsgd_event
-from mechanisms.accountants.reference import EpsilonReport, epsilon, epsilon_report
+The names below are imported on first use (PEP 562), so that `import mechanisms.accountants.accountant`
+(the accountant descriptors) costs nothing: dp-accounting and scipy load only when a number is asked for.
+"""
 
-__all__ = [
-    "Calibration", "DpsgdEvents", "DpsgdSetting", "EpsilonReport", "SAMPLER_ADJACENCY", "agm_delta",
-    "agm_epsilon", "agm_sigma", "amgm_epsilon", "amgm_is_private", "amgm_scale", "amgm_sigma",
-    "analytic_bound", "calibrate", "calibrate_sigma", "composition", "dpsgd_event", "epsilon",
-    "epsilon_of", "epsilon_report", "epsilons", "fenton_wilkinson", "gdp", "moments_accountant",
-    "sigma_for",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_SUBMODULES = ("composition", "fenton_wilkinson", "gdp", "moments_accountant")
+_NAMES = {
+    "agm_delta": "analytic_gaussian", "agm_epsilon": "analytic_gaussian", "agm_sigma": "analytic_gaussian",
+    "amgm_epsilon": "analytic_gaussian", "amgm_is_private": "analytic_gaussian", "amgm_scale": "analytic_gaussian",
+    "amgm_sigma": "analytic_gaussian", "analytic_bound": "analytic_gaussian",
+    "Calibration": "calibration", "calibrate": "calibration", "calibrate_sigma": "calibration",
+    "DpsgdSetting": "compare", "epsilon_of": "compare", "epsilons": "compare", "sigma_for": "compare",
+    "EpsilonReport": "reference", "epsilon": "reference", "epsilon_report": "reference",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted([*_SUBMODULES, *_NAMES])

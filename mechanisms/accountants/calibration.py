@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable
 
 import dp_accounting
 
-from mechanisms.accountants.reference import ACCOUNTANTS, epsilon_report, poisson_dominating
+from mechanisms.accountants.reference import epsilon_report, poisson_dominating, sound_accountants
 from mechanisms.accountants.validation import require_delta, require_positive
 
 EventFamily = Callable[[float], dp_accounting.DpEvent]
@@ -226,8 +226,8 @@ def calibrate_sigma(
     """
     require_positive("epsilon", epsilon)
     require_delta(delta)
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(ACCOUNTANTS)}")
+    if accountant not in sound_accountants():
+        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(sound_accountants())}")
     guess, slope, level = 1.0, DEFAULT_SLOPE, 0
     if accountant in BRACKETED_BY:
         cheap = BRACKETED_BY[accountant]

@@ -1,8 +1,9 @@
 """Every accountant, sound and claimed, for one DP-SGD setting: epsilon for a sigma, sigma for a target.
 
 Backs `privbench privacy epsilon|sigma` and the README's epsilon-by-accountant table. Sound accountants
-(`SOUND`) work on the setting's DpEvent; claimed ones (`CLAIMED`) are the seed papers' own analyses of
-the same noise, as functions of (sigma, q, T, ...). Each answer carries its provenance and caveats.
+(the registry's, `sound()`) work on the setting's DpEvent, built from the same sampler and parts as a
+trial's plan; claimed ones (`CLAIMED`) are the seed papers' own analyses of the same noise, as functions
+of (sigma, q, T, ...). Each answer carries its provenance and caveats.
 """
 
 from __future__ import annotations
@@ -10,55 +11,54 @@ from __future__ import annotations
 import dataclasses
 
 from mechanisms.accountants import fenton_wilkinson, gdp, moments_accountant
+from mechanisms.accountants.accountant import described
 from mechanisms.accountants.calibration import Calibration, calibrate, calibrate_sigma
-from mechanisms.accountants.events import SAMPLER_ADJACENCY, SAMPLERS, DpsgdEvents
 from mechanisms.accountants.reference import EpsilonReport, epsilon_report
-from mechanisms.accountants.validation import (
-    require_delta,
-    require_fraction,
-    require_positive,
-    require_sample_rate,
-    require_steps,
-)
+from mechanisms.accountants.validation import require_delta, require_fraction, require_positive
+from mechanisms.batch_selection import BatchSelection, PoissonRate, batch_selection, relation_name
+from mechanisms.clipping import FlatClipping
+from mechanisms.noise_addition import GaussianNoise
+from mechanisms.plan import Parts
+from mechanisms.registry import ACCOUNTANTS as REGISTRY
 
-SOUND = ("pld", "rdp", "prv")
-CLAIMED = ("gdp", "ma_classic", "fenton_wilkinson")
-ACCOUNTANTS = SOUND + CLAIMED
+CLAIMED = ("gdp", "ma_classic", "fenton_wilkinson")  # the seed papers' analyses this module computes
 
-KIND = {
-    "pld": "sound: privacy loss distributions (dp-accounting), the reference for epsilon_certified",
-    "rdp": "sound: Renyi DP (dp-accounting), looser",
-    "prv": "sound: privacy random variables (Opacus port of Gopi et al. 2021), cross-check",
-    "gdp": "claimed: mu-GDP central limit theorem (arXiv 1911.11607, dpsgd-gdp); not a bound",
-    "ma_classic": "claimed: moments accountant with the classic conversion (Abadi et al. 2016 as published)",
-    "fenton_wilkinson": "claimed: Fenton-Wilkinson Thm 6 + advanced composition (arXiv 2407.15414, "
-                        "shuffled-dpsgd); not a bound",
-}
+
+def accountants() -> tuple[str, ...]:
+    """Every accountant's name: the registry's (built-ins and plugins), sound ones first."""
+    items = REGISTRY.items()
+    return tuple(n for n, a in items if a.sound) + tuple(n for n, a in items if not a.sound)
+
+
+def sound() -> tuple[str, ...]:
+    return tuple(n for n, a in REGISTRY.items() if a.sound)
+
+
+def kinds() -> dict[str, str]:
+    """name -> 'sound: ...' / 'claimed: ...' (`privbench list accountants`, `privbench privacy`)."""
+    return {n: described(a) for n, a in REGISTRY.items()}
 
 
 @dataclasses.dataclass(frozen=True)
 class DpsgdSetting:
-    """Everything but sigma: the batch geometry, and what the claimed analyses additionally need."""
+    """Everything but sigma: the run's batch selection (the same object a trial runs and accounts), delta,
+    and what the claimed analyses additionally need.
 
-    sample_rate: float
-    steps: int
+    Its certified event is the trial's: the parts of DP-SGD (this sampler, flat clipping, Gaussian noise)
+    at unit clip, since epsilon does not depend on the clip. `poisson(q, T, ...)` states Poisson sampling
+    by rate and steps; `of(sampler, N, B, epochs, ...)` builds any sampler as a trial does.
+    """
+
+    selection: BatchSelection | PoissonRate
     delta: float
-    sampler: str = "poisson"
-    dataset_size: int | None = None
     dim: float | None = None  # model dimension d (Fenton-Wilkinson)
     batch_clip_ratio: float | None = None  # c'/c (Fenton-Wilkinson)
     batch_size: int | None = None  # stands in for c'/c without batch clipping (Fenton-Wilkinson)
     delta_split: float = 0.5  # advanced composition's slack share of delta (Fenton-Wilkinson)
 
     def __post_init__(self) -> None:
-        require_sample_rate(self.sample_rate)
-        require_steps(self.steps)
         require_delta(self.delta)
         require_fraction("delta_split", self.delta_split)
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"unknown sampler {self.sampler!r}; known: {', '.join(SAMPLERS)}")
-        if self.sampler != "poisson" and (self.dataset_size is None or self.dataset_size < 1):
-            raise ValueError(f"the {self.sampler} sampler needs dataset_size >= 1")
         if self.dim is not None:
             fenton_wilkinson.check_dim(self.dim)
         if self.batch_clip_ratio is not None:
@@ -66,12 +66,44 @@ class DpsgdSetting:
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
+    @classmethod
+    def poisson(cls, sample_rate: float, steps: int, delta: float, **claims: object) -> DpsgdSetting:
+        return cls(PoissonRate(sample_rate, steps), delta, **claims)  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, sampler: str, dataset_size: int, batch_size: int, epochs: int, delta: float,
+           **claims: object) -> DpsgdSetting:
+        """The geometry of a trial: `sampler` over N examples in batches of B for `epochs` epochs."""
+        return cls(batch_selection(sampler, dataset_size, batch_size, epochs), delta,
+                   batch_size=batch_size, **claims)  # type: ignore[arg-type]
+
+    @property
+    def sampler(self) -> str:
+        return self.selection.name
+
+    @property
+    def sample_rate(self) -> float:
+        return self.selection.sample_rate
+
+    @property
+    def steps(self) -> int:
+        return self.selection.steps
+
+    @property
+    def dataset_size(self) -> int | None:
+        return getattr(self.selection, "dataset_size", None)
+
+    @property
+    def epochs(self) -> int | None:
+        return getattr(self.selection, "epochs", None)
+
     @property
     def adjacency(self) -> str:
-        return SAMPLER_ADJACENCY[self.sampler]
+        return relation_name(self.selection.neighboring_relation)
 
-    def events(self) -> DpsgdEvents:
-        return DpsgdEvents(self.sample_rate, self.steps, self.sampler, self.dataset_size)
+    def parts(self) -> Parts:
+        """DP-SGD's parts on this sampler at unit clip: the trial's certified event, sigma -> DpEvent."""
+        return Parts(self.selection, FlatClipping(1.0), GaussianNoise(1.0))  # type: ignore[arg-type]
 
     def gdp_sampler(self) -> str:
         return "poisson" if self.sampler == "poisson" else "uniform"
@@ -79,7 +111,7 @@ class DpsgdSetting:
 
 def applicable(setting: DpsgdSetting) -> tuple[str, ...]:
     """Accountants that can speak about this setting (the FW claim needs d and c'/c or a batch size)."""
-    names = list(SOUND) + ["gdp"]
+    names = list(sound()) + ["gdp"]
     if setting.sampler == "poisson":
         names.append("ma_classic")
     if setting.dim is not None and (setting.batch_clip_ratio is not None or setting.batch_size is not None):
@@ -88,8 +120,8 @@ def applicable(setting: DpsgdSetting) -> tuple[str, ...]:
 
 
 def _check_name(setting: DpsgdSetting, accountant: str) -> None:
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(ACCOUNTANTS)}, all")
+    if accountant not in accountants():
+        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(accountants())}, all")
     if accountant not in applicable(setting):
         need = ("--dim and --batch-clip-ratio or --batch-size" if accountant == "fenton_wilkinson"
                 else "the poisson sampler")
@@ -111,8 +143,9 @@ def epsilon_of(setting: DpsgdSetting, sigma: float, accountant: str = "pld") -> 
     """Epsilon of T DP-SGD steps at noise multiplier sigma under one accountant, with provenance."""
     require_positive("sigma", sigma)
     _check_name(setting, accountant)
-    if accountant in SOUND:
-        return epsilon_report(setting.events()(sigma), setting.delta, accountant)
+    if accountant in sound():
+        parts = setting.parts()
+        return epsilon_report(parts.dp_event(sigma), setting.delta, accountant, parts.accounting_relation)
     value = _claimed_epsilon(setting, sigma, accountant)
     note = ""
     if accountant == "fenton_wilkinson" and value == 0:
@@ -136,8 +169,8 @@ def sigma_for(setting: DpsgdSetting, epsilon: float, accountant: str = "pld",
     """
     require_positive("epsilon", epsilon)
     _check_name(setting, accountant)
-    if accountant in SOUND:
-        return calibrate_sigma(setting.events(), epsilon, setting.delta, accountant, rel_tol)
+    if accountant in sound():
+        return calibrate_sigma(setting.parts(), epsilon, setting.delta, accountant, rel_tol)
     s = setting
     guess = 1.0
     if accountant in ("gdp", "ma_classic"):  # the CLT's closed form is a good start for the MA too

@@ -31,7 +31,13 @@ from mechanisms.accountants.validation import require_delta
 # refined automatically where small epsilons would otherwise be over-reported (see adaptive_pld.py).
 PLD_DISCRETIZATION = adaptive_pld.COARSE
 NeighborRel = dp_accounting.NeighboringRelation
-ACCOUNTANTS = ("pld", "rdp", "prv")
+
+
+def sound_accountants() -> tuple[str, ...]:
+    """The sound accountants' names: the built-ins below and any plugin (`privbench.accountants`)."""
+    from mechanisms.registry import ACCOUNTANTS
+
+    return tuple(name for name, acc in ACCOUNTANTS.items() if acc.sound)
 
 
 def pld_accountant() -> dp_accounting.PrivacyAccountant:
@@ -140,12 +146,14 @@ def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str =
     under both (the multiplier already carries the relation's sensitivity).
     """
     require_delta(delta)
-    if accountant not in FRESH:
-        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(ACCOUNTANTS)}")
+    if accountant not in sound_accountants():
+        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(sound_accountants())}")
     if isinstance(event, dp_accounting.NonPrivateDpEvent):
         return EpsilonReport(math.inf, accountant, accountant, "non-private")
     if isinstance(event, dp_accounting.UnsupportedDpEvent):
         return EpsilonReport(None, accountant, accountant, "no sound analysis is known for this event")
+    if accountant not in FRESH:
+        return _plugin_report(event, delta, accountant, relation)
     ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
     if ratio is not None and accountant in ("pld", "prv"):
         return EpsilonReport(gaussian_epsilon(ratio, delta), accountant, "exact",
@@ -180,6 +188,20 @@ def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str =
         notes.append(acc.note)
         computed_by = "pld"
     return EpsilonReport(value, accountant, computed_by, "; ".join(notes))
+
+
+def _plugin_report(event: dp_accounting.DpEvent, delta: float, accountant: str,
+                   relation: NeighborRel) -> EpsilonReport:
+    """A plugin accountant's epsilon: its own `PrivacyAccountant`, asked only about events it supports,
+    under add-or-remove-one (the relation its contract states; other relations get None)."""
+    from mechanisms.registry import ACCOUNTANTS
+
+    if relation != NeighborRel.ADD_OR_REMOVE_ONE:
+        return EpsilonReport(None, accountant, accountant, "plugin accountants answer add-or-remove-one only")
+    acc = ACCOUNTANTS.get(accountant).make()
+    if not acc.supports(event):
+        return EpsilonReport(None, accountant, accountant, f"{accountant} does not support this event")
+    return EpsilonReport(float(acc.compose(event).get_epsilon(delta)), accountant, accountant)
 
 
 def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",

@@ -7,7 +7,7 @@
 - `step_audit`: `audit_step`, the mechanism-level audit behind `privbench audit`.
 - `dirac_canaries`: `DiracCanaries`, white-box gradient canaries inside an Opacus training run.
 - `hooks`: what a mechanism module provides to be audited (`claimed_step_tradeoff`, `audit_cases`,
-  `AUDIT_COORDINATEWISE`).
+  `Mechanism.audit_coordinatewise`).
 
 NumPy/SciPy only (torch is imported by `dirac_canaries` when it is attached to an optimizer).
 """

@@ -22,7 +22,8 @@ def clopper_pearson_upper(k: ArrayLike, n: int, significance: float) -> np.ndarr
     if np.any(k < 0) or np.any(k > n):
         raise ValueError("counts must lie in [0, n]")
     safe_k = np.minimum(k, n - 1)
-    return np.where(k < n, scipy.stats.beta.ppf(1 - significance, safe_k + 1, n - safe_k), 1.0)
+    # isf(s), not ppf(1 - s): 1 - s rounds to 1 below s ~ 1e-16, where a p-value search (step_audit) looks
+    return np.where(k < n, scipy.stats.beta.isf(significance, safe_k + 1, n - safe_k), 1.0)
 
 
 def clopper_pearson_lower(k: ArrayLike, n: int, significance: float) -> np.ndarray:

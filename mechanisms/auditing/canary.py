@@ -2,7 +2,7 @@
 
 The auditor takes two 1-D score arrays, scores where the canary was present (`held_in`) and
 where it was not (`held_out`), higher meaning "present", and offers each estimator as a method
-with its confidence explicit (STYLE.md section 5). How the scores were made (one mechanism step
+with its confidence explicit. How the scores were made (one mechanism step
 sampled many times, or m canaries in one training run) is not its concern.
 
 Thresholds: every estimate is a statement about a decision rule "score >= t means present". Only

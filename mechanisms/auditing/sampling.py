@@ -8,7 +8,7 @@ Two paths, same scores in distribution:
 - `full`: each row is the whole `dim`-dimensional batch sum; the statistic sees the whole release.
   The cost is dominated by the mechanism's noise generation, about 16-20 ns per Gaussian on this
   machine: 2 x 20,000 x 100,000 values is ~40-70 s on 2 cores.
-- `support`: only for mechanisms declaring `AUDIT_COORDINATEWISE` and projection statistics: the
+- `support`: only for mechanisms declaring `Mechanism.audit_coordinatewise` and projection statistics: the
   mechanism runs on the canary's support columns only. For a coordinatewise step the projection
   on the canary depends on nothing else, so this is exact, and dim no longer costs anything.
 """
@@ -18,13 +18,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mechanisms.auditing.canary import CanaryScores
 from mechanisms.auditing.cases import AuditCase
+
+if TYPE_CHECKING:
+    from mechanisms.mechanism import Mechanism
 
 CHUNK_ELEMENTS = 1 << 21  # values per privatize_step call (16 MB of float64)
 PATHS = ("auto", "full", "support")
@@ -47,7 +49,7 @@ def choose_path(case: AuditCase, coordinatewise: bool, path: str = "auto") -> st
     return path
 
 
-def sample_scores(module: ModuleType, case: AuditCase, *, sigma: float, clip: float, samples: int,
+def sample_scores(module: Mechanism, case: AuditCase, *, sigma: float, clip: float, samples: int,
                   seed: int, case_index: int = 0, path: str = "full", workers: int | None = None,
                   options: Mapping[str, Any] | None = None) -> CanaryScores:
     """`samples` scores per side: held_out from rows `base`, held_in from rows `base + canary`."""

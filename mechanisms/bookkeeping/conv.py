@@ -67,7 +67,8 @@ class _Conv2d(torch.autograd.Function):
         padding = _padding(module)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = torch.nn.grad.conv2d_input(x.shape, weight, g, module.stride, padding, module.dilation, 1)
+            grad_x = torch.nn.grad.conv2d_input(x.shape, weight.to(g.dtype), g, module.stride, padding,
+                                                module.dilation, 1)
         batch, fan_out = g.shape[:2]
         g3 = g.reshape(batch, fan_out, -1).transpose(1, 2)  # (B, T, d)
         if ctx.needs_input_grad[1]:

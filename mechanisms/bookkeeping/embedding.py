@@ -44,7 +44,8 @@ def record_embedding(tap: Tap, weight: torch.Tensor, ids: torch.Tensor, g: torch
     keys, where = torch.unique((sample * vocab + ids2).reshape(-1), return_inverse=True)
     rows = g2.new_zeros(keys.shape[0], dim).index_add_(0, where, g2.reshape(-1, dim))
     owner, row_id = keys // vocab, keys % vocab
-    norm2 = g2.new_zeros(batch).index_add_(0, owner, sq_norms(rows))
+    norms = sq_norms(rows)  # fp32 at least
+    norm2 = norms.new_zeros(batch).index_add_(0, owner, norms)
 
     def clipped_sum(c: torch.Tensor) -> torch.Tensor:
         return rows.new_zeros(vocab, dim).index_add_(0, row_id, rows * c.to(rows.dtype)[owner].unsqueeze(1))

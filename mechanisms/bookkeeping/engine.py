@@ -32,10 +32,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from mechanisms.bookkeeping.norms import NORM_MODES, ClippedSum, clip_factors
+from mechanisms.bookkeeping.norms import NORM_MODES, ClippedSum, clip_factors, norm_dtype
 from mechanisms.bookkeeping.registry import Tap, UnsupportedModule, rule_for
+from mechanisms.clipping import CLIPPINGS as CLIPPING_RULES
 
-CLIPPINGS = ("flat", "per_layer")
+CLIPPINGS = tuple(rule.opacus_clipping for rule in CLIPPING_RULES.values())  # Opacus' spelling of each rule
 
 
 def unsupported(module: nn.Module) -> list[str]:
@@ -105,7 +106,8 @@ class BookkeepingEngine:
         self._pending: dict[int, tuple[torch.Tensor, ClippedSum]] = {}
         self._done: dict[int, torch.Tensor] = {}
         self.per_sample_norms: torch.Tensor | None = None
-        self.param_norms: dict[str, torch.Tensor] = {}
+        self._param_norms: dict[str, torch.Tensor] = {}
+        self._stacked: tuple[list[str], torch.Tensor] | None = None
         self._restore: list[tuple[nn.Module, Any]] = []
         self._guards = []
         for name, sub in module.named_modules():
@@ -124,7 +126,7 @@ class BookkeepingEngine:
         if loss_per_sample.dim() != 1:
             raise ValueError(f"expected one loss per example (B,), got shape {tuple(loss_per_sample.shape)}")
         self._batch = loss_per_sample.shape[0]
-        self._pending, self._done, self.param_norms = {}, {}, {}
+        self._pending, self._done, self._param_norms, self._stacked = {}, {}, {}, None
         try:
             if loss_per_sample.requires_grad and self._batch > 0:
                 loss_per_sample.sum().backward()
@@ -145,24 +147,24 @@ class BookkeepingEngine:
         if id(param) in self._pending or id(param) in self._done:
             raise RuntimeError(f"book-keeping: {name} was used more than once in one step (a module called "
                                "twice, or shared weights); its per-sample gradient has cross terms")
+        norm2 = norm2.to(norm_dtype(norm2))  # norms and factors in (at least) fp32 under mixed precision
         if self.clipping == "per_layer":
             norms = norm2.clamp_min(0).sqrt()
-            self.param_norms[name] = norms
+            self._param_norms[name] = norms
             self._done[id(param)] = clipped_sum(clip_factors(norms, self._bounds[id(param)]))
         else:
             self._pending[id(param)] = (norm2, clipped_sum)
 
     def _finish(self) -> None:
+        """Flat clipping: combine the pending norms and evaluate every recipe. The per-tensor squared norms
+        are stacked once (one kernel, not one add per tensor: the step is launch-bound on a GPU), and
+        `param_norms` is derived from that stack only when read."""
         batch = self._batch or 0
         if self.clipping == "flat" and self._pending:
-            first = next(iter(self._pending.values()))[0]
-            total = torch.zeros(batch, dtype=first.dtype, device=first.device)
-            for p in self.params:
-                if id(p) in self._pending:
-                    norm2 = self._pending[id(p)][0]
-                    self.param_norms[self._names[id(p)]] = norm2.clamp_min(0).sqrt()
-                    total = total + norm2
-            self.per_sample_norms = total.clamp_min(0).sqrt()
+            keys = [id(p) for p in self.params if id(p) in self._pending]
+            stacked = torch.stack([self._pending[k][0] for k in keys])  # (tensors, B)
+            self._stacked = ([self._names[k] for k in keys], stacked)
+            self.per_sample_norms = stacked.sum(0).clamp_min(0).sqrt()
             factors = clip_factors(self.per_sample_norms, self.max_grad_norm)  # type: ignore[arg-type]
             for key, (_, clipped_sum) in self._pending.items():
                 self._done[key] = clipped_sum(factors)
@@ -175,6 +177,16 @@ class BookkeepingEngine:
                 p.grad = grad
             else:
                 p.grad.add_(grad)
+
+    @property
+    def param_norms(self) -> dict[str, torch.Tensor]:
+        """Each trainable tensor's per-sample norms of the last step (name -> (B,)), computed on demand."""
+        if self._stacked is not None:
+            names, stacked = self._stacked
+            norms = stacked.clamp_min(0).sqrt()
+            self._param_norms.update(zip(names, norms.unbind(0), strict=True))
+            self._stacked = None
+        return self._param_norms
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def detach(self) -> nn.Module:

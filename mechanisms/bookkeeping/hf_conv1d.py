@@ -38,7 +38,7 @@ class _Conv1D(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         x, weight = ctx.saved_tensors
-        grad_x = g.matmul(weight.t()) if ctx.needs_input_grad[0] else None
+        grad_x = g.matmul(weight.t().to(g.dtype)) if ctx.needs_input_grad[0] else None
         record_linear(ctx.tap, x, g, weight if ctx.needs_input_grad[1] else None,
                       ctx.bias if ctx.needs_input_grad[2] else None, transpose=True)
         return grad_x, None, None, None

@@ -46,7 +46,7 @@ class _Linear(torch.autograd.Function):
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         x, weight = ctx.saved_tensors
         tap = ctx.tap
-        grad_x = g.matmul(weight) if ctx.needs_input_grad[0] else None
+        grad_x = g.matmul(weight.to(g.dtype)) if ctx.needs_input_grad[0] else None
         record_linear(tap, x, g, weight if ctx.needs_input_grad[1] else None,
                       ctx.bias if ctx.needs_input_grad[2] else None)
         return grad_x, None, None, None

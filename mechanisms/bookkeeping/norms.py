@@ -41,31 +41,50 @@ def prefer_ghost(positions: int, fan_in: int, fan_out: int, mode: str = "mixed")
     return 2 * positions * positions < fan_in * fan_out
 
 
+def work_dtype(a: torch.Tensor, g: torch.Tensor) -> torch.dtype:
+    """The dtype of the clipped-sum matmul: the narrower of the two (bf16 / fp16 under autocast, where the
+    input of a layer can be fp32 and its output gradient bf16), as autocast computes the weight gradient."""
+    return min((a.dtype, g.dtype), key=lambda d: torch.finfo(d).bits)
+
+
+def norm_dtype(x: torch.Tensor) -> torch.dtype:
+    """Per-sample norms and clipping factors are at least fp32 (float64 stays float64), whatever autocast
+    made of the activations: a bf16 norm is off by up to 2^-8 relative and the factor with it."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
 def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool) -> tuple[torch.Tensor, ClippedSum]:
     """Per-sample squared norms of G_i = g_i^T a_i and the book-keeping clipped sum sum_i c_i G_i (d x p).
 
     `a` is (B, T, p), `g` is (B, T, d). Ghost: the Gram identity above, and the clipped sum as one matmul
     of the rescaled output gradients with the activations. Instantiated: G by batched matmul, kept.
+    Under mixed precision the norms (Gram matrices, instantiated G) are computed in fp32 from the bf16 /
+    fp16 activations and gradients, and the clipped-sum matmul runs in the narrow dtype.
     """
     batch, positions, fan_in = a.shape
     fan_out = g.shape[-1]
+    low = work_dtype(a, g)
+    a, g = a.to(low), g.to(low)
+    wide = norm_dtype(a)
     if positions == 1:
         a1, g1 = a[:, 0], g[:, 0]
         norm2 = sq_norms(a1) * sq_norms(g1)
-        return norm2, lambda c: (g1 * c.unsqueeze(1)).t().matmul(a1)
+        return norm2, lambda c: (g1 * c.to(low).unsqueeze(1)).t().matmul(a1)
     if ghost:
-        gram_a = torch.bmm(a, a.transpose(1, 2))
-        gram_g = torch.bmm(g, g.transpose(1, 2))
+        aw, gw = a.to(wide), g.to(wide)  # no copy in fp32
+        gram_a = torch.bmm(aw, aw.transpose(1, 2))
+        gram_g = torch.bmm(gw, gw.transpose(1, 2))
         norm2 = torch.bmm(gram_a.view(batch, 1, -1), gram_g.view(batch, -1, 1)).view(batch)  # <A, G>_F
-        del gram_a, gram_g
+        del gram_a, gram_g, aw, gw
 
         def ghost_sum(c: torch.Tensor) -> torch.Tensor:
+            c3 = c.to(low).view(-1, 1, 1)
             if fan_out <= fan_in:  # rescale the smaller of the two factors
-                return (g * c.view(-1, 1, 1)).reshape(-1, fan_out).t().matmul(a.reshape(-1, fan_in))
-            return g.reshape(-1, fan_out).t().matmul((a * c.view(-1, 1, 1)).reshape(-1, fan_in))
+                return (g * c3).reshape(-1, fan_out).t().matmul(a.reshape(-1, fan_in))
+            return g.reshape(-1, fan_out).t().matmul((a * c3).reshape(-1, fan_in))
 
         return norm2, ghost_sum
-    per_sample = torch.bmm(g.transpose(1, 2), a)  # (B, d, p)
+    per_sample = torch.bmm(g.to(wide).transpose(1, 2), a.to(wide))  # (B, d, p)
     norm2 = sq_norms(per_sample)
     return norm2, lambda c: weighted_sum(c, per_sample)
 
@@ -83,8 +102,10 @@ def instantiated(per_sample: torch.Tensor) -> tuple[torch.Tensor, ClippedSum]:
 
 
 def sq_norms(x: torch.Tensor) -> torch.Tensor:
-    """|x_i|^2 over all but the first dimension, (B,): one reduction kernel, no squared temporary."""
-    return torch.linalg.vector_norm(x.flatten(1) if x.dim() > 1 else x.unsqueeze(1), dim=1).square()
+    """|x_i|^2 over all but the first dimension, (B,), in at least fp32: one reduction kernel, no squared
+    temporary (the upcast happens inside the kernel)."""
+    return torch.linalg.vector_norm(x.flatten(1) if x.dim() > 1 else x.unsqueeze(1), dim=1,
+                                    dtype=norm_dtype(x)).square()
 
 
 def clip_factors(norms: torch.Tensor, bound: float) -> torch.Tensor:

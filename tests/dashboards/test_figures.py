@@ -54,10 +54,25 @@ def test_privacy_utility_draws_lines_claims_audits_and_the_nonprivate_band(recor
 
 
 def test_overhead_curves_and_verdicts_have_their_content(records):
-    t, m = figures.overhead(records).axes
+    fig = figures.overhead(records)
+    t, m = fig.axes
     assert [x.get_text() for x in t.get_xticklabels()] == ["dpsgd", "gredp", "nonprivate"]
     assert m.get_ylabel() == "extra peak memory (MB)"
-    curve_axes = figures.curves(records).axes
+    # Split by epsilon (a legend names them), dataset / model in the titles, no trial clipped at the top.
+    (legend,) = fig.legends
+    assert [x.get_text() for x in legend.get_texts()] == ["non-private", "epsilon 1", "epsilon 8"]
+    assert t.get_title() == "digits / mlp: step time" and m.get_title() == "digits / mlp: peak memory per trial"
+    for ax in (t, m):
+        top = max(max(ln.get_ydata()) for ln in ax.get_lines() if len(ln.get_ydata()))
+        assert ax.get_ylim()[1] >= 1.1 * top
+    assert not m.containers  # memory: each trial's own peak, no mean +- std bar
+    curves_fig = figures.curves(records)
+    curve_axes = curves_fig.axes
+    assert len({a.get_title() for a in curve_axes}) == len(curve_axes)  # distinct panel titles
+    (shared,) = curves_fig.legends
+    assert not any(a.get_legend() for a in curve_axes) and len(shared.get_texts()) == 5
+    styles = {(ln.get_color(), ln.get_linestyle()) for ln in curve_axes[0].get_lines()}
+    assert len(styles) == 5  # mechanism by colour, epsilon by line style: every line tells apart
     assert [a.get_ylabel() for a in curve_axes] == ["training loss", "test accuracy"]
     assert all(len(a.get_lines()) == 5 for a in curve_axes)  # nonprivate + 2 mechanisms x 2 epsilons
     assert all(len(a.get_lines()[0].get_xdata()) == 2 for a in curve_axes)  # two epochs

@@ -1,6 +1,7 @@
 """What a user sees in `privbench ui`, read through the MLflow REST API of a real server subprocess:
-the runs table opens (experiment kind), durations are the trials' wall time, Source and Dataset are
-filled, and the sweep's parent run holds the grid, the leaderboard and the figures."""
+the runs table opens (experiment kind) on the trials' key columns (the runs view), durations are the
+trials' wall time, Source and Dataset are filled, and the sweep's parent run holds the grid, the
+leaderboard and the figures."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import urllib.request
 
 import pytest
 
+from storage.mlflow_view import RUNS_VIEW_KEY, RUNS_VIEW_TAG
+from storage.store import SWEEP_RUN_ID_TAG
 from tests.dashboards.test_report import chromium
 from tests.dashboards.test_ui import free_port
 
@@ -68,9 +71,26 @@ def test_experiment_opens_on_the_runs_table(runs):
     assert {t["key"]: t["value"] for t in exp["tags"]}["mlflow.experimentKind"] == "custom_model_development"
 
 
-def page_text(tmp_path, url: str) -> str:
-    """The text a browser shows for `url` once MLflow's single-page app has rendered it."""
-    dom = chromium(tmp_path, "--virtual-time-budget=30000", "--window-size=1600,1200", "--dump-dom", url)
+def test_experiment_carries_the_runs_view_of_the_key_columns(runs):
+    """The view the printed link selects: the trials' key params, metrics and claim status, each a name the
+    trial runs really have (a column MLflow cannot fill would be an empty one)."""
+    exp, found = runs
+    view = json.loads({t["key"]: t["value"] for t in exp["tags"]}[RUNS_VIEW_TAG])
+    assert view["selectedColumns"] == view["columnOrder"] == [
+        "params.`mechanism`", "params.`epsilon`", "params.`seed`", "params.`dataset`", "params.`model`",
+        "metrics.`accuracy`", "metrics.`epsilon_certified`", "metrics.`epsilon_audited`", "tags.`claim_status`"]
+    trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
+    data = {"params": {p["key"] for p in trial["data"]["params"]},
+            "metrics": {m["key"] for m in trial["data"]["metrics"]}, "tags": set(tags(trial))}
+    for column in view["selectedColumns"]:
+        kind, name = column.split(".", 1)
+        assert name.strip("`") in data[kind], column
+
+
+def page_text(tmp_path, url: str, size: str = "1600,1200") -> str:
+    """The text a browser shows for `url` once MLflow's single-page app has rendered it (the runs table draws
+    only the columns inside the window)."""
+    dom = chromium(tmp_path, "--virtual-time-budget=30000", f"--window-size={size}", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout))
 
@@ -78,24 +98,40 @@ def page_text(tmp_path, url: str) -> str:
 @pytest.mark.slow
 def test_the_printed_links_open_the_runs_table_in_a_browser(api, runs, tmp_path):
     """Viewed in headless Chromium: MLflow 3's UI shows its GenAI overview for an experiment unless the
-    link says otherwise, so `privbench ui` prints one runs-table link per sweep; the runs table and a trial's
-    page show what the issue asked for (duration, source, parent run, dataset)."""
+    link says otherwise, and its runs table shows no param or metric column until one is picked. The link
+    `privbench ui` prints selects the machine-learning pages and the sweep's runs view: the trials are rows
+    (not collapsed under the sweep's run) with their mechanism, epsilon, seed, dataset, model, accuracy,
+    epsilons and claim status. A trial's page, opened the same way, is a training run's page (not GenAI's
+    "Evaluations") and shows duration, source and dataset."""
     exp, found = runs
     links = dict(re.findall(r"^(\S+): (http://\S+)$", api.printed, re.M))
     assert set(links) == {"figs", "figs-b"}
-    assert links["figs"].endswith(f"/#/experiments/{exp['experiment_id']}/runs?workflowType=machine_learning")
-    table = page_text(tmp_path, links["figs"])
+    assert links["figs"].endswith(f"/#/experiments/{exp['experiment_id']}/runs?workflowType=machine_learning"
+                                  f"&viewStateShareKey={RUNS_VIEW_KEY}")
+    table = page_text(tmp_path, links["figs"], "1920,1000")
     assert "Traces 0" not in table and "Detect Issues" not in table  # not the GenAI overview
-    for shown in ("Run Name", "Duration", "Source", "Dataset", "figs (sweep)", "privbench"):
-        assert shown in table, shown
+    assert "shared view" in table and "does not exist" not in table  # the view loaded
+    headers = table[table.index("Run Name"):]
+    for shown in ("Parameters", "Metrics", "Created", "mechanism", "epsilon", "seed", "dataset", "model",
+                  "accuracy", "epsilon_certified", "epsilon_audited", "claim_status"):
+        assert re.search(rf"\b{shown}\b", headers), (shown, headers[:600])
+    trials = [r for r in found if "privbench.trial_key" in tags(r)]
+    for run in trials:  # every trial is a row of the first page, with its values
+        assert run["info"]["run_name"] in table, run["info"]["run_name"]
+    statuses = {tags(r)["claim_status"] for r in trials if "claim_status" in tags(r)}
+    assert len(statuses) > 1  # the sweep has private trials that pass and GReDP's that do not
+    for value in ("dpsgd", "gredp", "nonprivate", "digits", "mlp", *statuses):
+        assert re.search(rf"\b{value}\b", headers), value
     trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
-    page = page_text(tmp_path, links["figs"].replace("/runs?", f"/runs/{trial['info']['run_id']}?"))
+    page = page_text(tmp_path, links["figs"].split("&")[0].replace("/runs?", f"/runs/{trial['info']['run_id']}?"))
     assert trial["info"]["run_name"] in page
+    assert f"{exp['name']} Runs {trial['info']['run_name']}" in page  # breadcrumb: Runs, not Evaluations
+    assert "Evaluations" not in page
     about = page[page.index("About this run"):]
     seconds = (trial["info"]["end_time"] - trial["info"]["start_time"]) / 1000
     assert re.search(r"Duration (\d+(\.\d+)?)s", about), about[:400]
     assert abs(float(re.search(r"Duration (\d+(\.\d+)?)s", about)[1]) - seconds) < 0.15
-    assert "Parent run figs (sweep)" in about and "Source privbench" in about
+    assert "Source privbench" in about
     assert re.search(r"Datasets digits \([0-9a-f]{8}\) training", about, re.I), about[:600]
 
 
@@ -110,7 +146,9 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
         durations.append(run["info"]["end_time"] - run["info"]["start_time"])
         assert abs(durations[-1] - wall_ms) < 500  # the trial's own time, not the time logging took
         t = tags(run)
-        assert t["mlflow.source.name"] == "privbench" and t["mlflow.parentRunId"] == parent[0]["info"]["run_id"]
+        assert t["mlflow.source.name"] == "privbench"
+        # linked to the sweep's run by a tag, not nested under it (the UI would collapse the trials)
+        assert "mlflow.parentRunId" not in t and t[SWEEP_RUN_ID_TAG] == parent[0]["info"]["run_id"]
         assert re.fullmatch(r"[0-9a-f]{40}", t["mlflow.source.git.commit"])
         (inp,) = run["inputs"]["dataset_inputs"]
         assert inp["dataset"]["name"] == "digits" and len(inp["dataset"]["digest"]) == 8

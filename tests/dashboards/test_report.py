@@ -8,6 +8,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -68,7 +69,8 @@ def test_chromium_draws_the_report_figures(figure_store, tmp_path):
     count = Count()
     count.feed(dom.stdout)
     assert count.tags.get("figure") == 4 and count.figures_with_svg == 4
-    assert count.tags.get("path", 0) > 200 and count.tags.get("tr", 0) == 6  # header + 5 leaderboard rows
+    # two leaderboard tables (privacy and audits, then cost), each a header and 5 rows
+    assert count.tags.get("path", 0) > 200 and count.tags.get("tr", 0) == 12
     assert count.tags.get("li", 0) == 4  # one verdict sentence per private row
 
     shot = tmp_path / "report.png"
@@ -79,3 +81,34 @@ def test_chromium_draws_the_report_figures(figure_store, tmp_path):
     assert pixels.std() > 0.05 and top.std() > 0.05
     coloured = (abs(top[..., 0] - top[..., 2]) > 0.3).mean()  # blue / orange lines and markers, not just text
     assert coloured > 0.001
+
+
+@pytest.mark.slow
+def test_report_fits_1400_pixels_and_figures_keep_their_own_size(figure_store, tmp_path):
+    """No sideways scrolling at 1400 px (two sweeps: the widest leaderboard), and each figure drawn at the
+    size matplotlib gave it (its text as set), not stretched to one common width."""
+    import json
+
+    out = tmp_path / "report.html"
+    assert invoke("report", "figs", "figs-b", "--store", figure_store, "--out", out).exit_code == 0
+    probe = tmp_path / "probe.html"  # the page plus a script that writes what the browser laid out
+    probe.write_text(out.read_text().replace("</html>", (
+        "<script>document.body.setAttribute('data-layout', JSON.stringify({page: "
+        "document.documentElement.scrollWidth, table: Math.max(...Array.from("
+        "document.querySelectorAll('table.leaderboard')).map(t => t.scrollWidth)), "
+        "svgs: Array.from(document.querySelectorAll('figure svg')).map(s => s.getBoundingClientRect().width)}))"
+        "</script></html>")))
+    dom = chromium(tmp_path, "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]+)"', dom.stdout)
+    assert found, dom.stdout[:500]
+    layout = json.loads(found.group(1).replace("&quot;", '"'))
+    assert layout["page"] <= 1400 and layout["table"] <= 1400, layout
+    assert len(layout["svgs"]) == 4 and len({round(w) for w in layout["svgs"]}) == 4, layout  # own widths
+    page = out.read_text()
+    for svg in re.findall(r"<svg[^>]*>", page):  # matplotlib's own size, in points, kept on the element
+        assert re.search(r'width="[\d.]+pt"', svg) and re.search(r'viewBox="', svg)
+
+    shot = tmp_path / "report.png"
+    done = chromium(tmp_path, "--window-size=1400,2400", f"--screenshot={shot}", out.as_uri())
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]

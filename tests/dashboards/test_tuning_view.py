@@ -8,11 +8,11 @@ import pytest
 
 from dashboards import leaderboard as lb
 from dashboards import tuning
-from mechanisms.accountants.events import DpsgdEvents
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import epsilon as certified_epsilon
 from mechanisms.accountants.tuning import TUNABLE
 
-FAMILY = DpsgdEvents(64 / 1258, 100)
+FAMILY = DpsgdSetting.poisson(64 / 1258, 100, 1e-5).parts()
 
 
 def record(candidate: int | None, val: float | None, test: float, *, runs: int = 3, status: str = "finished",
@@ -82,7 +82,7 @@ def test_untuned_runs_at_several_settings_are_best_of_n_with_their_composition()
 
 
 def test_events_are_rebuilt_from_their_repr_and_nothing_else_is_evaluated():
-    event = dp_accounting.ComposedDpEvent([FAMILY(1.3), DpsgdEvents(0.1, 5, "shuffle", 100)(2.0)])
+    event = dp_accounting.ComposedDpEvent([FAMILY(1.3), DpsgdSetting.of("shuffle", 100, 10, 1, 1e-5).parts()(2.0)])
     assert tuning.event_from_repr(repr(event)) == event
     for text in ("__import__('os').system('true')", "GaussianDpEvent(noise_multiplier=open('x'))", "1 + 1"):
         with pytest.raises(ValueError):

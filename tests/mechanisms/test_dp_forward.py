@@ -39,8 +39,8 @@ def spec(epsilon: float | None = 8.0, *, n: int = 512, epochs: int = 3, sigma: f
 ])
 def test_local_per_release_sigma_is_the_amgm_calibration(eps, sensitivity, expected):
     """the DP-Forward paper's Table (arXiv 2309.06746): sigma = S / B(eps, delta) (C = 1), no labels."""
-    p = dp_forward.plan(spec(eps, accounting="local", local_composition="per-release", sensitivity=sensitivity,
-                             epsilon_labels=None))
+    p = dp_forward.mechanism.plan(spec(eps, accounting="local", local_composition="per-release",
+                                       sensitivity=sensitivity, epsilon_labels=None))
     s = 2.0 if sensitivity == "2C" else 1.0
     assert p.sigma == pytest.approx(amgm_sigma(eps, DELTA, s), rel=1e-12)
     assert p.sigma == pytest.approx(expected, rel=2e-6)
@@ -49,8 +49,8 @@ def test_local_per_release_sigma_is_the_amgm_calibration(eps, sensitivity, expec
 
 def test_composition_over_epochs_is_explicit():
     """k releases of the same example compose exactly: sigma grows by sqrt(k); labels are paid once."""
-    per = dp_forward.plan(spec(8.0, epochs=3, accounting="local", local_composition="per-release"))
-    tot = dp_forward.plan(spec(8.0, epochs=3, accounting="local"))
+    per = dp_forward.mechanism.plan(spec(8.0, epochs=3, accounting="local", local_composition="per-release"))
+    tot = dp_forward.mechanism.plan(spec(8.0, epochs=3, accounting="local"))
     assert per.sigma == pytest.approx(amgm_sigma(8.0 - LN9, DELTA, 2.0), rel=1e-12)
     assert tot.sigma == pytest.approx(math.sqrt(3) * per.sigma, rel=1e-9)  # e.g. 2.079 at eps 8 without labels
     assert tot.extra["epsilon_local_epochs"] + LN9 == pytest.approx(8.0, rel=1e-9)
@@ -58,7 +58,7 @@ def test_composition_over_epochs_is_explicit():
 
 
 def test_gm_calibrator_is_the_classical_formula():
-    p = dp_forward.plan(spec(8.0, accounting="local", local_composition="per-release", sensitivity="C",
+    p = dp_forward.mechanism.plan(spec(8.0, accounting="local", local_composition="per-release", sensitivity="C",
                              calibrator="gm", epsilon_labels=None))
     assert p.sigma == pytest.approx(0.605601, rel=2e-6)  # research table, GM sigma (S=1)
 
@@ -93,7 +93,7 @@ def test_central_claim_is_the_papers_translation():
     c = dp_forward.central_events(n, 3, dp_forward.Options(sensitivity="C"))
     two_c = dp_forward.central_events(n, 3, dp_forward.Options())
     assert repr(c(0.5)) == repr(two_c(1.0))
-    p = dp_forward.plan(spec(3.0, n=n))
+    p = dp_forward.mechanism.plan(spec(3.0, n=n))
     assert p.epsilon_claimed == pytest.approx(3.0, rel=2e-3) and p.epsilon_claimed <= 3.0
     assert p.extra["epsilon_central_labels"] == pytest.approx(label_rr.shuffled_rr_epsilon(LN9, 2, n, DELTA))
     # the same noise, read as local releases, is far weaker: the amplification is the whole claim
@@ -115,16 +115,16 @@ def test_certified_is_k_gaussians_at_2c_composed_with_rr():
 
 
 def test_certification_gaps_are_uncertified():
-    default = dp_forward.plan(spec(8.0, sigma=1.0))
+    default = dp_forward.mechanism.plan(spec(8.0, sigma=1.0))
     assert default.epsilon_certified is None
     assert isinstance(default.effective_event, dp_accounting.UnsupportedDpEvent)
     assert "trained" in default.extra["uncertified_reason"]
     assert claim_status(default.epsilon_claimed, default.epsilon_certified) == "uncertified"
-    seq = dp_forward.plan(spec(8.0, sigma=1.0, freeze_pre_noise=True, position="last-encoder"))
+    seq = dp_forward.mechanism.plan(spec(8.0, sigma=1.0, freeze_pre_noise=True, position="last-encoder"))
     assert seq.epsilon_certified is None and "mask" in seq.notes
-    clean = dp_forward.plan(spec(8.0, sigma=1.0, freeze_pre_noise=True, epsilon_labels=None))
+    clean = dp_forward.mechanism.plan(spec(8.0, sigma=1.0, freeze_pre_noise=True, epsilon_labels=None))
     assert clean.epsilon_certified is None and "labels" in clean.notes
-    strict = dp_forward.plan(spec(8.0, **STRICT))
+    strict = dp_forward.mechanism.plan(spec(8.0, **STRICT))
     assert strict.epsilon_certified == pytest.approx(
         dp_forward.certified_epsilon(strict.sigma, 3, DELTA, dp_forward.Options(**STRICT)))
     # central claim at eps 8 is amplified; the sound, un-amplified bound is far larger: overclaimed
@@ -135,16 +135,16 @@ def test_certification_gaps_are_uncertified():
 
 
 def test_certified_calibration_meets_the_target():
-    p = dp_forward.plan(spec(6.0, calibration="certified", **STRICT))
+    p = dp_forward.mechanism.plan(spec(6.0, calibration="certified", **STRICT))
     assert 6.0 * (1 - 3e-3) <= p.epsilon_certified <= 6.0
     with pytest.raises(ValueError, match="certified"):
-        dp_forward.plan(spec(6.0, calibration="certified"))
+        dp_forward.mechanism.plan(spec(6.0, calibration="certified"))
 
 
 def test_local_claim_at_2c_is_ok_and_at_c_is_overclaimed():
-    ok = dp_forward.plan(spec(8.0, accounting="local", **STRICT))
+    ok = dp_forward.mechanism.plan(spec(8.0, accounting="local", **STRICT))
     assert claim_status(ok.epsilon_claimed, ok.epsilon_certified) == "ok"
-    code = dp_forward.plan(spec(8.0, epochs=3, accounting="local", sensitivity="C",
+    code = dp_forward.mechanism.plan(spec(8.0, epochs=3, accounting="local", sensitivity="C",
                                 local_composition="per-release", **STRICT))
     assert code.epsilon_claimed == pytest.approx(8.0)
     assert code.epsilon_certified > 2.5 * code.epsilon_claimed  # half the noise, and 3 uncomposed epochs
@@ -153,11 +153,11 @@ def test_local_claim_at_2c_is_ok_and_at_c_is_overclaimed():
 
 def test_options_are_validated():
     with pytest.raises(ValueError, match="dp-forward: unknown option"):
-        dp_forward.plan(spec(8.0, postion="pooled"))
+        dp_forward.mechanism.plan(spec(8.0, postion="pooled"))
     with pytest.raises(ValueError, match="position"):
-        dp_forward.plan(spec(8.0, position="encoder-0"))
+        dp_forward.mechanism.plan(spec(8.0, position="encoder-0"))
     with pytest.raises(ValueError, match="whole target"):
-        dp_forward.plan(spec(2.0, accounting="local"))
+        dp_forward.mechanism.plan(spec(2.0, accounting="local"))
     assert parse_position("encoder-3").name == "encoder-3-add-norm-2"
     assert parse_position("output").name == "pooled"
     assert mechanisms.get("dp-forward") is dp_forward.mechanism
@@ -290,7 +290,7 @@ def test_mean_pooling_adapter_noises_the_head_input(batch):
 
 def test_noise_is_present_at_inference_with_the_planned_std(bert, batch):
     ids, mask = batch
-    p = dp_forward.plan(spec(8.0, accounting="local", local_composition="per-release", epsilon_labels=None,
+    p = dp_forward.mechanism.plan(spec(8.0, accounting="local", local_composition="per-release", epsilon_labels=None,
                              clip=0.5))
     assert p.sigma == pytest.approx(amgm_sigma(8.0, DELTA, 2.0))
     pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -345,10 +345,10 @@ class Logits(nn.Module):
 
 
 def one_step(model: nn.Module, loader: DataLoader, **options) -> tuple[nn.Module, DataLoader, dict]:
-    p = dp_forward.plan(spec(8.0, n=len(loader.dataset), epochs=1, sigma=0.5, batch_size=16, **options))
+    p = dp_forward.mechanism.plan(spec(8.0, n=len(loader.dataset), epochs=1, sigma=0.5, batch_size=16, **options))
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-2, weight_decay=0.0)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
-    model, opt, loader, criterion = dp_forward.make_private(
+    model, opt, loader, criterion = dp_forward.mechanism.make_private(
         model, opt, loader.dataset, p, criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0))
     model.train()
     ids, mask, y = next(iter(loader))
@@ -386,10 +386,10 @@ def test_trainable_pre_noise_layers_leak_which_tokens_were_seen():
 
 def test_labels_are_randomized_once_per_example():
     base = loader_for(n=4000)
-    p = dp_forward.plan(spec(8.0, n=4000, epochs=1, sigma=0.5, seed=7))
+    p = dp_forward.mechanism.plan(spec(8.0, n=4000, epochs=1, sigma=0.5, seed=7))
     torch.manual_seed(0)
     model = Logits(BertForSequenceClassification(tiny_config()))
-    _, _, loader, _ = dp_forward.make_private(model, None, base.dataset, p, criterion=None,
+    _, _, loader, _ = dp_forward.mechanism.make_private(model, None, base.dataset, p, criterion=None,
                                               generator=torch.Generator().manual_seed(0))
     clean = base.dataset.tensors[-1]
     noisy = loader.dataset.tensors[-1]
@@ -416,9 +416,9 @@ def test_randomized_response_is_k_ary_rr():
 def test_make_private_checks_the_classes_the_plan_accounted():
     torch.manual_seed(0)
     model = Logits(BertForSequenceClassification(tiny_config(num_labels=3)))
-    p = dp_forward.plan(spec(8.0, n=64, epochs=1, sigma=0.5))
+    p = dp_forward.mechanism.plan(spec(8.0, n=64, epochs=1, sigma=0.5))
     with pytest.raises(ValueError, match="num_classes: 3"):
-        dp_forward.make_private(model, None, loader_for(classes=3).dataset, p, criterion=None,
+        dp_forward.mechanism.make_private(model, None, loader_for(classes=3).dataset, p, criterion=None,
                                 generator=torch.Generator().manual_seed(0))
 
 
@@ -427,22 +427,23 @@ def test_make_private_checks_the_classes_the_plan_accounted():
 def test_privatize_step_normalises_rows_then_adds_gaussian_noise():
     rng = np.random.default_rng(0)
     rows = np.tile(np.array([[3.0, 0.0, 4.0, 0.0]]), (200_000, 1))
-    out = dp_forward.privatize_step(rows, 0.7, 2.0, rng)
+    out = dp_forward.mechanism.privatize_step(rows, 0.7, 2.0, rng)
     np.testing.assert_allclose(out.mean(axis=0), [1.2, 0.0, 1.6, 0.0], atol=0.01)
     np.testing.assert_allclose(out.std(axis=0), 1.4, rtol=0.01)
-    (case,) = dp_forward.audit_cases(8, 1.0, rng)
-    a = dp_forward.privatize_step(case.base[None], 1e-9, 1.0, rng)[0]
-    b = dp_forward.privatize_step((case.base + case.canary)[None], 1e-9, 1.0, rng)[0]
+    (case,) = dp_forward.mechanism.audit_cases(8, 1.0, rng)
+    a = dp_forward.mechanism.privatize_step(case.base[None], 1e-9, 1.0, rng)[0]
+    b = dp_forward.mechanism.privatize_step((case.base + case.canary)[None], 1e-9, 1.0, rng)[0]
     assert np.linalg.norm(a - b) == pytest.approx(2.0, rel=1e-6)  # the 2C worst case
-    assert dp_forward.claimed_step_tradeoff(0.5).mu == pytest.approx(4.0)
-    assert dp_forward.claimed_step_tradeoff(0.5, sensitivity="C").mu == pytest.approx(2.0)
+    assert dp_forward.mechanism.claimed_step_tradeoff(0.5).mu == pytest.approx(4.0)
+    assert dp_forward.mechanism.claimed_step_tradeoff(0.5, sensitivity="C").mu == pytest.approx(2.0)
 
 
 def test_audit_refutes_the_sensitivity_c_claim():
     from mechanisms.auditing import audit_step
 
-    code = audit_step(dp_forward, sigma=1.0, delta=DELTA, samples=20_000, dim=16, options={"sensitivity": "C"})
-    paper = audit_step(dp_forward, sigma=1.0, delta=DELTA, samples=20_000, dim=16)
+    code = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16,
+                      options={"sensitivity": "C"})
+    paper = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16)
     assert code.violated and code.claim_status == "violated"
     assert not paper.violated
     assert code.mu_audited > 1.0  # the true mu is 2 / sigma; the code claims 1 / sigma

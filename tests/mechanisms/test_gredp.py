@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from mechanisms import PrivacySpec, dpsgd, gredp
-from mechanisms.accountants import DpsgdEvents, epsilon
+from mechanisms.accountants import epsilon
 from mechanisms.noise_addition import FrequencyNoise
+from tests.events import poisson_events
 from workers.trial import run_trial
 
 SPEC = PrivacySpec(epsilon=2.0, delta=1e-5, dataset_size=1437, batch_size=64, epochs=30)
@@ -20,7 +21,7 @@ SPEC = PrivacySpec(epsilon=2.0, delta=1e-5, dataset_size=1437, batch_size=64, ep
 
 def noise_covariance(options: dict, n: int = 16, draws: int = 200_000) -> np.ndarray:
     rng = np.random.default_rng(0)
-    out = gredp.privatize_step(np.zeros((draws, n)), sigma=1.0, clip=1.0, rng=rng, **options)
+    out = gredp.mechanism.privatize_step(np.zeros((draws, n)), sigma=1.0, clip=1.0, rng=rng, **options)
     return np.cov(out, rowvar=False)
 
 
@@ -55,10 +56,10 @@ def test_torch_privatize_matches_the_declared_noise():
 ])
 def test_certified_event_uses_the_effective_sigma(options, scale):
     spec = PrivacySpec(**{**SPEC.__dict__, "epsilon": None, "sigma": 2.0, "options": options, "n_tensors": 4})
-    plan = gredp.plan(spec)
-    expected = epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(2.0 * scale), spec.delta)
+    plan = gredp.mechanism.plan(spec)
+    expected = epsilon(poisson_events(spec.sample_rate, spec.steps)(2.0 * scale), spec.delta)
     assert plan.epsilon_certified == pytest.approx(expected)
-    assert plan.epsilon_claimed == pytest.approx(epsilon(DpsgdEvents(spec.sample_rate, spec.steps)(2.0), spec.delta))
+    assert plan.epsilon_claimed == pytest.approx(epsilon(poisson_events(spec.sample_rate, spec.steps)(2.0), spec.delta))
     if scale < 1:
         assert plan.epsilon_certified > plan.epsilon_claimed
 
@@ -66,18 +67,18 @@ def test_certified_event_uses_the_effective_sigma(options, scale):
 def test_real_noise_is_certified_infinite_and_cannot_be_calibrated_to_a_certified_target():
     """A direction without noise is provably unprotected: certified inf (not `uncertified`, which is kept
     for settings without a known sound analysis)."""
-    plan = gredp.plan(PrivacySpec(**{**SPEC.__dict__, "options": {"noise": "real"}}))
+    plan = gredp.mechanism.plan(PrivacySpec(**{**SPEC.__dict__, "options": {"noise": "real"}}))
     assert plan.epsilon_certified == math.inf
     assert isinstance(plan.effective_event, dp_accounting.NonPrivateDpEvent)
     assert "noiseless" in plan.notes
     with pytest.raises(ValueError, match="without noise"):
-        gredp.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified", "options": {"noise": "real"}}))
+        gredp.mechanism.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified", "options": {"noise": "real"}}))
 
 
 def test_certified_calibration_meets_the_target_at_the_effective_sigma():
-    plan = gredp.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified"}))
+    plan = gredp.mechanism.plan(PrivacySpec(**{**SPEC.__dict__, "calibration": "certified"}))
     assert plan.epsilon_certified <= 2.0 * (1 + 1e-3)
-    assert plan.sigma == pytest.approx(math.sqrt(2) * dpsgd.plan(SPEC).sigma, rel=2e-3)
+    assert plan.sigma == pytest.approx(math.sqrt(2) * dpsgd.mechanism.plan(SPEC).sigma, rel=2e-3)
 
 
 def _accuracy(mechanism: str, sigma: float, seed: int) -> float:
@@ -91,7 +92,7 @@ def _accuracy(mechanism: str, sigma: float, seed: int) -> float:
 
 def test_gredp_at_sigma_trains_like_dpsgd_at_sigma_over_sqrt2():
     """arXiv 2409.11663; docs/mechanisms.md C: 5 seeds each; sigma is PLD's for (2, 1e-5) on digits."""
-    sigma = dpsgd.plan(SPEC).sigma
+    sigma = dpsgd.mechanism.plan(SPEC).sigma
     runs = {name: [_accuracy(mech, s, seed) for seed in range(5)] for name, mech, s in [
         ("gredp(sigma)", "gredp", sigma), ("dpsgd(sigma/sqrt2)", "dpsgd", sigma / math.sqrt(2)),
         ("dpsgd(sigma)", "dpsgd", sigma)]}

@@ -167,7 +167,7 @@ def test_dp_forward_event_is_recomputed_by_dp_accounting_to_the_certified_value(
     """The stored event and the certified number use one convention: replace-one, which RR requires."""
     spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=1000, batch_size=32, epochs=3, sigma=2.0,
                        options={"freeze_pre_noise": True})
-    plan = dp_forward.plan(spec)
+    plan = dp_forward.mechanism.plan(spec)
     assert plan.neighboring_relation == "replace-one"
     pld = dp_accounting.pld.PLDAccountant(REPLACE, value_discretization_interval=1e-4)
     value = pld.compose(plan.effective_event).get_epsilon(1e-5)

@@ -21,6 +21,8 @@ from mechanisms import shuffled_dpsgd as sd
 from mechanisms.accountants import fenton_wilkinson as fw
 from mechanisms.plan import PrivacySpec
 
+SD = sd.mechanism  # the ShuffledDpSgd instance the registry holds
+
 VIT = dict(delta=5e-6, dataset_size=50_000, batch_size=1000, epochs=10)  # paper Table I; |B| assumed
 VIT_D = 85_800_000
 
@@ -43,7 +45,7 @@ def spec(**kw) -> PrivacySpec:
 @pytest.mark.parametrize(("ratio", "sigma_expected"), [(1, 0.274), (16, 0.942)])
 def test_plan_reproduces_the_papers_sigma_and_exposes_the_gap(ratio, sigma_expected):
     """ViT/CIFAR-100 at epsilon 0.5: the paper (sigma_0 = 20.72; shuffled 0.274 / 0.942)."""
-    plan = sd.plan(PrivacySpec(epsilon=0.5, **VIT, options={"num_params": VIT_D, "batch_clip_ratio": ratio}))
+    plan = SD.plan(PrivacySpec(epsilon=0.5, **VIT, options={"num_params": VIT_D, "batch_clip_ratio": ratio}))
     assert plan.mechanism == "shuffled-dpsgd" and plan.extra["shuffled"]
     assert plan.sigma == pytest.approx(sigma_expected, rel=2e-3)
     assert plan.extra["sigma_unshuffled"] == pytest.approx(20.72, rel=2e-3)
@@ -55,10 +57,11 @@ def test_plan_reproduces_the_papers_sigma_and_exposes_the_gap(ratio, sigma_expec
 
 def test_alg1_falls_back_to_plain_dpsgd_when_shuffling_does_not_lower_sigma():
     s = spec(epsilon=1.0, options={"num_params": 3, "batch_clip_ratio": 1000})
-    plan = sd.plan(s)
+    plan = SD.plan(s)
     assert not plan.extra["shuffled"] and plan.extra["batch_clip_ratio"] is None
     assert plan.sigma == plan.extra["sigma_unshuffled"] <= plan.extra["sigma_shuffled"]  # c' >> c: FW -> Gaussian
-    assert plan.effective_event == dpsgd.plan(dataclasses.replace(s, sigma=plan.sigma, options={})).effective_event
+    reference = dpsgd.mechanism.plan(dataclasses.replace(s, sigma=plan.sigma, options={}))
+    assert plan.effective_event == reference.effective_event
     assert plan.epsilon_claimed == pytest.approx(1.0, rel=1e-6)
     assert plan.epsilon_certified <= plan.epsilon_claimed  # the d = 1 pipeline (aGM + advanced composition) is sound
 
@@ -67,8 +70,8 @@ def test_alg1_falls_back_to_plain_dpsgd_when_shuffling_does_not_lower_sigma():
 def test_certified_epsilon_is_dpsgd_at_sigma_over_the_sensitivity(ratio, noise_scale):
     """Sensitivity of the batch-clipped sum is min(c, 2c'): only c'/c < 1/2 buys certified privacy."""
     s = spec(sigma=1.0, epochs=2, options={"num_params": 10_000, "batch_clip_ratio": ratio})
-    plan = sd.plan(s)
-    reference = dpsgd.plan(spec(sigma=noise_scale, epochs=2, options={}))
+    plan = SD.plan(s)
+    reference = dpsgd.mechanism.plan(spec(sigma=noise_scale, epochs=2, options={}))
     assert plan.epsilon_certified == pytest.approx(reference.epsilon_certified, rel=1e-9)
     assert plan.extra["sensitivity"] == pytest.approx(1 / noise_scale)
 
@@ -103,37 +106,37 @@ def test_projection_sensitivity_bound_is_tight(ratio):
 
 
 def test_certified_calibration_hits_the_target_with_the_reference_accountant():
-    plan = sd.plan(spec(epsilon=2.0, calibration="certified", epochs=2,
+    plan = SD.plan(spec(epsilon=2.0, calibration="certified", epochs=2,
                         options={"num_params": 10_000, "batch_clip_ratio": 1.0}))
     assert 0.97 * 2.0 <= plan.epsilon_certified <= 2.0 + 1e-9
-    assert plan.effective_event == dpsgd.plan(spec(epochs=2, sigma=plan.sigma, options={})).effective_event
+    assert plan.effective_event == dpsgd.mechanism.plan(spec(epochs=2, sigma=plan.sigma, options={})).effective_event
     # above the Thm-6 cliff the paper claims far less than the certificate
     assert plan.extra["shuffled"] and plan.epsilon_claimed < plan.epsilon_certified / 10
 
 
 def test_shuffle_off_claims_the_gaussian_and_is_never_below_the_certificate():
-    plan = sd.plan(spec(epsilon=1.0, options={"num_params": 10_000, "shuffle": False}))
+    plan = SD.plan(spec(epsilon=1.0, options={"num_params": 10_000, "shuffle": False}))
     assert plan.extra["claim_dim"] == 1 and not plan.extra["shuffled"]
     assert plan.epsilon_certified <= plan.epsilon_claimed + 1e-9
 
 
 def test_claim_dimension_comes_from_the_model_then_the_option_then_the_audit_default():
-    assert sd.plan(spec(sigma=1.0, model_dim=4321, options={})).extra["claim_dim"] == 4321
-    assert sd.plan(spec(sigma=1.0, model_dim=4321, options={"num_params": 4321})).extra["claim_dim"] == 4321
+    assert SD.plan(spec(sigma=1.0, model_dim=4321, options={})).extra["claim_dim"] == 4321
+    assert SD.plan(spec(sigma=1.0, model_dim=4321, options={"num_params": 4321})).extra["claim_dim"] == 4321
     with pytest.raises(ValueError, match="contradicts"):
-        sd.plan(spec(sigma=1.0, model_dim=4321, options={"num_params": 10}))
-    assert sd.plan(spec(sigma=1.0, options={"num_params": 77})).extra["claim_dim"] == 77
-    default = sd.plan(spec(sigma=1.0, options={}))
+        SD.plan(spec(sigma=1.0, model_dim=4321, options={"num_params": 10}))
+    assert SD.plan(spec(sigma=1.0, options={"num_params": 77})).extra["claim_dim"] == 77
+    default = SD.plan(spec(sigma=1.0, options={}))
     assert default.extra["claim_dim"] == sd.AUDIT_DIM and default.extra["num_params_source"] == "audit default"
-    claimed_at = [sd.plan(spec(sigma=1.0, model_dim=d, options={})).epsilon_claimed for d in (100, 10**4, 10**6)]
+    claimed_at = [SD.plan(spec(sigma=1.0, model_dim=d, options={})).epsilon_claimed for d in (100, 10**4, 10**6)]
     assert claimed_at[0] > claimed_at[1] > claimed_at[2]  # Thm 6 claims more privacy as d grows
 
 
 def test_options_are_validated():
     with pytest.raises(ValueError, match="unknown shuffled-dpsgd option"):
-        sd.plan(spec(sigma=1.0, options={"num_params": 10, "batch_clip_raito": 2}))
+        SD.plan(spec(sigma=1.0, options={"num_params": 10, "batch_clip_raito": 2}))
     with pytest.raises(ValueError, match="batch_clip_ratio"):
-        sd.plan(spec(sigma=1.0, options={"num_params": 10, "batch_clip_ratio": 0}))
+        SD.plan(spec(sigma=1.0, options={"num_params": 10, "batch_clip_ratio": 0}))
     assert mechanisms.get("shuffled-dpsgd") is sd.mechanism
 
 
@@ -142,14 +145,14 @@ def test_options_are_validated():
 def test_privatize_step_clips_the_sum_adds_declared_noise_and_permutes_rows():
     rng = np.random.default_rng(0)
     sums = np.tile(np.arange(1.0, 51.0), (4, 1))  # norm ~ 208 >> c' = 2
-    clipped_norm = np.linalg.norm(sd.privatize_step(sums, 1e-12, 1.0, rng, batch_clip_ratio=2.0,
+    clipped_norm = np.linalg.norm(SD.privatize_step(sums, 1e-12, 1.0, rng, batch_clip_ratio=2.0,
                                                     flat_permutation="none"), axis=1)
     assert np.allclose(clipped_norm, 2.0)
-    released = sd.privatize_step(sums, 1e-12, 1.0, rng, batch_clip_ratio=2.0)
+    released = SD.privatize_step(sums, 1e-12, 1.0, rng, batch_clip_ratio=2.0)
     expected = np.sort(sums[0] * 2.0 / np.linalg.norm(sums[0]))
     assert np.allclose(np.sort(released, axis=1), expected) and not np.allclose(released[0], released[1])
-    noise = sd.privatize_step(np.zeros((200, 1000)), 1.5, 0.5, rng, batch_clip_ratio=16.0)
-    plan = sd.plan(spec(sigma=1.5, options={"num_params": 1000, "batch_clip_ratio": 16.0}))
+    noise = SD.privatize_step(np.zeros((200, 1000)), 1.5, 0.5, rng, batch_clip_ratio=16.0)
+    plan = SD.plan(spec(sigma=1.5, options={"num_params": 1000, "batch_clip_ratio": 16.0}))
     declared = plan.parts.noise_multiplier(1.5)
     assert noise.std() == pytest.approx(declared * 0.5, rel=0.01)
 
@@ -158,10 +161,10 @@ def test_claimed_step_curve_is_the_gaussian_at_d1_and_claims_more_than_the_truth
     from mechanisms.auditing import tradeoff
 
     sigma = 1.2
-    gaussian = sd.claimed_step_tradeoff(sigma, shuffle=False)
+    gaussian = SD.claimed_step_tradeoff(sigma, shuffle=False)
     for curve in gaussian.curves:
         assert curve.epsilon == pytest.approx(tradeoff.gaussian_epsilon(1 / sigma, curve.delta), rel=1e-6, abs=1e-9)
-    shuffled = sd.claimed_step_tradeoff(sigma, num_params=10**6, batch_clip_ratio=1.0)
+    shuffled = SD.claimed_step_tradeoff(sigma, num_params=10**6, batch_clip_ratio=1.0)
     alpha = np.linspace(1e-4, 0.5, 200)
     truth = tradeoff.Gaussian(1 / sigma)(alpha)  # one step: the certified curve
     assert np.max(shuffled(alpha) - truth) > 0.05  # the claim says tests this good cannot exist; they do
@@ -173,7 +176,7 @@ def test_audit_refutes_the_per_step_claim():
 
     options = {"num_params": 1000, "batch_clip_ratio": 16}
     sigma = fw.per_step_sigma(0.1976, 2.5e-7, 1000, 16)
-    result = audit_step(sd, sigma, samples=4000, dim=1000, delta=1e-5, options=options, workers=1)
+    result = audit_step(SD, sigma, samples=4000, dim=1000, delta=1e-5, options=options, workers=1)
     assert result.epsilon_claimed == pytest.approx(0.197, abs=2e-3)
     assert result.epsilon_certified > 10 * result.epsilon_claimed
     assert result.claim_status == "violated"
@@ -227,11 +230,12 @@ def run(steps: int = 20, *, mode: str = "hooks", ratio: float = 4.0, use_dpsgd: 
                   noise_generator=torch.Generator().manual_seed(4))
     data = TensorDataset(ids, labels)
     if use_dpsgd:
-        training = dpsgd.make_private(model, optimizer, data, dpsgd.plan(spec(**base, options={})), **common)
+        reference = dpsgd.mechanism
+        training = reference.make_private(model, optimizer, data, reference.plan(spec(**base, options={})), **common)
     elif permute:
-        training = sd.make_private(model, optimizer, data, sd.plan(spec(**base, options=options)), **common)
+        training = SD.make_private(model, optimizer, data, SD.plan(spec(**base, options=options)), **common)
     else:
-        training = private_training.make_private(model, optimizer, data, sd.plan(spec(**base, options=options)),
+        training = private_training.make_private(model, optimizer, data, SD.plan(spec(**base, options=options)),
                                                  **common)
     module, dp_optimizer, dp_loader, criterion = training
     done = 0
@@ -286,24 +290,24 @@ def test_make_private_refuses_what_it_cannot_honour():
     data = TensorDataset(*_data())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     kw = dict(criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0))
-    plan = sd.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": 123}))
+    plan = SD.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": 123}))
     with pytest.raises(ValueError, match="num_params=123"):
-        sd.make_private(model, optimizer, data, plan, **kw)
+        SD.make_private(model, optimizer, data, plan, **kw)
     mlp = nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 2))
-    plan = sd.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": 46}))
+    plan = SD.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": 46}))
     with pytest.raises(ValueError, match="no trainable BERT"):
-        sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), data, plan, **kw)
-    plan = sd.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": sd.trainable_params(model)}))
+        SD.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), data, plan, **kw)
+    plan = SD.plan(spec(sigma=1.0, dataset_size=N, batch_size=16, options={"num_params": sd.trainable_params(model)}))
     with pytest.raises(ValueError, match="accounts for 128 examples"):
-        sd.make_private(model, optimizer, TensorDataset(*(t[:100] for t in _data())), plan, **kw)
+        SD.make_private(model, optimizer, TensorDataset(*(t[:100] for t in _data())), plan, **kw)
 
 
 def test_fallback_trains_as_plain_dpsgd_without_a_shuffler():
     mlp = nn.Sequential(nn.Linear(8, 4), nn.Linear(4, 2))
-    plan = sd.plan(spec(epsilon=1.0, dataset_size=N, batch_size=16, options={"num_params": 3, "batch_clip_ratio": 1e3}))
+    plan = SD.plan(spec(epsilon=1.0, dataset_size=N, batch_size=16, options={"num_params": 3, "batch_clip_ratio": 1e3}))
     assert not plan.extra["shuffled"] and plan.parts.post_processing is None
     data = TensorDataset(torch.randn(N, 8), torch.randint(0, 2, (N,)))
-    training = sd.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), data, plan,
+    training = SD.make_private(mlp, torch.optim.SGD(mlp.parameters(), lr=0.1), data, plan,
                                criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0))
     assert training.optimizer.post_processing is None and training.optimizer.noise_multiplier == plan.sigma
 

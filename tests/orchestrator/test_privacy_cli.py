@@ -1,13 +1,20 @@
-"""`privbench privacy epsilon|sigma|agm` through typer's CliRunner: DESIGN.md's JSON shapes, agreement with
+"""`privbench privacy epsilon|sigma|agm` through typer's CliRunner: the JSON shapes, agreement with
 the API, human tables, and exit code 2 with one line on stderr for bad input."""
 
 import json
+import math
 
+import dp_accounting
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mechanisms.accountants import DpsgdEvents, calibrate_sigma, dpsgd_event, epsilon
+import mechanisms
+from mechanisms.accountants import calibrate_sigma, epsilon
+from mechanisms.plan import PrivacySpec
 from orchestrator.cli import app
+from tests.events import poisson_event, poisson_events
 
 runner = CliRunner()
 MNIST = ["--sample-rate", str(256 / 60000), "--steps", "14063", "--delta", "1e-5"]
@@ -27,7 +34,7 @@ def test_epsilon_json_shape_and_value():
     assert record["accountant"] == "pld" and record["sampler"] == "poisson"
     assert record["adjacency"] == "add-or-remove-one"
     assert record["epsilon"] == pytest.approx(2.391, abs=2e-3)
-    assert record["epsilon"] == epsilon(dpsgd_event(1.1, 256 / 60000, 14063), 1e-5)
+    assert record["epsilon"] == epsilon(poisson_event(1.1, 256 / 60000, 14063), 1e-5)
 
 
 def test_epsilon_all_has_every_accountant_and_the_claims():
@@ -48,8 +55,8 @@ def test_epsilon_all_has_every_accountant_and_the_claims():
 
 
 def test_fixed_sampler_is_recorded():
-    result = privacy("epsilon", "--sigma", "1.0", *SHORT, "--sampler", "fixed", "--dataset-size", "10000",
-                     "--accountant", "all", "--json")
+    result = privacy("epsilon", "--sigma", "1.0", "--dataset-size", "10000", "--batch-size", "100", "--epochs", "3",
+                     "--delta", "1e-5", "--sampler", "fixed", "--accountant", "all", "--json")
     assert result.exit_code == 0, result.stderr
     record = json.loads(result.stdout)
     assert record["sampler"] == "fixed" and record["adjacency"] == "replace-one"
@@ -65,7 +72,7 @@ def test_sigma_json_matches_api_and_never_exceeds_target():
     record = json.loads(result.stdout)
     assert record["accountant"] == "pld" and record["epsilon"] <= 3.0
     assert record["epsilon"] >= 3.0 * (1 - 1e-3)
-    assert record["sigma"] == calibrate_sigma(DpsgdEvents(0.01, 300), 3.0, 1e-5, "pld").sigma
+    assert record["sigma"] == calibrate_sigma(poisson_events(0.01, 300), 3.0, 1e-5, "pld").sigma
     gdp = json.loads(privacy("sigma", "--epsilon", "3", *SHORT, "--accountant", "gdp", "--json").stdout)
     assert gdp["sigma"] < record["sigma"] and gdp["epsilon"] <= 3.0
 
@@ -118,7 +125,11 @@ def test_human_output_is_a_table():
     (["epsilon", *SHORT], "--sigma is required"),
     (["epsilon", "--sigma", "1", *SHORT, "--accountant", "moments"], "unknown accountant"),
     (["epsilon", "--sigma", "1", *SHORT, "--accountant", "fenton_wilkinson"], "needs --dim"),
-    (["epsilon", "--sigma", "1", *SHORT, "--sampler", "fixed"], "dataset_size"),
+    (["epsilon", "--sigma", "1", *SHORT, "--sampler", "fixed"], "--dataset-size, --batch-size and --epochs"),
+    (["epsilon", "--sigma", "1", *SHORT, "--epochs", "2", "--dataset-size", "100", "--batch-size", "10"],
+     "not both"),
+    (["epsilon", "--sigma", "1", "--epochs", "2", "--dataset-size", "10", "--batch-size", "100", "--delta", "1e-5"],
+     "exceeds dataset_size"),
     (["sigma", "--epsilon", "0", *SHORT], "epsilon must be > 0"),
     (["sigma", "--epsilon", "1e-6", "--sample-rate", "1", "--steps", "10000", "--delta", "1e-12"], "no sigma"),
     (["agm", "--epsilon", "1", "--delta", "2"], "delta"),
@@ -131,3 +142,39 @@ def test_bad_input_exits_2_with_one_line(args, message):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def cli_epsilon(sigma: float, *geometry: str) -> float:
+    result = privacy("epsilon", "--sigma", repr(sigma), "--delta", "1e-5", *geometry, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)["epsilon"]
+
+
+def plan_epsilon(sigma: float, sampler: str, n: int, b: int, epochs: int) -> float:
+    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=b, epochs=epochs, sigma=sigma,
+                       sampler=sampler)
+    return mechanisms.get("dpsgd").plan(spec).epsilon_certified
+
+
+def test_issue_example_shuffle_one_epsilon():
+    """N = 1001, B = 400, 2 epochs, sigma 1, shuffling: a trial runs round(N/B) = 3 steps per epoch, each
+    record joins one batch per epoch; the CLI and the plan give the same number (once 15.5 and 20.1)."""
+    geometry = ["--sampler", "shuffle", "--dataset-size", "1001", "--batch-size", "400", "--epochs", "2"]
+    assert cli_epsilon(1.0, *geometry) == plan_epsilon(1.0, "shuffle", 1001, 400, 2)
+    assert plan_epsilon(1.0, "shuffle", 1001, 400, 2) == pytest.approx(
+        dp_accounting.gaussian_mechanism.get_epsilon_gaussian(0.5 / math.sqrt(2), 1e-5), rel=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(sampler=st.sampled_from(["poisson", "fixed", "shuffle"]), n=st.integers(2, 60), data=st.data(),
+       epochs=st.integers(1, 3), sigma=st.floats(0.5, 4.0))
+def test_cli_epsilon_is_the_trial_plans_certified_epsilon(sampler, n, data, epochs, sigma):
+    """`privbench privacy epsilon` given N, B, epochs and a sampler equals a trial plan's epsilon_certified
+    (the same sampler object and parts); Poisson stated as --sample-rate/--steps agrees too."""
+    b = data.draw(st.integers(1, n), label="batch_size")
+    expected = plan_epsilon(sigma, sampler, n, b, epochs)
+    geometry = ["--sampler", sampler, "--dataset-size", str(n), "--batch-size", str(b), "--epochs", str(epochs)]
+    assert cli_epsilon(sigma, *geometry) == expected
+    if sampler == "poisson":
+        steps = epochs * max(1, round(n / b))
+        assert cli_epsilon(sigma, "--sample-rate", repr(b / n), "--steps", str(steps)) == expected

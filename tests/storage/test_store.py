@@ -57,14 +57,14 @@ def test_sweep_identity_is_tagged_on_experiment_runs_and_ledger(store):
 def test_audit_fields_are_logged_as_mlflow_metrics_with_legal_names(store):
     """Every audit number of the privacy record is a metric of the trial's run; `%` is not legal in a name."""
     st = opened(store)
-    audit = {"epsilon_audited": 0.4, "audit_epsilon_steinke": 0.3, "audit_epsilon_fdp": 0.4,
-             "audit_epsilon_curve": 1.7, "audit_ceiling": 0.5, "mia_auc": 0.52, "mia_tpr_at_0.1%_fpr": 0.002,
-             "mia_tpr_at_1%_fpr": 0.02, "audit_s": 3.0, "audit_time_ratio": 1.05, "claim_status": "violated"}
+    audit = {"epsilon_audited": 0.4, "epsilon_audited_steinke": 0.3, "epsilon_audited_fdp": 0.4,
+             "epsilon_audited_curve": 1.7, "audit_ceiling": 0.5, "mia_auc": 0.52, "mia_tpr_at_0_1pct_fpr": 0.002,
+             "mia_tpr_at_1pct_fpr": 0.02, "audit_s": 3.0, "audit_time_ratio": 1.05, "claim_status": "violated"}
     run_id = st.record(record_for("k0") | {"privacy": audit})
     logged = client_of(store).get_run(run_id).data.metrics
-    assert logged["audit_epsilon_curve"] == 1.7 and logged["audit_ceiling"] == 0.5
-    assert logged["mia_tpr_at_0.1pct_fpr"] == 0.002 and logged["mia_tpr_at_1pct_fpr"] == 0.02
-    assert logged["audit_time_ratio"] == 1.05 and logged["audit_epsilon_steinke"] == 0.3
+    assert logged["epsilon_audited_curve"] == 1.7 and logged["audit_ceiling"] == 0.5
+    assert logged["mia_tpr_at_0_1pct_fpr"] == 0.002 and logged["mia_tpr_at_1pct_fpr"] == 0.02
+    assert logged["audit_time_ratio"] == 1.05 and logged["epsilon_audited_steinke"] == 0.3
     assert logged["mia_auc"] == 0.52 and logged["audit_s"] == 3.0 and logged["epsilon_audited"] == 0.4
 
 
@@ -253,3 +253,21 @@ def test_locations_mask_passwords_and_keep_artifacts_next_to_the_store(tmp_path,
     assert not resolve("http://h:1").ledger_uri.startswith(f"sqlite:///{tmp_path}")  # never the working folder
     with pytest.raises(StoreError):
         resolve("ftp://nope")
+
+
+def test_a_store_written_before_the_phase_column_still_reads(tmp_path):
+    """A ledger made by an older privbench (no `phase_json` column) reads in a read-only command, and a
+    driver opening it adds the column."""
+    st = Store(str(tmp_path / "store"), create=True)
+    st.open_sweep("s1", "grid", CONFIGS)
+    st.close()
+    ledger = tmp_path / "store" / "ledger.db"
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        db.execute("ALTER TABLE privbench_trials DROP COLUMN phase_json")
+        db.commit()
+    reader = Store(str(tmp_path / "store"))
+    assert [t["trial_key"] for t in reader.ledger.trials("s1")] == ["k0", "k1", "k2"]
+    reader.close()
+    Store(str(tmp_path / "store"), create=True).close()
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        assert "phase_json" in {row[1] for row in db.execute("PRAGMA table_info(privbench_trials)")}

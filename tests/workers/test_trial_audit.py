@@ -19,6 +19,8 @@ def trial(mechanism: str, **over) -> dict:
 def test_dpsgd_trial_is_audited_and_ok():
     p = trial("dpsgd")
     assert p["claim_status"] == "ok" and p["audit_step_violated"] is False
+    assert p["audit_step_significance"] == 0.001 < p["audit_step_p_value"] <= 1  # what Holm over a sweep needs
+    assert p["claim_status_without_step"] == "ok"
     assert 0 <= p["epsilon_audited"] <= p["epsilon_certified"]
     assert p["mu_audited"] < p["mu_claimed"]
 
@@ -26,25 +28,27 @@ def test_dpsgd_trial_is_audited_and_ok():
 def test_one_run_fields_bounds_ceiling_mia_and_cost():
     """`canaries: auto`, LR statistic: both bounds, their max, the ceiling, the MIA view and what it cost."""
     p = trial("dpsgd", audit={"mode": "one-run"}, train=dict(epochs=4, batch_size=64, lr=0.5))
-    assert p["epsilon_audited"] == max(p["audit_epsilon_steinke"], p["audit_epsilon_fdp"])
+    assert p["epsilon_audited"] == max(p["epsilon_audited_steinke"], p["epsilon_audited_fdp"])
     assert 0 < p["epsilon_audited"] <= p["epsilon_certified"]
     assert 0 < p["audit_ceiling"] <= p["epsilon_certified"]
     assert p["audit_tightness"] == pytest.approx(p["epsilon_audited"] / p["epsilon_certified"])
     assert p["audit_canaries"] >= 2410 and p["audit_statistic"] == "lr" and len(p["audit_ceiling_guess_counts"]) == 3
-    assert p["audit_epsilon_legacy"] is not None and p["audit_epsilon_legacy"] <= p["epsilon_audited"] + 0.5
-    assert 0.3 < p["mia_auc"] < 0.8 and 0 <= p["mia_tpr_at_0.1%_fpr"] <= 1 and p["mia_examples"] > 100
+    assert p["epsilon_audited_legacy"] is not None and p["epsilon_audited_legacy"] <= p["epsilon_audited"] + 0.5
+    assert 0.3 < p["mia_auc"] < 0.8 and 0 <= p["mia_tpr_at_0_1pct_fpr"] <= 1 and p["mia_examples"] > 100
     assert p["audit_s"] > 0 and p["audit_time_ratio"] > 1
 
 
 def test_nonprivate_trial_gets_the_mia_view_only():
     p = trial("nonprivate", epsilon=None, audit={"mode": "both"})
     assert p["epsilon_audited"] is None and "audit_ceiling" not in p
-    assert 0 <= p["mia_auc"] <= 1 and "mia_tpr_at_0.1%_fpr" in p
+    assert 0 <= p["mia_auc"] <= 1 and "mia_tpr_at_0_1pct_fpr" in p
 
 
 def test_gredp_trial_is_violated_by_the_step_audit():
     p = trial("gredp")
     assert p["audit_step_violated"] is True and p["claim_status"] == "violated"
+    # refuted by the step audit beyond any Holm correction, and by the run-level noise measurement without it
+    assert p["audit_step_p_value"] < 1e-10 and p["claim_status_without_step"] == "violated"
     assert p["epsilon_certified"] > p["epsilon_claimed"]
 
 
@@ -55,13 +59,13 @@ def test_gredp_is_violated_at_run_level_without_the_step_audit():
     p = trial("gredp", epsilon=1.0, audit=audit)
     assert "audit_step_violated" not in p
     assert p["audit_sigma_measured_upper"] < p["sigma"]  # less noise than the claim's sigma
-    assert p["epsilon_claimed"] < p["audit_epsilon_noise"] <= p["epsilon_certified"]
+    assert p["epsilon_claimed"] < p["epsilon_audited_noise"] <= p["epsilon_certified"]
     assert p["audit_run_violated"] is True and p["claim_status"] == "violated"
     assert p["epsilon_audited"] < p["epsilon_claimed"]  # the assumption-free bound alone does not catch it
     d = trial("dpsgd", epsilon=1.0, audit=audit)
-    assert d["audit_epsilon_noise"] <= d["epsilon_certified"] and d["audit_sigma_measured_upper"] >= d["sigma"]
+    assert d["epsilon_audited_noise"] <= d["epsilon_certified"] and d["audit_sigma_measured_upper"] >= d["sigma"]
     assert d["audit_run_violated"] is False and d["claim_status"] == "ok"
-    assert d["audit_epsilon_curve"] <= d["epsilon_certified"]
+    assert d["epsilon_audited_curve"] <= d["epsilon_certified"]
 
 
 @pytest.mark.slow
@@ -72,7 +76,7 @@ def test_gredp_example_settings_violated_at_run_level(eps):
               mechanism_options={"noise": "complex", "fft": "unitary", "clipping": "flat"},
               train=dict(epochs=30, batch_size=64, lr=0.5, optimizer="sgd", clip=1.0),
               audit={"mode": "one-run", "mia": "off"})
-    assert p["epsilon_claimed"] < p["audit_epsilon_noise"] <= p["epsilon_certified"]
+    assert p["epsilon_claimed"] < p["epsilon_audited_noise"] <= p["epsilon_certified"]
     assert p["claim_status"] == "violated" and p["audit_run_violated"] is True
 
 

@@ -1,10 +1,22 @@
-"""The dataset registry: name -> loader returning deterministic `Splits` (see `base.py`).
+"""The dataset registry: name -> `Dataset` (a loader returning deterministic `Splits`, see `base.py`).
 
-Loaders register themselves with `@register(...)`; this package imports every loader module, so
-import order never matters. `hf:<name>[:<config>]` is resolved by the Hugging Face loader.
+Datasets are found through `privbench.datasets` entry points, privbench's own as well as plugins', the
+first time a name is asked for; importing this package loads nothing else. `hf:<name>[:<config>]` is
+served by the Hugging Face dataset (a prefix entry).
 """
 
-from workers.datasets import hf, images, mnist5k, text  # noqa: E402,F401  (registers its loaders)
-from workers.datasets.base import Splits, describe, get_loader, load, names, option_problems, register
+from workers.datasets.base import (
+    DATASETS,
+    Dataset,
+    Splits,
+    dataset,
+    describe,
+    get_loader,
+    load,
+    names,
+    option_problems,
+    register,
+)
 
-__all__ = ["Splits", "describe", "get_loader", "load", "names", "option_problems", "register"]
+__all__ = ["DATASETS", "Dataset", "Splits", "dataset", "describe", "get_loader", "load", "names", "option_problems",
+           "register"]

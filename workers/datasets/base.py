@@ -1,15 +1,17 @@
-"""What every dataset loader returns, and the registry that finds loaders by name."""
+"""What every dataset loader returns (`Splits`), the dataset contract (`Dataset`), and the registry that
+finds datasets by name: privbench's and plugins' alike, through `privbench.datasets` entry points."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from mechanisms.options import from_signature, problems
-from mechanisms.registry import UnknownName
+from mechanisms.registry import Registry, UnknownName
 
 KINDS = ("image", "text")
 
@@ -50,62 +52,109 @@ Loader = Callable[..., Splits]
 
 
 @dataclasses.dataclass(frozen=True)
-class Entry:
+class Dataset:
+    """A dataset by name: what a `privbench.datasets` entry point names.
+
+    `loader(**options) -> Splits` (or `loader(rest, **options)` with `prefix=True`, which serves
+    `name:<rest>`, as `hf:<name>` does); its keyword parameters are the dataset's options (their types and
+    defaults are the schema the grid checks). Guarantee: splits depend only on the options (`split_seed`),
+    never on the trial seed, and train / validation / test are disjoint. `loader` may be a callable or a
+    `module:attr` reference, imported when the dataset is loaded (so that listing stays light).
+    """
+
     name: str
     kind: str
-    loader: Loader
     description: str
+    loader: Loader | str
+    prefix: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"dataset {self.name}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+    def function(self) -> Loader:
+        """The loader itself (imported on first use when given as `module:attr`)."""
+        return resolve(self.loader)
+
+    def __call__(self, *args: Any, **options: Any) -> Splits:
+        return self.function()(*args, **options)
 
 
-_DATASETS: dict[str, Entry] = {}
-_PREFIXES: dict[str, Entry] = {}
+def resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A callable, or the object a `module:attr` reference names (the entry-point syntax)."""
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
-def register(name: str, kind: str, description: str, *, prefix: bool = False) -> Callable[[Loader], Loader]:
-    """Register `loader(**options) -> Splits` (or `loader(rest, **options)` with `prefix=True`, which
-    serves `name:<rest>`). Splits depend only on the options (`split_seed`), never on the trial seed."""
+def dataset(name: str, kind: str, description: str, *, prefix: bool = False) -> Callable[[Loader], Dataset]:
+    """Decorate a loader into a `Dataset` (name it in a `privbench.datasets` entry point to register it)."""
 
-    def deco(loader: Loader) -> Loader:
-        table = _PREFIXES if prefix else _DATASETS
-        if name in table:
-            raise ValueError(f"dataset {name!r} registered twice")
-        table[name] = Entry(name, kind, loader, description)
-        return loader
+    def deco(loader: Loader) -> Dataset:
+        return Dataset(name, kind, description, loader, prefix)
 
     return deco
 
 
-def get_loader(name: str) -> tuple[Entry, str | None]:
-    """The entry for `name`, and the part after the prefix for `hf:`-style names."""
-    if name in _DATASETS:
-        return _DATASETS[name], None
+def _dataset_name(obj: Any) -> str:
+    if not isinstance(obj, Dataset):
+        raise TypeError(f"{obj!r} is not a workers.datasets.Dataset")
+    return obj.name
+
+
+DATASETS: Registry[Dataset] = Registry("dataset", {
+    "digits": "workers.datasets.images:digits",
+    "fashion-mnist": "workers.datasets.images:fashion_mnist",
+    "hf": "workers.datasets.hf:hf_dataset",
+    "mnist-5k": "workers.datasets.mnist5k:mnist_5k",
+    "rotten-tomatoes": "workers.datasets.text:rotten_tomatoes",
+    "synthetic": "workers.datasets.images:synthetic",
+    "synthetic-text": "workers.datasets.text:synthetic_text",
+}, _dataset_name)
+
+
+def register(entry: Dataset) -> Dataset:
+    """Add a dataset in this process (a notebook's); workers find plugins through entry points or `plugins:`."""
+    return DATASETS.register(entry)
+
+
+def get_loader(name: str) -> tuple[Dataset, str | None]:
+    """The dataset for `name`, and the part after the prefix for `hf:`-style names."""
+    items = dict(DATASETS.items())
+    if name in items and not items[name].prefix:
+        return items[name], None
     head, sep, rest = name.partition(":")
-    if sep and head in _PREFIXES and rest:
-        return _PREFIXES[head], rest
+    if sep and rest and head in items and items[head].prefix:
+        return items[head], rest
+    if name in DATASETS.broken() or head in DATASETS.broken():
+        DATASETS.get(name if name in DATASETS.broken() else head)  # raises the plugin's own error
     raise UnknownName("dataset", name, names())
 
 
 def names() -> list[str]:
-    return sorted(_DATASETS) + [f"{p}:<name>" for p in sorted(_PREFIXES)]
+    items = DATASETS.items()
+    return [n for n, e in items if not e.prefix] + [f"{n}:<name>" for n, e in items if e.prefix]
 
 
 def describe() -> list[tuple[str, str, str]]:
-    rows = [(e.name, e.kind, e.description) for e in _DATASETS.values()]
-    rows += [(f"{e.name}:<name>", e.kind, e.description) for e in _PREFIXES.values()]
-    return sorted(rows)
+    return sorted((f"{e.name}:<name>" if e.prefix else e.name, e.kind, e.description) for _, e in DATASETS.items())
 
 
 def option_problems(name: str, options: Mapping[str, Any] | None) -> list[str]:
     """Problems with a dataset's options: the loader's signature is the schema."""
     entry, rest = get_loader(name)
-    schema = from_signature(entry.loader, 1 if rest is not None else 0, f"{name}-options")
+    schema = from_signature(entry.function(), 1 if rest is not None else 0, f"{name}-options")
     return problems(schema, options, name)
 
 
 def load(name: str, options: Mapping[str, Any] | None = None) -> Splits:
     entry, rest = get_loader(name)
     opts = dict(options or {})
-    return entry.loader(rest, **opts) if rest is not None else entry.loader(**opts)
+    return entry(rest, **opts) if rest is not None else entry(**opts)
 
 
 def split_off(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:

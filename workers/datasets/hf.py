@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, register, split_off, three_way
+from workers.datasets.base import Split, Splits, dataset, split_off, three_way
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 TEXT_COLUMNS = ("text", "sentence", "content", "review", "document", "question")
@@ -117,7 +117,7 @@ class _Labels:
         return np.asarray([self.mapping[v] for v in values], dtype=np.int64)
 
 
-@register("hf", "text", "any Hugging Face dataset via datasets.load_dataset (hub when online; local "
+@dataset("hf", "text", "any Hugging Face dataset via datasets.load_dataset (hub when online; local "
           "csv/parquet/json with data_files); options text_column/image_column/label_column, splits",
           prefix=True)
 def hf_dataset(rest: str, *, text_column: str | list[str] | None = None, label_column: str = "label",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, register, split_off, three_way
+from workers.datasets.base import Split, Splits, dataset, split_off, three_way
 
 FASHION_MNIST_DIR = Path(os.environ.get("PRIVBENCH_FASHION_MNIST", "/usr/share/datasets/fashion-mnist"))
 
@@ -26,7 +26,7 @@ def _as_images(pixels: np.ndarray, scale: float) -> np.ndarray:
     return (x - 0.5) / 0.5
 
 
-@register("fashion-mnist", "image", "Zalando Fashion-MNIST, 60k train / 10k test, 28x28 grey, 10 classes "
+@dataset("fashion-mnist", "image", "Zalando Fashion-MNIST, 60k train / 10k test, 28x28 grey, 10 classes "
           "(Debian package dataset-fashion-mnist)")
 def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     root = FASHION_MNIST_DIR
@@ -43,7 +43,7 @@ def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     return Splits("fashion-mnist", "image", 10, train, val, test, (1, 28, 28))
 
 
-@register("digits", "image", "scikit-learn handwritten digits, 1,797 images 8x8, 10 classes (bundled)")
+@dataset("digits", "image", "scikit-learn handwritten digits, 1,797 images 8x8, 10 classes (bundled)")
 def digits(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     from sklearn.datasets import load_digits
 
@@ -54,7 +54,7 @@ def digits(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: in
     return Splits("digits", "image", 10, train, val, test, (1, 8, 8))
 
 
-@register("synthetic", "image", "generated class prototypes plus noise, 1x16x16, any size (seeded)")
+@dataset("synthetic", "image", "generated class prototypes plus noise, 1x16x16, any size (seeded)")
 def synthetic(n_train: int = 2000, n_test: int = 500, num_classes: int = 4, side: int = 16,
               noise: float = 1.0, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     """A planted signal: accuracy well above chance, so DP-vs-non-DP gaps mean something."""

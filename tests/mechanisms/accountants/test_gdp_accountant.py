@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opacus.accountants.analysis import gdp as opacus_gdp
 
-from mechanisms.accountants import dpsgd_event, epsilon, gdp
+from mechanisms.accountants import epsilon, gdp
+from tests.events import poisson_event
 
 Q = 256 / 60000
 
@@ -111,14 +112,14 @@ def test_monotone_in_sigma_q_steps_delta(s1, s2, q, T, d1, d2):
 def test_clt_under_reports_for_few_steps(sigma, q, T):
     """paper: the CLT is not a bound; with few steps it is far below the tight PLD epsilon."""
     claimed = gdp.epsilon(sigma, q, T, 1e-5)
-    certified = epsilon(dpsgd_event(sigma, q, T), 1e-5, "pld")
+    certified = epsilon(poisson_event(sigma, q, T), 1e-5, "pld")
     assert claimed < 0.85 * certified
 
 
 def test_clt_over_reports_at_full_batch():
     """q = 1: exact composition is G_{sqrt(T)/sigma}; the CLT formula is larger."""
     assert gdp.epsilon(2.0, 1.0, 10, 1e-5) == pytest.approx(8.112, abs=2e-3)
-    assert epsilon(dpsgd_event(2.0, 1.0, 10), 1e-5) == pytest.approx(7.511, abs=2e-3)
+    assert epsilon(poisson_event(2.0, 1.0, 10), 1e-5) == pytest.approx(7.511, abs=2e-3)
 
 
 @pytest.mark.parametrize("call", [

@@ -9,11 +9,13 @@ from dp_accounting import pld as dp_pld
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mechanisms.accountants import dpsgd_event, epsilon, epsilon_report
+from mechanisms.accountants import epsilon, epsilon_report
 from mechanisms.accountants import prv as prv_module
 from mechanisms.accountants.adaptive_pld import discretization_for
-from mechanisms.accountants.events import participations
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import _pld_epsilon, pld_accountant, rdp_accountant
+from mechanisms.batch_selection import PoissonRate, batch_selection
+from tests.events import poisson_event
 
 MNIST = (1.1, 256 / 60000, 14063)
 CIFAR = (3.0, 4096 / 50000, 2500)
@@ -26,7 +28,7 @@ LONG = (0.6, 256 / 50000, 19532)
     (SST2, 1 / (2 * 67349), 3.265, 2.636, 2.646),
 ])
 def test_anchor_values(setting, delta, rdp, pld, prv):
-    event = dpsgd_event(*setting)
+    event = poisson_event(*setting)
     assert epsilon(event, delta, "rdp") == pytest.approx(rdp, abs=2e-3)
     assert epsilon(event, delta, "pld") == pytest.approx(pld, abs=2e-3)
     report = epsilon_report(event, delta, "prv")
@@ -37,57 +39,57 @@ def test_anchor_values(setting, delta, rdp, pld, prv):
 def test_tiny_sigma_gets_a_coarser_grid_that_only_loosens_epsilon():
     """At sigma 1e-4, PLD at h = 1e-3 would allocate 373 GiB. Past 2e6 grid points the interval grows;
     values are still rounded up, so epsilon can only be looser than dp-accounting's at h = 1e-3."""
-    event = dpsgd_event(0.025, 0.02, 100)  # the first sigmas where the floor (1.2e-3) passes 1e-3
+    event = poisson_event(0.025, 0.02, 100)  # the first sigmas where the floor (1.2e-3) passes 1e-3
     h = discretization_for(event, 1e-5)
     assert h == pytest.approx((1 / 0.025**2 + 20 / 0.025) / 2e6) and h > 1e-3
     reference = dp_pld.PLDAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon(1e-5)
     assert (1 - 1e-6) * reference <= epsilon(event, 1e-5, "pld") <= 1.02 * reference  # equal to 2e-10 here
-    tiny = epsilon(dpsgd_event(1e-4, 0.02, 100), 1e-5, "pld")  # used to raise MemoryError
-    assert math.isfinite(tiny) and tiny > epsilon(dpsgd_event(0.05, 0.02, 100), 1e-5, "pld")
-    assert discretization_for(dpsgd_event(0.05, 0.02, 100), 1e-5) == 1e-3  # usual sigmas: unchanged
+    tiny = epsilon(poisson_event(1e-4, 0.02, 100), 1e-5, "pld")  # used to raise MemoryError
+    assert math.isfinite(tiny) and tiny > epsilon(poisson_event(0.05, 0.02, 100), 1e-5, "pld")
+    assert discretization_for(poisson_event(0.05, 0.02, 100), 1e-5) == 1e-3  # usual sigmas: unchanged
 
 
 @pytest.mark.slow
 def test_anchor_long_run():
-    event = dpsgd_event(*LONG)
+    event = poisson_event(*LONG)
     assert epsilon(event, 1e-5, "rdp") == pytest.approx(17.31, abs=1e-2)
     assert epsilon(event, 1e-5, "pld") == pytest.approx(15.72, abs=1e-2)
     assert epsilon(event, 1e-5, "prv") == pytest.approx(15.73, abs=1e-2)
 
 
 def test_design_example_and_gdp_paper_pld_values():
-    """DESIGN.md's MNIST example and arXiv 1911.11607 §7.3 PLD column."""
-    assert epsilon(dpsgd_event(*MNIST), 1e-5) == pytest.approx(2.39, abs=5e-3)
+    """The MNIST example (sigma 1.1, q 256/60000, 14063 steps) and arXiv 1911.11607 §7.3 PLD column."""
+    assert epsilon(poisson_event(*MNIST), 1e-5) == pytest.approx(2.39, abs=5e-3)
     for sigma, epochs, pld in [(1.3, 20, 1.007), (1.06, 20, 1.408), (0.7, 70, 7.095), (0.638, 70, 9.477)]:
         steps = round(epochs * 60000 / 256)
-        assert epsilon(dpsgd_event(sigma, 256 / 60000, steps), 1e-5) == pytest.approx(pld, abs=1.5e-2)
+        assert epsilon(poisson_event(sigma, 256 / 60000, steps), 1e-5) == pytest.approx(pld, abs=1.5e-2)
 
 
 @settings(max_examples=8, deadline=None)
 @given(log_sigma=st.floats(math.log(0.7), math.log(100)), q=st.floats(1e-3, 0.3), T=st.integers(1, 600),
        log_delta=st.floats(-12, -3))
 def test_rdp_never_below_pld(log_sigma, q, T, log_delta):
-    event = dpsgd_event(math.exp(log_sigma), q, T)
+    event = poisson_event(math.exp(log_sigma), q, T)
     delta = math.exp(log_delta)
     assert epsilon(event, delta, "rdp") >= epsilon(event, delta, "pld")
 
 
 @pytest.mark.parametrize("setting", [MNIST, CIFAR, SST2, (0.9, 0.01, 1000), (2.0, 0.0625, 10), (1.5, 0.5, 20)])
 def test_pld_and_prv_agree_within_two_percent(setting):
-    event = dpsgd_event(*setting)
+    event = poisson_event(*setting)
     pld, report = epsilon(event, 1e-5, "pld"), epsilon_report(event, 1e-5, "prv")
     assert report.epsilon == pytest.approx(pld, rel=0.02)
 
 
 def test_small_epsilon_is_not_over_reported_by_discretisation():
     """PLD at h = 1e-3 over-reports small epsilons (+12% here); the adaptive interval matches PRV."""
-    event = dpsgd_event(5.0, 0.004, 2000)
+    event = poisson_event(5.0, 0.004, 2000)
     assert discretization_for(event, 1e-5) < 1e-3
     tight = epsilon(event, 1e-5, "pld")
     coarse = dp_pld.PLDAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon(1e-5)
     assert coarse > 1.05 * tight
     assert tight == pytest.approx(epsilon(event, 1e-5, "prv"), rel=0.01)
-    assert discretization_for(dpsgd_event(*CIFAR), 1e-5) == 1e-3  # moderate epsilon keeps the fast interval
+    assert discretization_for(poisson_event(*CIFAR), 1e-5) == 1e-3  # moderate epsilon keeps the fast interval
 
 
 @pytest.mark.slow
@@ -96,14 +98,14 @@ def test_small_epsilon_is_not_over_reported_by_discretisation():
 @example(sigma=3.0, q=0.0078125, T=10)  # epsilon 0.027: PRV's absolute error (1e-3) is 3.4% of it
 def test_pld_and_prv_agree_within_two_percent_random(sigma, q, T):
     """2% relative, or PRV's own stated error (`EPS_ERROR_MIN` absolute) where epsilon is tiny."""
-    event = dpsgd_event(sigma, q, T)
+    event = poisson_event(sigma, q, T)
     report = epsilon_report(event, 1e-5, "prv")
     if report.computed_by == "prv":
         assert report.epsilon == pytest.approx(epsilon(event, 1e-5, "pld"), rel=0.02, abs=prv_module.EPS_ERROR_MIN)
 
 
 def test_prv_guard_falls_back_beyond_its_range():
-    event = dpsgd_event(*CIFAR)
+    event = poisson_event(*CIFAR)
     pld = epsilon(event, 1e-5, "pld")
     guarded = prv_module.PrvAccountant(fallback=_pld_epsilon, max_epsilon=pld / 2).compose(event)
     assert guarded.get_epsilon(1e-5) == pld and "PRV not run" in guarded.note
@@ -112,9 +114,9 @@ def test_prv_guard_falls_back_beyond_its_range():
 
 @pytest.mark.slow
 def test_prv_guard_falls_back_at_large_epsilon():
-    report = epsilon_report(dpsgd_event(0.25, 0.1, 1000), 1e-5, "prv")
+    report = epsilon_report(poisson_event(0.25, 0.1, 1000), 1e-5, "prv")
     assert report.computed_by == "pld" and "PRV not run" in report.note
-    assert report.epsilon == pytest.approx(epsilon(dpsgd_event(0.25, 0.1, 1000), 1e-5, "pld"))
+    assert report.epsilon == pytest.approx(epsilon(poisson_event(0.25, 0.1, 1000), 1e-5, "pld"))
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("Discrete mean differs"), math.inf, math.nan])
@@ -125,7 +127,7 @@ def test_prv_guard_falls_back_when_prv_breaks(monkeypatch, failure):
         return failure
 
     monkeypatch.setattr(prv_module.PrvAccountant, "_prv_epsilon", broken)
-    event = dpsgd_event(*CIFAR)
+    event = poisson_event(*CIFAR)
     report = epsilon_report(event, 1e-5, "prv")
     assert report.computed_by == "pld" and "PLD value reported" in report.note
     assert report.epsilon == epsilon(event, 1e-5, "pld")
@@ -139,55 +141,61 @@ def test_unsupported_nonprivate_and_bad_input():
     assert epsilon(laplace, 1e-5, "pld") is not None
     for delta in (0, 1, -1e-5, 2):
         with pytest.raises(ValueError, match="delta"):
-            epsilon(dpsgd_event(*MNIST), delta)
+            epsilon(poisson_event(*MNIST), delta)
     with pytest.raises(ValueError, match="unknown accountant"):
-        epsilon(dpsgd_event(*MNIST), 1e-5, "gdp")
+        epsilon(poisson_event(*MNIST), 1e-5, "gdp")
 
 
-@pytest.mark.parametrize("kwargs", [dict(sigma=0), dict(sigma=-1), dict(sample_rate=0), dict(sample_rate=1.5),
-                                    dict(steps=0), dict(sampler="cyclic"), dict(sampler="fixed")])
+@pytest.mark.parametrize("kwargs", [dict(sample_rate=0), dict(sample_rate=1.5), dict(steps=0)])
 def test_event_bad_input(kwargs):
-    args = dict(sigma=1.0, sample_rate=0.1, steps=10) | kwargs
+    args = dict(sample_rate=0.1, steps=10) | kwargs
     with pytest.raises(ValueError):
-        dpsgd_event(args.pop("sigma"), args.pop("sample_rate"), args.pop("steps"), **args)
+        PoissonRate(**args)
+
+
+@pytest.mark.parametrize("sampler", ["cyclic"])
+def test_unknown_sampler(sampler):
+    with pytest.raises(ValueError, match="unknown sampler"):
+        batch_selection(sampler, 100, 10, 1)
 
 
 def test_fixed_size_batches_replace_one():
     """Replace-one moves the clipped sum by 2C: sigma/2 against the replace-one sensitivity; PLD uses the
     Poisson dominating pair at rate b/n, RDP the without-replacement analysis."""
-    sigma, q, T, n = 1.1, 256 / 60000, 500, 60000
-    fixed = dpsgd_event(sigma, q, T, sampler="fixed", dataset_size=n)
+    sigma, n, b, epochs = 1.1, 60000, 256, 2
+    T = epochs * round(n / b)
+    fixed = DpsgdSetting.of("fixed", n, b, epochs, 1e-5).parts().dp_event(sigma)
     half = dp_accounting.GaussianDpEvent(sigma / 2)
     pld_expected = pld_accountant().compose(
-        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(256 / n, half), T)).get_epsilon(1e-5)
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(b / n, half), T)).get_epsilon(1e-5)
     rdp_expected = rdp_accountant(dp_accounting.NeighboringRelation.REPLACE_ONE).compose(
-        dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(n, 256, half), T)
+        dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(n, b, half), T)
     ).get_epsilon(1e-5)
     report = epsilon_report(fixed, 1e-5, "pld")
     assert report.epsilon == pytest.approx(pld_expected) and "fixed-size" in report.note
     assert epsilon(fixed, 1e-5, "rdp") == pytest.approx(rdp_expected)
-    poisson = epsilon(dpsgd_event(sigma, q, T), 1e-5)
+    poisson = epsilon(poisson_event(sigma, b / n, T), 1e-5)
     assert report.epsilon > poisson  # replace-one is the stronger relation: never reported below Poisson
     assert epsilon(fixed, 1e-5, "rdp") >= report.epsilon
 
 
 def test_shuffling_gets_no_amplification():
-    sigma, q, T, n = 1.1, 256 / 60000, 2000, 60000
-    shuffle = dpsgd_event(sigma, q, T, sampler="shuffle", dataset_size=n)
-    k = participations(q, T, n)
-    assert k == math.ceil(T / (n // 256))
-    exact = dp_accounting.gaussian_mechanism.get_epsilon_gaussian(sigma / 2 / math.sqrt(k), 1e-5)
+    """One batch per epoch per record: E Gaussians at sigma / 2 (replace-one), exactly, whatever N / B."""
+    sigma, n, b, epochs = 1.1, 60000, 256, 9
+    shuffle = DpsgdSetting.of("shuffle", n, b, epochs, 1e-5).parts().dp_event(sigma)
+    exact = dp_accounting.gaussian_mechanism.get_epsilon_gaussian(sigma / 2 / math.sqrt(epochs), 1e-5)
     assert epsilon(shuffle, 1e-5) == pytest.approx(exact, rel=1e-6)
-    assert epsilon(shuffle, 1e-5) > epsilon(dpsgd_event(sigma, q, T, sampler="fixed", dataset_size=n), 1e-5)
+    fixed = DpsgdSetting.of("fixed", n, b, epochs, 1e-5).parts().dp_event(sigma)
+    assert epsilon(shuffle, 1e-5) > epsilon(fixed, 1e-5)
 
 
 def test_pure_gaussian_composition_is_exact_and_fast():
-    event = dpsgd_event(0.7, 1.0, 1000)  # full batch: PLD would take ~10 s here
+    event = poisson_event(0.7, 1.0, 1000)  # full batch: PLD would take ~10 s here
     report = epsilon_report(event, 1e-5, "pld")
     assert report.computed_by == "exact"
     assert report.epsilon == pytest.approx(
         dp_accounting.gaussian_mechanism.get_epsilon_gaussian(0.7 / math.sqrt(1000), 1e-5), rel=1e-9)
-    small = dpsgd_event(2.0, 1.0, 10)
+    small = poisson_event(2.0, 1.0, 10)
     assert epsilon(small, 1e-5) == pytest.approx(
         pld_accountant().compose(small).get_epsilon(1e-5), rel=2e-3)
 
@@ -198,9 +206,9 @@ def test_pure_gaussian_composition_is_exact_and_fast():
 def test_monotone_in_sigma_q_steps_delta(s1, s2, q, T, d1, d2, accountant):
     lo, hi = sorted((s1, s2))
     small, large = sorted((math.exp(d1), math.exp(d2)))
-    base = epsilon(dpsgd_event(lo, q, T), small, accountant)
+    base = epsilon(poisson_event(lo, q, T), small, accountant)
     tol = 2e-3 if accountant == "pld" else 1e-9  # PLD's pessimistic discretisation of 1e-3
-    assert epsilon(dpsgd_event(hi, q, T), small, accountant) <= base + tol
-    assert epsilon(dpsgd_event(lo, q / 2, T), small, accountant) <= base + tol
-    assert base <= epsilon(dpsgd_event(lo, q, T + 50), small, accountant) + tol
-    assert epsilon(dpsgd_event(lo, q, T), large, accountant) <= base + tol
+    assert epsilon(poisson_event(hi, q, T), small, accountant) <= base + tol
+    assert epsilon(poisson_event(lo, q / 2, T), small, accountant) <= base + tol
+    assert base <= epsilon(poisson_event(lo, q, T + 50), small, accountant) + tol
+    assert epsilon(poisson_event(lo, q, T), large, accountant) <= base + tol

@@ -4,41 +4,51 @@ reference models of the GReDP noise (arXiv 2409.11663; docs/mechanisms.md)."""
 from __future__ import annotations
 
 import math
-import types
 from typing import Any
 
 import numpy as np
 
-from mechanisms import dpsgd
-from mechanisms.auditing import AuditCase, Gaussian
+from mechanisms.auditing import AuditCase, Gaussian, hooks
+from mechanisms.dpsgd import DpSgd
 
 
-def _module(name: str, **attrs: Any) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.ID = name
-    module.plan = dpsgd.plan  # the claim: DP-SGD's analysis at the configured sigma
-    module.audit_options = dpsgd.mechanism.audit_options  # the options DP-SGD's plan declares
-    for key, value in attrs.items():
-        setattr(module, key, value)
-    return module
+class HalfNoise(DpSgd):
+    """The bug: claims sigma (DP-SGD's analysis at the configured sigma), adds sigma / 2."""
+
+    ID = "half-noise"
+
+    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
+                       **options: Any) -> np.ndarray:
+        return super().privatize_step(sums, sigma / 2, clip, rng, **options)
 
 
-def _half_noise(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, **_: Any) -> np.ndarray:
-    """The bug: claims sigma, adds sigma / 2."""
-    return dpsgd.privatize_step(sums, sigma / 2, clip, rng)
+class HalfNoiseBare(HalfNoise):
+    """The same bug; its claim read from its own plan (`hooks.claimed_profile`), whole rows audited."""
+
+    ID = "half-noise-bare"
+    audit_coordinatewise = False
+
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+        return hooks.claimed_profile(self, sigma, options=options)
+
+
+class DpSgdBare(DpSgd):
+    """Correct DP-SGD noise, claim read from its plan: the plan-envelope claim must not be called violated."""
+
+    ID = "dpsgd-bare"
+    audit_coordinatewise = False
+
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+        return hooks.claimed_profile(self, sigma, options=options)
 
 
 def _claim(sigma: float, **_: Any) -> Gaussian:
     return Gaussian(mu=1.0 / sigma)
 
 
-# Claims sigma but adds sigma/2, declares its hooks.
-HALF_NOISE = _module("half-noise", privatize_step=_half_noise, claimed_step_tradeoff=_claim,
-                     AUDIT_COORDINATEWISE=True)
-# The same bug without any hook: the claim comes from plan(), the audit runs whole rows.
-HALF_NOISE_BARE = _module("half-noise-bare", privatize_step=_half_noise)
-# Correct DP-SGD noise but no hooks: the plan-envelope fallback must not call it violated.
-DPSGD_BARE = _module("dpsgd-bare", privatize_step=dpsgd.privatize_step)
+HALF_NOISE = HalfNoise()
+HALF_NOISE_BARE = HalfNoiseBare()
+DPSGD_BARE = DpSgdBare()
 
 
 def _gredp_step(sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
@@ -64,5 +74,18 @@ def _gredp_cases(dim: int, clip: float, rng: np.random.Generator, **_: Any) -> l
     return [AuditCase("odd-symmetric", canary, np.zeros(dim), note="seed_004 5.4")]
 
 
-GREDP_REFERENCE = _module("gredp-reference", privatize_step=_gredp_step, claimed_step_tradeoff=_claim,
-                          audit_cases=_gredp_cases)
+class GredpReference(DpSgd):
+    """A reference model of the GReDP noise written with numpy's FFT (its claim: G_{1/sigma})."""
+
+    ID = "gredp-reference"
+    audit_coordinatewise = False
+
+    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
+                       noise: str = "complex", **_: Any) -> np.ndarray:
+        return _gredp_step(sums, sigma, clip, rng, noise=noise)
+
+    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[AuditCase]:
+        return _gredp_cases(dim, clip, rng, **options)
+
+
+GREDP_REFERENCE = GredpReference()

@@ -14,6 +14,7 @@ from mechanisms.auditing import AuditCase, Gaussian, audit_step, hooks, tradeoff
 from mechanisms.auditing.canary import roc_counts
 from mechanisms.auditing.cases import dirac_case
 from mechanisms.auditing.sampling import choose_path, sample_scores
+from mechanisms.auditing.step_audit import SIGNIFICANCE, claim_p_value
 
 DPSGD = mechanisms.get("dpsgd")
 
@@ -24,7 +25,9 @@ def test_audited_epsilon_and_mu_are_below_the_truth_in_95_of_100_audits(delta):
     gaussian_epsilon(1, delta) and mu is 1. At delta = 0.1 the audit is nearly tight, so a slip in
     the confidence bounds or the split would show."""
     eps_true = tradeoff.gaussian_epsilon(1.0, delta)
-    runs = [audit_step(DPSGD, 1.0, samples=20_000, delta=delta, seed=seed) for seed in range(100)]
+    # at 5% (not the 0.1% default) the 95-of-100 statements below test the bounds' coverage hardest
+    runs = [audit_step(DPSGD, 1.0, samples=20_000, delta=delta, seed=seed, significance=0.05)
+            for seed in range(100)]
     eps = np.array([r.epsilon_audited for r in runs])
     mu = np.array([r.mu_audited for r in runs])
     assert np.sum(eps < eps_true) >= 95
@@ -32,6 +35,8 @@ def test_audited_epsilon_and_mu_are_below_the_truth_in_95_of_100_audits(delta):
     # a correct mechanism is called violated at most at the audit's significance (5%)
     assert sum(r.violated for r in runs) <= 5
     assert sum(r.claim_status == "ok" for r in runs) >= 95
+    # the p-value says the same: violated exactly when p <= 5%, and p <= 5% in at most 5 of 100
+    assert all(r.violated == (r.p_value <= 0.05) for r in runs)
     assert np.median(mu) > 0.85  # tight, not vacuous
     if delta == 0.1:
         assert np.median(eps) > 0.8 * eps_true
@@ -50,10 +55,39 @@ def test_negative_control_point_estimates_on_the_same_samples_overshoot():
     assert over >= 15
 
 
+def test_default_significance_is_the_one_policy_and_the_textbook_step_is_ok_at_seeds_0_to_19():
+    """`privbench audit dpsgd --sigma 1` (20,000 samples, dim 1000, 0.1%) at seeds 0-19: each `ok`. At 5% seed 0
+    was called violated (its p-value, about 0.014, says why): the policy, not the data, made that false alarm."""
+    from workers.audit import AuditConfig
+
+    assert AuditConfig().step_significance == SIGNIFICANCE == 0.001
+    runs = [audit_step(DPSGD, 1.0, seed=seed) for seed in range(20)]
+    assert all(r.significance == SIGNIFICANCE for r in runs)
+    assert [r.claim_status for r in runs] == ["ok"] * 20
+    assert all(SIGNIFICANCE < r.p_value <= 1 for r in runs)
+    assert 0.001 < runs[0].p_value <= 0.05  # the old false alarm: below 5%, far above 0.1%
+    assert audit_step(DPSGD, 1.0, seed=0, significance=0.05).violated
+
+
+def test_p_value_is_the_smallest_significance_that_refutes():
+    """The bisection agrees with the verdict at any significance: violated iff p <= significance."""
+    for sig in (0.2, 0.05, 0.01):
+        for seed in range(6):
+            r = audit_step(DPSGD, 1.0, samples=4_000, seed=seed, significance=sig)
+            assert r.violated == (r.p_value <= sig), (sig, seed, r.p_value)
+    claim = Gaussian(1.0)
+    n = 10_000
+    p = claim_p_value(claim, 300, n, 300, n, known=1e-3)  # alpha = beta = 3%: far below G_1 (beta ~ 0.24)
+    assert p < 1e-100
+    assert claim_p_value(claim, 4000, n, 4000, n, known=1e-3) == 0.5  # above the curve (G_1(0.4) = 0.23)
+    assert 1e-3 < claim_p_value(claim, 3000, n, 3000, n, known=1e-3) < 0.05  # just below it (G_1(0.3) = 0.32)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_mechanism_that_adds_half_its_claimed_noise_is_violated(seed):
     result = audit_step(HALF_NOISE, 1.0, samples=20_000, seed=seed)
     assert result.violated and result.claim_status == "violated"
+    assert result.p_value < 1e-100  # refuted by any sweep's Holm correction, too
     assert result.mu_audited > result.mu_claimed == 1.0
     # the scalar epsilon alone would not show it: the curve comparison does
     assert any(p.below_claim for p in result.cases[0].points)
@@ -74,7 +108,7 @@ def test_dpsgd_is_rarely_violated_and_its_audited_epsilon_stays_below_the_certif
     never exceeds the certified one."""
     violated = 0
     for i, (sigma, delta, _) in enumerate(itertools.product([0.3, 0.5, 1.0, 2.0, 5.0], [1e-5, 1e-2], range(4))):
-        result = audit_step(DPSGD, sigma, samples=20_000, delta=delta, seed=1000 + i)
+        result = audit_step(DPSGD, sigma, samples=20_000, delta=delta, seed=1000 + i, significance=0.05)
         violated += result.violated
         assert result.epsilon_audited <= result.epsilon_certified
     assert violated <= 4
@@ -117,6 +151,7 @@ def test_gredp_reference_model_is_violated(noise, violated_case):
     real noise leaves the odd part of the gradient noise-free (a perfect distinguisher)."""
     result = audit_step(GREDP_REFERENCE, 1.0, samples=20_000, dim=64, options={"noise": noise})
     by_name = {c.case: c for c in result.cases}
+    assert result.p_value < 1e-30  # still violated after Holm over a sweep of any realistic size
     assert set(by_name) == {"dirac", "odd-symmetric"}
     assert all(c.path == "full" for c in result.cases)
     assert by_name[violated_case].violated and result.claim_status == "violated"
@@ -142,7 +177,8 @@ def test_same_seed_same_result_and_json_record():
 def test_nonprivate_is_audited_but_has_no_status():
     result = audit_step(mechanisms.get("nonprivate"), 1.0, samples=2_000)
     assert result.claim_status is None and result.epsilon_claimed is None
-    assert result.epsilon_audited > 5  # a perfect distinguisher, limited only by 1,000 held-out samples
+    # a perfect distinguisher, limited only by 1,000 held-out samples: ln(1000 / 8.7) = 4.74 at 0.1% / 6 bounds
+    assert result.epsilon_audited > 4.5
 
 
 def test_cases_and_paths_are_validated():
@@ -162,7 +198,7 @@ def test_cases_and_paths_are_validated():
 
 def test_hooks_resolve_claims_for_registry_and_test_modules():
     assert hooks.claimed_step_tradeoff(DPSGD, 2.0) == Gaussian(0.5)
-    assert hooks.is_coordinatewise(DPSGD) and not hooks.is_coordinatewise(GREDP_REFERENCE)
+    assert DPSGD.audit_coordinatewise and not GREDP_REFERENCE.audit_coordinatewise
     assert hooks.claimed_step_tradeoff(mechanisms.get("nonprivate"), 1.0) is None
     envelope = hooks.claimed_step_tradeoff(DPSGD_BARE, 1.0)
     alpha = np.linspace(0.001, 0.999, 50)

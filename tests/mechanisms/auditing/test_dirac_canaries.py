@@ -11,11 +11,12 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from mechanisms import dpsgd
-from mechanisms.accountants import dpsgd_event, epsilon
+from mechanisms.accountants import epsilon
 from mechanisms.auditing import DiracCanaries
 from mechanisms.clipping import FlatClipping, PerLayerClipping
 from mechanisms.noise_addition import GaussianNoise
 from mechanisms.plan import PrivacySpec
+from tests.events import poisson_event
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Secure RNG turned off"),
               pytest.mark.filterwarnings("ignore:Full backward hook")]
@@ -26,14 +27,14 @@ def make_run(*, sigma: float, batch: int, n: int = 256, seed: int = 0, clip=1.0)
     torch.manual_seed(seed)
     data = TensorDataset(torch.randn(n, 50), torch.randint(0, 10, (n,)))
     model = nn.Linear(50, 10)
-    plan = dpsgd.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=batch, epochs=100,
+    plan = dpsgd.mechanism.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=n, batch_size=batch, epochs=100,
                                   sigma=sigma))
     if isinstance(clip, list):  # per-layer bounds: the training path with a per-layer clipper
         plan = dataclasses.replace(plan, parts=dataclasses.replace(plan.parts, clipper=PerLayerClipping(tuple(clip))))
     elif clip != 1.0:
         plan = dataclasses.replace(plan, parts=dataclasses.replace(plan.parts, clipper=FlatClipping(clip),
                                                                    noise=GaussianNoise(clip)))
-    model, optimizer, loader, criterion = dpsgd.make_private(
+    model, optimizer, loader, criterion = dpsgd.mechanism.make_private(
         model, torch.optim.SGD(model.parameters(), lr=0.1), data, plan, criterion=nn.CrossEntropyLoss(),
         generator=torch.Generator().manual_seed(seed), noise_generator=torch.Generator().manual_seed(seed))
     return model, optimizer, loader, criterion, plan
@@ -62,7 +63,7 @@ def test_tiny_opacus_run_gives_a_sound_and_useful_one_run_bound():
     assert inside.mean() == pytest.approx(steps, abs=0.3)  # C per step, in units of C
     assert outside.mean() == pytest.approx(0.0, abs=0.3)
     assert outside.std() == pytest.approx(sigma * np.sqrt(steps), rel=0.2)  # residual = pure noise
-    certified = epsilon(dpsgd_event(sigma, plan.sample_rate, steps), 1e-5)
+    certified = epsilon(poisson_event(sigma, plan.sample_rate, steps), 1e-5)
     assert 1.0 < est.epsilon <= certified
     assert 0 <= est.overhead_s < 5
     json.dumps(est.as_record())
@@ -74,7 +75,7 @@ def test_canaries_join_steps_at_the_sample_rate():
     train(model, optimizer, loader, criterion, 24)
     inside = canaries.scores[canaries.included]
     assert inside.mean() == pytest.approx(0.25 * 24, rel=0.1)
-    assert canaries.estimate(1e-5).epsilon <= epsilon(dpsgd_event(0.5, 0.25, 24), 1e-5)
+    assert canaries.estimate(1e-5).epsilon <= epsilon(poisson_event(0.5, 0.25, 24), 1e-5)
 
 
 @pytest.mark.parametrize("clip", [1.0, [1.0, 0.5]], ids=["flat", "per-layer"])

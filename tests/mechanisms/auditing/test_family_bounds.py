@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.accountants import dpsgd_event, epsilon
+from mechanisms.accountants import epsilon
 from mechanisms.auditing import one_run, white_box
+from tests.events import poisson_event
 
 Q, T, DELTA = 0.05, 200, 1e-5
 
@@ -35,7 +36,7 @@ def test_profile_curve_is_a_valid_weaker_curve_and_nested_in_sigma():
 def test_dpsgd_epsilon_is_at_most_the_certified_one():
     for sigma in (0.8, 2.0, 5.0):
         low = white_box.dpsgd_epsilon(sigma, Q, T, DELTA)
-        certified = epsilon(dpsgd_event(sigma, Q, T), DELTA)
+        certified = epsilon(poisson_event(sigma, Q, T), DELTA)
         assert 0.9 * certified < low <= certified
 
 
@@ -43,7 +44,7 @@ def test_noise_bound_on_gaussian_noise_brackets_sigma_and_stays_under_certified(
     rng = np.random.default_rng(0)
     b = white_box.noise_bound(moments_of(2.0 * rng.standard_normal(400_000)), Q, T, DELTA)
     assert b.gaussian and b.sigma_upper >= 2.0 and abs(b.sigma - 2.0) < 0.01
-    assert b.epsilon <= epsilon(dpsgd_event(2.0, Q, T), DELTA)
+    assert b.epsilon <= epsilon(poisson_event(2.0, Q, T), DELTA)
 
 
 def test_noise_bound_sound_in_400_measurements():
@@ -66,11 +67,11 @@ def test_noise_bound_refuses_non_gaussian_noise():
 def test_noise_bound_catches_half_the_variance_of_the_claim():
     """GReDP's bug: the code adds sigma / sqrt 2 while the claim is DP-SGD at sigma."""
     sigma_claimed = 3.0
-    claimed = epsilon(dpsgd_event(sigma_claimed, Q, T), DELTA)
+    claimed = epsilon(poisson_event(sigma_claimed, Q, T), DELTA)
     rng = np.random.default_rng(3)
     b = white_box.noise_bound(moments_of(sigma_claimed / math.sqrt(2) * rng.standard_normal(100_000)), Q, T, DELTA)
     assert b.epsilon > claimed
-    assert b.epsilon <= epsilon(dpsgd_event(sigma_claimed / math.sqrt(2), Q, T), DELTA)
+    assert b.epsilon <= epsilon(poisson_event(sigma_claimed / math.sqrt(2), Q, T), DELTA)
 
 
 def test_simulated_run_noise_moments_count_the_excluded_canaries():
@@ -86,7 +87,7 @@ def test_curve_bound_is_under_certified_and_beats_nothing_on_correct_dpsgd():
     plan = white_box.plan_guesses(3000, T, Q, sigma, DELTA, seed=1)
     scores, included = white_box.simulate_scores(3000, T, Q, sigma, np.random.default_rng(5))
     b = white_box.curve_bound(scores, included, DELTA, Q, T, sigma, guess_counts=plan.guess_counts)
-    assert 0 < b.epsilon <= epsilon(dpsgd_event(sigma, Q, T), DELTA)
+    assert 0 < b.epsilon <= epsilon(poisson_event(sigma, Q, T), DELTA)
     assert b.sigma > sigma  # the rejected noise multiplier is above the true one
     approx = white_box.one_run_bounds(scores, included, DELTA, guess_counts=plan.guess_counts, with_gdp=False)
     assert b.epsilon >= approx.epsilon_fdp  # the family's own curve is a stronger claim than f_{eps, delta}
@@ -118,7 +119,7 @@ def test_curve_bound_is_zero_without_signal():
 def test_family_bounds_sound_on_simulated_dpsgd_in_100_audits(sigma, q, steps):
     """Correct DP-SGD, LR attack: the curve test rejects the true curve, and the noise bound exceeds the
     certified epsilon, each in at most 5 of 100 audits."""
-    certified = epsilon(dpsgd_event(sigma, q, steps), 1e-5)
+    certified = epsilon(poisson_event(sigma, q, steps), 1e-5)
     plan = white_box.plan_guesses(3000, steps, q, sigma, 1e-5)
     rng = np.random.default_rng(7)
     curve_rejects = noise_over = 0

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from mechanisms.accountants import dpsgd_event, epsilon
+from mechanisms.accountants import epsilon
 from mechanisms.auditing import CanaryScoreAuditor, white_box
+from tests.events import poisson_event
 
 
 def test_log_lr_step_is_the_subsampled_gaussian_likelihood_ratio():
@@ -81,7 +82,7 @@ def test_likelihood_ratio_beats_the_sum_when_single_joins_are_visible():
     total = white_box.plan_guesses(args["m"], args["steps"], args["sample_rate"], args["sigma"], args["delta"],
                                    score="sum")
     assert lr.ceiling.epsilon_audited > 1.5 * total.ceiling.epsilon_audited
-    assert lr.ceiling.epsilon_audited < epsilon(dpsgd_event(0.6, 0.05, 100), 1e-5)
+    assert lr.ceiling.epsilon_audited < epsilon(poisson_event(0.6, 0.05, 100), 1e-5)
 
 
 def test_choose_canaries_prefers_one_per_coordinate_when_joins_are_visible():
@@ -93,7 +94,7 @@ def test_choose_canaries_prefers_one_per_coordinate_when_joins_are_visible():
 @pytest.mark.parametrize(("sigma", "q", "steps"), [(0.6, 0.05, 100), (1.0, 0.1, 50), (0.5, 1.0, 3)])
 def test_sound_on_simulated_dpsgd_in_100_audits(sigma, q, steps):
     """Correct DP-SGD, optimal (LR) attack: epsilon_audited <= certified in >= 95 of 100 audits."""
-    certified = epsilon(dpsgd_event(sigma, q, steps), 1e-5)
+    certified = epsilon(poisson_event(sigma, q, steps), 1e-5)
     plan = white_box.plan_guesses(3000, steps, q, sigma, 1e-5)
     rng = np.random.default_rng(5)
     audited = [white_box.one_run_bounds(*white_box.simulate_scores(3000, steps, q, sigma, rng), 1e-5,

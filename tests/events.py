@@ -1,0 +1,14 @@
+"""DP-SGD events for tests, built the way trial plans and `privbench privacy` build them: a sampler
+(`mechanisms.batch_selection`) and DP-SGD's parts (`DpsgdSetting.parts`)."""
+
+from mechanisms.accountants.compare import DpsgdSetting
+from mechanisms.plan import Parts
+
+
+def poisson_events(sample_rate: float, steps: int) -> Parts:
+    """The event family sigma -> DpEvent of T Poisson-sampled DP-SGD steps at rate q (hashable)."""
+    return DpsgdSetting.poisson(sample_rate, steps, 0.5).parts()
+
+
+def poisson_event(sigma: float, sample_rate: float, steps: int):
+    return poisson_events(sample_rate, steps).dp_event(sigma)

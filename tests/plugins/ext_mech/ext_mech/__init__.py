@@ -1,0 +1,1 @@
+"""An example privbench plugin (see docs/plugins.md): a mechanism, a model and a dataset."""

@@ -1,0 +1,180 @@
+"""Plugins and registries: built-ins declared like plugins, import-light registries, an installed plugin
+package (tests/plugins/ext_mech) found through its entry points, `plugins:` modules, broken plugins."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from mechanisms.registry import ACCOUNTANTS, MECHANISMS
+from workers.datasets.base import DATASETS
+from workers.models.base import MODELS
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "tests" / "plugins" / "ext_mech"
+HEAVY = ("torch", "opacus", "transformers", "scipy", "ray", "mlflow")
+
+
+def run_python(code: str, *paths: Path) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, (ROOT, *paths)))}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+def install(target: Path, source: Path = PLUGIN) -> Path:
+    """`pip install --no-deps --target` of a copy (the build writes into the source folder)."""
+    copy = target.parent / f"src-{target.name}"
+    shutil.copytree(source, copy)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--quiet", "--target", str(target), str(copy)], check=True, capture_output=True, timeout=300)
+    return target
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    return install(tmp_path_factory.mktemp("site") / "site")
+
+
+def test_pyproject_declares_exactly_the_builtin_entry_points():
+    """One list, written twice: pyproject (for installed metadata) and the registries (for workers that
+    receive privbench as shipped folders, without metadata)."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    for registry in (MECHANISMS, ACCOUNTANTS, MODELS, DATASETS):
+        assert declared[registry.group] == registry.builtins, registry.group
+
+
+def test_registries_import_no_torch_opacus_transformers_or_scipy():
+    result = run_python("import json, sys\n"
+                        "import mechanisms, workers.models as m, workers.datasets as d\n"
+                        "from mechanisms.registry import ACCOUNTANTS\n"
+                        "names = [mechanisms.names(), m.names(), d.names(), ACCOUNTANTS.names()]\n"
+                        "descs = [mechanisms.get(n).description for n in mechanisms.names()]\n"
+                        "print(json.dumps([names, descs, sorted({k.split('.')[0] for k in sys.modules})]))")
+    assert result.returncode == 0, result.stderr
+    names, descs, modules = json.loads(result.stdout)
+    assert "dpsgd" in names[0] and "mlp" in names[1] and "digits" in names[2] and "pld" in names[3]
+    assert not set(HEAVY) & set(modules), sorted(set(HEAVY) & set(modules))
+    assert any(d.endswith("(Bu, Dong, Long, Su, arXiv 1911.11607).") for d in descs)  # the whole first paragraph
+
+
+@pytest.mark.parametrize("what", ["mechanisms", "datasets", "models", "accountants"])
+def test_list_imports_nothing_heavy(what):
+    result = run_python("import runpy, sys\n"
+                        f"sys.argv = ['privbench', 'list', {what!r}]\n"
+                        "try:\n    runpy.run_module('orchestrator', run_name='__main__')\n"
+                        "except SystemExit:\n    pass\n"
+                        "print(sorted({k.split('.')[0] for k in sys.modules}))")
+    assert result.returncode == 0, result.stderr
+    assert not {m for m in HEAVY if f"'{m}'" in result.stdout.splitlines()[-1]}, result.stdout[-500:]
+
+
+def test_an_installed_plugin_is_found_through_its_entry_points(installed):
+    result = run_python("import json, mechanisms\n"
+                        "from workers import models, datasets\n"
+                        "m = mechanisms.get('dpsgd-tightclip')\n"
+                        "print(json.dumps([mechanisms.names(), models.names(), datasets.names(), m.private,"
+                        " models.get_entry('ext-linear')[0].kinds, datasets.get_loader('ext-blobs')[0].kind]))",
+                        installed)
+    assert result.returncode == 0, result.stderr
+    mechs, models, datasets, private, kinds, kind = json.loads(result.stdout)
+    assert "dpsgd-tightclip" in mechs and "dpsgd" in mechs and private is True
+    assert "ext-linear" in models and kinds == ["image"] and "ext-blobs" in datasets and kind == "image"
+
+
+def test_the_grid_validates_plugin_names_like_builtins(installed, tmp_path):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\ngrid: {dataset: [ext-blobs], model: [ext-linear], mechanism: [dpsgd-tightclip], "
+                    "epsilon: [2]}\nmechanism_options: {dpsgd-tightclip: {clip_scale: 2}}\n")
+    result = run_python(f"from orchestrator import grid\ntry:\n    grid.load({str(grid)!r})\n"
+                        "except grid.GridError as e:\n    print(e)", installed)
+    assert result.returncode == 0, result.stderr
+    assert "clip_scale must lie in (0, 1]" in result.stdout  # the plugin's own option check, before any run
+
+
+def test_plugins_key_imports_modules_beside_the_grid(tmp_path):
+    shutil.copytree(PLUGIN / "ext_mech", tmp_path / "ext_mech")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nplugins: [ext_mech.mechanisms, ext_mech.models, ext_mech.datasets]\n"
+                    "grid: {dataset: [ext-blobs], model: [ext-linear], mechanism: [dpsgd-tightclip, nonprivate], "
+                    "epsilon: [2]}\n")
+    result = run_python(f"import json\nfrom orchestrator import grid\nspec = grid.load({str(grid)!r})\n"
+                        "print(json.dumps([list(spec.plugins), [(t.mechanism, t.epsilon, list(t.plugins)) "
+                        "for t in spec.trials]]))")
+    assert result.returncode == 0, result.stderr
+    plugins, trials = json.loads(result.stdout)
+    assert plugins == ["ext_mech.mechanisms", "ext_mech.models", "ext_mech.datasets"]
+    assert sorted(t[:2] for t in trials) == [["dpsgd-tightclip", 2], ["nonprivate", None]]  # `private` decides
+
+
+def test_a_bad_plugins_entry_is_a_grid_problem(tmp_path):
+    from orchestrator import grid
+
+    for value, message in (("[no_such_module_xyz]", "cannot import 'no_such_module_xyz'"),
+                           ("[json]", "defines no mechanism"), ("['1bad']", "not a module name")):
+        with pytest.raises(grid.GridError, match=message):
+            grid.parse(f"name: g\nplugins: {value}\ngrid: {{dataset: [digits], model: [mlp], "
+                       "mechanism: [nonprivate]}\n")
+
+
+def test_a_broken_entry_point_names_itself_and_hides_nothing(tmp_path):
+    broken = tmp_path / "broken_src"
+    (broken / "broken_plugin").mkdir(parents=True)
+    (broken / "broken_plugin" / "__init__.py").write_text("raise RuntimeError('plugin exploded')\n")
+    (broken / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "broken-plugin"\nversion = "0"\n'
+        '[project.entry-points."privbench.mechanisms"]\nbroken = "broken_plugin:mechanism"\n'
+        '[tool.setuptools]\npackages = ["broken_plugin"]\n')
+    site = install(tmp_path / "site", broken)
+    result = run_python("import mechanisms\nprint(mechanisms.names())\ntry:\n    mechanisms.get('broken')\n"
+                        "except mechanisms.PluginError as e:\n    print(e)", site)
+    assert result.returncode == 0, result.stderr
+    names, error = result.stdout.splitlines()
+    assert "dpsgd" in names and "broken" not in names
+    assert "broken = broken_plugin:mechanism" in error and "plugin exploded" in error
+
+
+def test_notebook_registration_and_contract_checks():
+    import mechanisms
+    from mechanisms.dpsgd import DpSgd
+
+    class Mine(DpSgd):
+        ID = "mine-test"
+
+    mine = mechanisms.register(Mine())
+    try:
+        assert mechanisms.get("mine-test") is mine
+        with pytest.raises(mechanisms.PluginError, match="registered twice"):
+            mechanisms.register(Mine())
+    finally:
+        mechanisms.unregister("mine-test")
+    with pytest.raises(mechanisms.PluginError, match="not a mechanisms.Mechanism"):
+        mechanisms.register(object())
+
+    class NoId(mechanisms.Mechanism):
+        pass
+
+    with pytest.raises(mechanisms.PluginError, match="NoId has no ID"):
+        mechanisms.register(NoId())
+
+
+def test_the_readme_example_is_the_tested_package():
+    """README's "write a package" section shows the example plugin's own entry points and code."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Bring your own mechanism"):text.index("## Documentation")]
+    toml_block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    package = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert tomllib.loads(toml_block)["project"]["entry-points"] == package
+    source = (PLUGIN / "ext_mech" / "mechanisms.py").read_text()
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for line in code.splitlines():
+        line = line.split("  #")[0].rstrip()
+        assert not line.strip() or line in source, f"README shows {line!r}, not in ext_mech/mechanisms.py"

