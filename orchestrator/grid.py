@@ -20,13 +20,13 @@ import yaml
 
 import mechanisms
 from mechanisms.registry import UnknownName
-from orchestrator import grid_yaml
+from orchestrator import grid_yaml, tuning
 from workers import datasets, models
 from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, TrainConfig, TrialConfig, section, shown
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train", "model_train", "secure_rng", "max_trials", "plugins"}
+             "mechanism_train", "model_train", "secure_rng", "max_trials", "plugins", "tune"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_AXIS_VALUES = 10_000
@@ -399,9 +399,11 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     options = _options(raw, axes, problems)
     _compatible(axes, problems)
     train = _train(raw, axes, problems)
+    tune = tuning.grid_spec(raw, axes, options, problems) if "tune" in raw else None
     if problems:
         raise GridError(problems)
-    return GridSpec(name, raw, text, tuple(_expand(name, axes, shared, train, options, plugins)), plugins)
+    trials = _expand(name, axes, shared, train, options, plugins)
+    return GridSpec(name, raw, text, tuple(tuning.expand(trials, tune) if tune else trials), plugins)
 
 
 def load(path: str | Path) -> GridSpec:
