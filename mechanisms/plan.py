@@ -16,10 +16,9 @@ from typing import Any
 import dp_accounting
 
 from mechanisms.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
+from mechanisms.claims import CALIBRATIONS
 from mechanisms.clipping import Clipping
 from mechanisms.noise_addition import NoiseAddition
-
-CALIBRATIONS = ("claimed", "certified")
 
 
 @dataclasses.dataclass(frozen=True)

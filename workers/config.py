@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from mechanisms.claims import AUDIT_SIGNIFICANCE
+from mechanisms.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
 
 T = TypeVar("T")
 
@@ -125,12 +125,6 @@ def _accountants() -> list[str]:
     from mechanisms.registry import ACCOUNTANTS
 
     return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
-
-
-def _calibrations() -> Any:
-    from mechanisms.plan import CALIBRATIONS
-
-    return CALIBRATIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,7 +293,7 @@ class TrialConfig:
     sigma: float | None = bounded(None, gt=0)
     delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
     accountant: str = bounded("pld", choices=_accountants)
-    calibration: str = bounded("claimed", choices=_calibrations)
+    calibration: str = bounded("claimed", choices=CALIBRATIONS)
     sampler: str = bounded("poisson", choices=_samplers)
     secure_rng: bool = False
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
