@@ -109,13 +109,13 @@ def check(obj: Any) -> None:
 
 
 def _samplers() -> Any:
-    from mechanisms.batch_selection import SAMPLERS  # imported when checked, not with this module
+    from mechanisms.parts.batch_selection import SAMPLERS  # imported when checked, not with this module
 
     return SAMPLERS
 
 
 def _grad_sample_modes() -> Any:
-    from mechanisms.clipping import GRAD_SAMPLE_MODES
+    from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 
     return GRAD_SAMPLE_MODES
 

@@ -32,7 +32,7 @@ import torch
 
 import mechanisms
 from mechanisms.claims import claim_status
-from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models, plugins
 from workers.audit import (
     MiaLosses,

@@ -23,7 +23,7 @@ from mechanisms.accountants.tuning import (
     TuneSpec,
     account,
 )
-from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 
 PRIVACY_SETTINGS = ("batch_size", "epochs")  # training settings that change the run's privacy event
 # The fields a tuned candidate's privacy record carries beside the plan's own (storage/schema.py lists them
