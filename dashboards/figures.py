@@ -359,14 +359,53 @@ def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
 BUILDERS = {"privacy-utility": privacy_utility, "overhead": overhead, "curves": curves, "verdicts": verdicts}
 
 
+def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy") -> Figure:
+    """Utility of the selected candidates against epsilon (log x), one panel per dataset/model: a hollow
+    marker at one run's certified epsilon, a filled one (with the std over cells) at the epsilon including
+    tuning, joined by a dotted line, one colour per mechanism and budget. The gap is what tuning costs."""
+    from matplotlib import rc_context
+
+    from dashboards import tuning as tuned
+
+    board = [r for r in tuned.rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
+    panels = sorted({(r.dataset, r.model) for r in board})
+    with rc_context(RC):
+        fig = Figure(figsize=(max(4.2 * len(panels), 4.2), 3.4), layout="constrained")
+        if not panels:
+            fig.text(0.5, 0.5, "no complete tuned cells", ha="center", va="center")
+            return fig
+        axes = fig.subplots(1, len(panels), squeeze=False).ravel()
+        labels = sorted({f"{r.mechanism} ({r.budget})" for r in board})
+        colour = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+        for ax, (dataset, model) in zip(axes, panels, strict=True):
+            mine = [r for r in board if (r.dataset, r.model) == (dataset, model)]
+            for label in labels:
+                line = sorted((r for r in mine if f"{r.mechanism} ({r.budget})" == label),
+                              key=lambda r: r.epsilon_tuned)
+                if not line:
+                    continue
+                c = colour[label]
+                ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean for r in line],
+                            yerr=[r.utility_std or 0.0 for r in line], color=c, marker="o", capsize=2, label=label)
+                for r in line:
+                    if r.epsilon_run is not None:
+                        ax.plot([r.epsilon_run], [r.utility_mean], marker="o", color=c, markerfacecolor="white")
+                        ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean] * 2, ":", color=c, linewidth=1)
+            ax.set_xscale("log")
+            ax.set_title(f"{dataset} / {model}")
+            ax.set_xlabel("epsilon (hollow: one run, filled: including tuning)")
+            ax.set_ylabel(f"{metric} of the selected candidate")
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(2, len(labels)),
+                   frameon=False)
+    return fig
+
+
 def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accuracy",
           size: str | None = None) -> Figure:
     """The figure `kind`; `size` ('single': 3.3 in, 'double': 7 in wide) rescales it to a paper's column
     or text width, keeping its aspect ratio within bounds (constrained layout reflows it)."""
     if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
-        from dashboards import tuning
-
-        return tuning.figure(records, metric)
+        return tuning(records, metric)
     if kind not in BUILDERS:
         raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
     if size is not None and size not in SIZES:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dp_accounting
 import pytest
 
+from dashboards import figures, tuning
 from dashboards import leaderboard as lb
-from dashboards import tuning
 from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import epsilon as certified_epsilon
 from mechanisms.accountants.tuning import TUNABLE
@@ -96,8 +96,8 @@ def test_the_settings_list_is_the_accountants():
 def test_the_figure_joins_each_epsilon_per_run_to_the_one_including_tuning():
     records = [record(0, 0.7, 0.80, runs=1, eps_tuned=2.5, cell="g"), record(0, 0.6, 0.7, runs=1, cell="d",
                                                                             mechanism="dpsgd-gdp")]
-    (ax,) = tuning.figure(records).axes
+    (ax,) = figures.tuning(records).axes
     assert ax.get_xscale() == "log" and ax.get_title() == "digits / mlp"
     joins = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
     assert sorted(tuple(ln.get_xdata()) for ln in joins) == [(0.5, 0.99), (0.5, 2.5)]
-    assert tuning.figure([]).texts[0].get_text() == "no complete tuned cells"
+    assert figures.tuning([]).texts[0].get_text() == "no complete tuned cells"
