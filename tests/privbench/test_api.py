@@ -129,3 +129,24 @@ def test_importing_the_api_imports_no_torch_ray_or_mlflow():
                          env=os.environ | {"PYTHONPATH": str(ROOT)}, check=True).stdout
     heavy = set(json.loads(out)) & {"torch", "ray", "mlflow", "pandas", "sqlalchemy", "opacus", "workers"}
     assert heavy == set()
+
+
+def python_blocks(page: Path) -> list[str]:
+    return page.read_text().split("```python\n")[1:]
+
+
+def test_the_documented_notebook_example_runs(tmp_path, monkeypatch):
+    """docs/api.md's example, as a reader would paste it: a tiny sweep, its records and a DataFrame."""
+    import pandas as pd
+
+    from privbench import Callback
+
+    example, callback = (block.split("```")[0] for block in python_blocks(ROOT / "docs" / "api.md"))
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(example, "docs/api.md", "exec"), scope)  # noqa: S102 - the documented code itself
+    assert len(scope["records"]) == 2 and all(r["status"] == "finished" for r in scope["records"])
+    assert isinstance(scope["board"], pd.DataFrame) and sorted(scope["board"].mechanism) == ["dpsgd", "nonprivate"]
+    assert (tmp_path / "privbench-store").is_dir()
+    exec(compile(callback, "docs/api.md", "exec"), scope)  # noqa: S102
+    assert issubclass(scope["Accuracies"], Callback)
