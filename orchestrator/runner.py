@@ -95,7 +95,7 @@ class Callback:
 
 
 class _All(Callback):
-    """Every callback, in the order given."""
+    """Every callback, in the order given (an object without a hook is skipped for that hook)."""
 
     def __init__(self, callbacks: Iterable[Callback]) -> None:
         self.callbacks = list(callbacks)
@@ -106,7 +106,9 @@ class _All(Callback):
 
         def call(*args: Any, **kwargs: Any) -> None:
             for cb in object.__getattribute__(self, "callbacks"):
-                getattr(cb, name)(*args, **kwargs)
+                hook = getattr(cb, name, None)
+                if hook is not None:
+                    hook(*args, **kwargs)
 
         return call
 
