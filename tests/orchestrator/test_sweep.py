@@ -57,7 +57,7 @@ def test_sweep_records_runs_and_leaderboard_then_rerun_adds_nothing(cli, write_g
     assert set(LeaderboardRow.__dataclass_fields__) >= LEADERBOARD_KEYS
 
     again = cli("sweep", "run", grid, "--store", store)
-    assert again.exit_code == 0 and "all 4 trials finished; nothing to run" in again.output.replace("\n", " ")
+    assert again.exit_code == 0 and "4 already finished" in again.output.replace("\n", " ")
     assert len(active_runs(store, "tiny")) == 4
 
     status = json.loads(cli("sweep", "status", "tiny", "--store", store, "--json").stdout)
