@@ -25,12 +25,12 @@ import argparse
 import json
 import sys
 
-from mechanisms.accountants.events import DpsgdEvents
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.tuning import RunCount, account, fixed_runs_epsilon
 
 DELTA = 1e-5
 N_TRAIN, BATCH, EPOCHS = 1258, 64, 5
-FAMILY = DpsgdEvents(BATCH / N_TRAIN, EPOCHS * round(N_TRAIN / BATCH))
+FAMILY = DpsgdSetting.of("poisson", N_TRAIN, BATCH, EPOCHS, DELTA).parts()
 TARGETS = (1.0, 2.0, 8.0)
 MEANS = (4, 8, 16)
 SHAPE = 0.5

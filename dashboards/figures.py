@@ -27,6 +27,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter
 
 from dashboards.leaderboard import LeaderboardRow, rows
+from storage import schema
 
 KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
 FORMATS = ("pdf", "svg", "png", "pgf")
@@ -114,7 +115,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                             height=3.6 if narrow else 2.8)
     if not groups:
         return _empty(fig, "no finished trials")
-    colours = _colours(_label(r, multi) for r in board if r.mechanism != "nonprivate")
+    colours = _colours(_label(r, multi) for r in board if r.private)
     legend: dict[str, Any] = {}
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
@@ -122,14 +123,14 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         audited = [r.epsilon_audited for r in part if _finite(r.epsilon_audited) and r.epsilon_audited > 0]
         floor = min(xs + audited) / 2 if xs else 0.1  # an audited bound of 0 starts the bar at the axis edge
         for r in part:
-            if r.mechanism != "nonprivate":
+            if r.private:
                 continue
             std = r.utility_std or 0.0
             ax.axhspan(r.utility_mean - std, r.utility_mean + std, color="0.85", zorder=0)
             ax.axhline(r.utility_mean, color="0.4", lw=1, ls="--", zorder=1)
         lines: dict[str, list[LeaderboardRow]] = defaultdict(list)
         for r in part:
-            if r.mechanism != "nonprivate":
+            if r.private:
                 lines[_label(r, multi)].append(r)
         for label, members in sorted(lines.items()):
             c = colours[label]
@@ -160,7 +161,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.grid(True, which="major", alpha=0.3)
         for label in sorted(lines):
             legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4, label=label)
-        if any(r.mechanism == "nonprivate" for r in part):
+        if any(not r.private for r in part):
             legend["~np"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--", label="non-private (mean ± std)")
     handles = [legend[k] for k in sorted(legend)] + [
         Line2D([], [], color="0.3", marker="o", mfc="white", ls=":", label="claimed epsilon"),
@@ -177,7 +178,7 @@ def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         cfg, m = r["config"], r.get("metrics") or {}
         out.append({"sweep": r.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"],
-                    "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"),
+                    "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"), "private": schema.is_private(r),
                     "batch_size": (cfg.get("train") or {}).get("batch_size"),
                     "step_time_s": m.get("step_time_s"), "peak_memory_mb": m.get("peak_memory_mb")})
     return out
@@ -203,7 +204,7 @@ def overhead(records: Sequence[Mapping[str, Any]], size: str | None = None) -> F
     multi = len(_sweeps(records)) > 1
     base: dict[tuple, list[float]] = defaultdict(list)
     for t in trials:
-        if t["mechanism"] == "nonprivate" and _finite(t["step_time_s"]):
+        if not t["private"] and _finite(t["step_time_s"]):
             base[(t["sweep"], t["dataset"], t["model"], t["batch_size"])].append(t["step_time_s"])
     groups = sorted({(t["dataset"], t["model"]) for t in trials})
     narrow = size == "single"
@@ -318,7 +319,7 @@ def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
     One panel per dataset/model; the worst status over seeds colours the cell, a blank cell means no
     finished trial at that point.
     """
-    board = [r for r in rows(records) if r.mechanism != "nonprivate"]
+    board = [r for r in rows(records) if r.private]
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
     fig, axes = _new_figure(max(1, len(groups)), width_per=4.2,

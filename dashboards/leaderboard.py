@@ -72,6 +72,7 @@ class LeaderboardRow:
     plan_s: float | None = None
     accelerator_s: float | None = None
     analysis_s: float | None = None
+    private: bool = True  # the mechanism claims privacy (the records' `private`); False: the non-private reference
 
 
 # The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
@@ -86,6 +87,7 @@ def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
     sections = {"config": cfg, "metrics": metrics, "privacy": privacy}
     return {
         "sweep": record.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"], "mechanism": cfg["mechanism"],
+        "private": schema.is_private(record),
         "epsilon_target": cfg.get("epsilon"), "seed": cfg["seed"], "status": record["status"],
         "batch_size": (cfg.get("train") or {}).get("batch_size"), "utility": metrics.get(metric),
         "step_time_s": metrics.get("step_time_s"), "claim_status": privacy.get("claim_status"),
@@ -123,7 +125,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
     frame["sweep"] = frame["sweep"].fillna("")
     frame["epsilon_target"] = frame["epsilon_target"].astype(object).where(frame["epsilon_target"].notna(), None)
     ok = frame[frame.status == "finished"]
-    base = ok[ok.mechanism == "nonprivate"].groupby(["sweep", "dataset", "model", "batch_size"])[
+    base = ok[~ok.private.astype(bool)].groupby(["sweep", "dataset", "model", "batch_size"])[
         ["step_time_s", "peak_memory_mb"]].mean()
     out: list[LeaderboardRow] = []
     for key, group in frame.groupby(keys, dropna=False, sort=True):
@@ -154,7 +156,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             peak_memory_ratio=ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
-            sweep=sweep or None,
+            sweep=sweep or None, private=bool(group.private.any()),
             # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
             **{f.column: (_max if f.aggregate == "max" else _mean)(fin[f.column]) for f in AGGREGATED},
         ))

@@ -165,7 +165,7 @@ def best_utility(board: list[LeaderboardRow]) -> set[int]:
     dataset, model, target epsilon) group (a lone private row is that group's best)."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(board):
-        if r.mechanism != "nonprivate" and r.utility_mean is not None:
+        if r.private and r.utility_mean is not None:
             groups.setdefault((r.sweep, r.dataset, r.model, r.epsilon_target), []).append(i)
     return {max(members, key=lambda i: board[i].utility_mean) for members in groups.values()}
 

@@ -128,7 +128,7 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
                      f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")
     parts += ["<h2>Leaderboard</h2>", _tables(board), "<h2>Verdicts</h2><ul class='verdicts'>"]
     for r in board:
-        if r.mechanism != "nonprivate":
+        if r.private:
             text = html.escape(verdict_sentence(r) + audit_sentence(r))
             parts.append(f"<li class='{html.escape(r.claim_status or 'none')}'>{text}</li>")
     parts.append("</ul><h2>Grid files</h2>")

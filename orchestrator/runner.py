@@ -41,9 +41,10 @@ class SweepSummary:
 
     `counts` are the ledger's trial statuses after the run. `failures` are the result records of the
     trials that failed in this run; `skipped` the trial keys another driver ran at the same time.
-    `not_run` trials are still pending or running (leased by other drivers, or left for a rerun);
-    `not_run_message` says why and when they can be run. `nothing_to_do`: the ledger alone showed that
-    no trial could be run, so neither Ray nor MLflow was started.
+    `not_run` trials are still pending or running. `running_elsewhere` names the live drivers that hold
+    them and will record them; when there are none, `not_run_message` says why and when the trials can
+    be run (leased by a driver that seems dead, or left for a rerun). `nothing_to_do`: the ledger alone
+    showed every trial finished, so neither Ray nor MLflow was started.
     """
 
     sweep: str
@@ -56,12 +57,13 @@ class SweepSummary:
     skipped: tuple[str, ...] = ()
     not_run: int = 0
     not_run_message: str | None = None
+    running_elsewhere: tuple[str, ...] = ()
     nothing_to_do: bool = False
 
     @property
     def ok(self) -> bool:
-        """Every trial of the grid is finished."""
-        return not self.failures and not self.not_run
+        """No trial failed, and every trial is finished or being run by a live driver that records it."""
+        return not self.failures and (not self.not_run or bool(self.running_elsewhere))
 
 
 class Callback:
@@ -227,18 +229,21 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         except StoreError:
             pass
     unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
-    message = None
+    message, elsewhere = None, ()
     if unrun:
         try:
             with translated(st.where):
-                leases = st.ledger.leases(spec.name)
+                leases, alive = _watch_leases(st, spec.name)
         except StoreError as e:
             raise store_error(e) from None
-        message = not_run_message(spec.name, unrun, leases)
+        if alive:
+            elsewhere = tuple(sorted({owner for owner, _ in leases}))
+        else:
+            message = not_run_message(spec.name, unrun, leases)
     summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(spec.trials),
                            finished_before=finished_before, started=len(todo), counts=dict(counts),
                            failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
-                           not_run_message=message)
+                           not_run_message=message, running_elsewhere=elsewhere)
     cb.on_sweep_end(summary)
     _log_sweep_summary(st, spec.name, cb)
     return summary
@@ -255,11 +260,33 @@ def not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> 
             "or pass --steal-leases if that driver is dead")
 
 
+def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
+    """The other drivers' leases on the trials this driver could not run, and whether those drivers are
+    alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
+    this host whose process is gone is dead at once)."""
+    from storage.ledger import lease_seconds, owner_dead
+
+    def unfinished() -> dict[str, tuple[str | None, float | None]]:
+        return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in st.ledger.trials(sweep)
+                if t["status"] in ("pending", "running")}
+
+    first = unfinished()
+    leases = st.ledger.leases(sweep)
+    if not leases or len(leases) < len(first) or any(owner_dead(owner) for owner, _ in leases):
+        return leases, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
+    deadline = time.monotonic() + lease_seconds() / 3 + 2
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
+        now = unfinished()
+        if all(key not in now or (now[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
+            return st.ledger.leases(sweep), True
+    return st.ledger.leases(sweep), False
+
+
 def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | None:
-    """A rerun whose trials are all finished, or all leased by live drivers, ends here: from the ledger alone,
-    read-only, without starting Ray or opening MLflow (a no-op rerun is a second, not half a minute).
-    None: the full path decides."""
-    from storage.ledger import Ledger, owner_dead
+    """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
+    Ray or opening MLflow (a no-op rerun is a second, not half a minute). None: the full path decides."""
+    from storage.ledger import Ledger
 
     try:
         ledger = Ledger(location.ledger_uri, read_only=True)
@@ -277,21 +304,10 @@ def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | No
     live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
     if set(live) != {t.trial_key for t in spec.trials}:
         return None
-    left = [t for t in live.values() if t["status"] != "finished"]
-    counts: dict[str, int] = {}
-    for t in live.values():
-        counts[t["status"]] = counts.get(t["status"], 0) + 1
-    summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(live),
-                           finished_before=len(live) - len(left), started=0, counts=counts, nothing_to_do=True)
-    if not left:
-        return summary
-    now = time.time()
-    leases = [(t["lease_owner"], t["lease_expires"]) for t in left
-              if t["lease_owner"] and (t["lease_expires"] or 0) > now]
-    if len(leases) == len(left) and not any(owner_dead(owner) for owner, _ in leases):
-        return dataclasses.replace(summary, not_run=len(left),
-                                   not_run_message=not_run_message(spec.name, len(left), leases))
-    return None
+    if not all(t["status"] == "finished" for t in live.values()):
+        return None
+    return SweepSummary(sweep=spec.name, store=location.display, trials=len(live), finished_before=len(live),
+                        started=0, counts={"finished": len(live)}, nothing_to_do=True)
 
 
 def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:

@@ -90,8 +90,11 @@ def run(
         for problem in e.problems:
             err.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=e.code) from None
-    if summary.not_run:
+    if summary.not_run and not summary.running_elsewhere:
         fail(summary.not_run_message or f"sweep {summary.sweep}: {summary.not_run} trial(s) not run", code=1)
+    if summary.running_elsewhere:
+        err.print(f"sweep [bold]{summary.sweep}[/]: {summary.not_run} trial(s) are being run by another driver "
+                  f"({', '.join(summary.running_elsewhere[:3])}), which records them", highlight=False)
     if summary.failures:
         err.print(f"[bold red]{len(summary.failures)} trial(s) failed:[/]")
         for rec in summary.failures:
@@ -171,9 +174,8 @@ class RichProgress(Callback):
     def on_sweep_end(self, summary: SweepSummary) -> None:
         self._stop()
         if summary.nothing_to_do:
-            if not summary.not_run:
-                err.print(f"sweep [bold]{summary.sweep}[/]: all {summary.trials} trials finished; nothing to run "
-                          f"(store {summary.store})", highlight=False)
+            err.print(f"sweep [bold]{summary.sweep}[/]: {summary.trials} trials, {summary.trials} already finished, "
+                      f"0 to run; nothing to do (store {summary.store})", highlight=False)
             return
         if summary.skipped:
             err.print(f"{len(summary.skipped)} trial(s) were run by another driver at the same time")

@@ -176,6 +176,7 @@ class Ledger:
         self.path = sqlite_path(uri)
         self.read_only = read_only and not create
         self.engine = engine_for(uri, read_only=self.read_only)
+        self._columns: list[sa.Column] | None = None
         if create:
             self.migrate()
 
@@ -194,12 +195,15 @@ class Ledger:
                     ddl = column.type.compile(dialect=self.engine.dialect)
                     with self.engine.begin() as c:
                         c.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl}"))
+        self._columns = None
 
     def has_schema(self) -> bool:
         return sa.inspect(self.engine).has_table("privbench_trials")
 
     def check(self) -> None:
         """Raise a one-line StoreError when the ledger is empty, truncated or not a privbench ledger."""
+        if self.path is not None and self.path.is_dir():
+            raise StoreError(f"store {self.path} is a folder, not a ledger file; move it aside")
         if self.path is not None and self.path.exists() and self.path.stat().st_size == 0:
             raise StoreError(f"store {self.path} is empty (0 bytes: truncated?); restore it from a backup "
                              "or move the store aside")
@@ -431,9 +435,17 @@ class Ledger:
             raise StoreError(f"store {self.where}: the {column} of trial {row['trial_key']} of sweep {row['sweep']!r} "
                              "is damaged (not JSON); restore the ledger from a backup") from None
 
+    def _present(self) -> list[sa.Column]:
+        """The trial columns this ledger has: a store written by an older privbench lacks the newer ones
+        until a driver migrates it, and a read command (read-only) must still read it."""
+        if self._columns is None:
+            have = {c["name"] for c in sa.inspect(self.engine).get_columns(trials.name)}
+            self._columns = [c for c in trials.columns if c.name in have]
+        return self._columns
+
     def trials(self, sweep: str) -> list[dict[str, Any]]:
         with self.engine.connect() as c:
-            rows = c.execute(sa.select(trials).where(trials.c.sweep == sweep)
+            rows = c.execute(sa.select(*self._present()).where(trials.c.sweep == sweep)
                              .order_by(trials.c.dataset, trials.c.model, trials.c.mechanism,
                                        trials.c.epsilon, trials.c.seed)).mappings().all()
         return [dict(r) for r in rows]

@@ -121,7 +121,8 @@ FIELDS: tuple[Field, ...] = (
     F("peak_memory_mb", "metrics", NUM + OPT, "extra peak memory of the training loop", column="peak_memory_mb",
       header="peak MB", group="overhead", mlflow=True, unit="MB"),
     F("steps_run", "metrics", NUM, "optimizer steps the run took", mlflow=True),
-    F("wall_s", "metrics", NUM, "the trial's wall time", column="wall_s", mlflow=True, unit="s"),
+    F("wall_s", "metrics", NUM, "the trial's wall time: its accelerator phase's start to its analysis' end",
+      column="wall_s", mlflow=True, unit="s"),
     F("calibration_s", "metrics", NUM, "time to plan and calibrate the noise", mlflow=True, unit="s"),
     F("plan_s", "metrics", NUM, "time to plan the trial (calibration and accounting)", column="plan_s",
       header="plan s", group="overhead", mlflow=True, unit="s", sparse=True),
@@ -235,7 +236,8 @@ FIELDS: tuple[Field, ...] = (
       private_only=True),
     F("claim_status_without_step", "privacy", (str, type(None)), "the verdict without the step audit (a sweep "
       "applies Holm to the step audits' p-values on top of it)", private_only=True),
-    F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private)"),
+    F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private; see is_private)",
+      column="private", aggregate="first"),
 
     # derived: leaderboard columns computed over a row's seeds, not stored in a record
     F("metric", "derived", str, "the utility metric's name", column="metric"),
@@ -314,3 +316,15 @@ def select(spec: str) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"unknown column group {bad[0]!r}; known: {', '.join((*GROUPS, 'all'))}")
     return GROUPS if "all" in names else tuple(dict.fromkeys(["core", *names]))
+
+
+def is_private(record: Mapping[str, Any]) -> bool:
+    """Whether a trial's mechanism claims privacy: the record's `private` (the mechanism's own
+    `Mechanism.private`), or, for a record written before that field or a trial that failed before its
+    privacy was known, whether the grid gave it a target epsilon or a sigma (it gives neither to a
+    mechanism that claims no privacy)."""
+    privacy = record.get("privacy") or {}
+    if isinstance(privacy.get("private"), bool):
+        return privacy["private"]
+    config = record.get("config") or {}
+    return config.get("epsilon") is not None or config.get("sigma") is not None

@@ -258,9 +258,13 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
             audit_violated=bool(audits.get("audit_run_violated")), private=private)
     analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
     phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
-    metrics = output.metrics | phases | {"wall_s": sum(phases.values()), "calibration_s": planned.calibration_s}
+    # wall_s is the trial's own span, from its accelerator phase's start to its analysis' end (what the MLflow
+    # run's duration shows), waits between phases included; the phases' seconds say where the time went.
+    finished = time.time()
+    wall = finished - float(output.environment.get("started_at", finished - sum(phases.values())))
+    metrics = output.metrics | phases | {"wall_s": wall, "calibration_s": planned.calibration_s}
     return TrialResult(config.sweep, config.trial_key, "finished", config.to_dict(), metrics, output.curves,
-                       privacy, output.environment | {"finished_at": time.time()}).to_record()
+                       privacy, output.environment | {"finished_at": finished}).to_record()
 
 
 def step_memory(config: TrialConfig) -> tuple[float, float | None]:

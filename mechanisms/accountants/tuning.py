@@ -26,7 +26,7 @@ What the guarantee assumes (the caller must keep all of it, or the number is not
   (`fixed_runs_epsilon`). The one exception is exactly one run, which is the run itself.
 
 Everything here is pure (numpy and dp-accounting, no torch): phase-2 callers pass the run's event family
-(sigma -> DpEvent, e.g. `DpsgdEvents`) and get frozen records back.
+(sigma -> DpEvent, e.g. a plan's `Parts`) and get frozen records back.
 """
 
 from __future__ import annotations

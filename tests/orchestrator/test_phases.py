@@ -85,7 +85,8 @@ def test_seeds_share_one_plan_and_phase_times_reach_mlflow(local_ray, cli, write
     assert all(r["privacy"]["mu_audited"] is not None for r in dp)  # the one-step audit ran beside training
     for run in trial_runs(store, "phases"):
         assert all(run.data.metrics[m] > 0 for m in PHASES), run.data.metrics
-        assert run.data.metrics["wall_s"] == pytest.approx(sum(run.data.metrics[m] for m in PHASES))
+        # the trial's span from its accelerator phase to its analysis: at least the training phase itself
+        assert run.data.metrics["wall_s"] >= run.data.metrics["accelerator_s"]
 
 
 def test_a_trial_with_a_stored_accelerator_output_is_analysed_without_training(local_ray):

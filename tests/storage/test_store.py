@@ -253,3 +253,21 @@ def test_locations_mask_passwords_and_keep_artifacts_next_to_the_store(tmp_path,
     assert not resolve("http://h:1").ledger_uri.startswith(f"sqlite:///{tmp_path}")  # never the working folder
     with pytest.raises(StoreError):
         resolve("ftp://nope")
+
+
+def test_a_store_written_before_the_phase_column_still_reads(tmp_path):
+    """A ledger made by an older privbench (no `phase_json` column) reads in a read-only command, and a
+    driver opening it adds the column."""
+    st = Store(str(tmp_path / "store"), create=True)
+    st.open_sweep("s1", "grid", CONFIGS)
+    st.close()
+    ledger = tmp_path / "store" / "ledger.db"
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        db.execute("ALTER TABLE privbench_trials DROP COLUMN phase_json")
+        db.commit()
+    reader = Store(str(tmp_path / "store"))
+    assert [t["trial_key"] for t in reader.ledger.trials("s1")] == ["k0", "k1", "k2"]
+    reader.close()
+    Store(str(tmp_path / "store"), create=True).close()
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        assert "phase_json" in {row[1] for row in db.execute("PRAGMA table_info(privbench_trials)")}

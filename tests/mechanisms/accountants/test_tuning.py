@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from mechanisms.accountants.events import DpsgdEvents
+from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import epsilon as pld_epsilon
 from mechanisms.accountants.tuning import (
     ORDERS,
@@ -31,7 +31,7 @@ DELTA = 1e-5
 LAMBDAS = np.asarray(ORDERS, dtype=float)
 # A DP-SGD run shaped like the digits example (1,438 training records, batch 64, 5 epochs) and, as a base
 # whose RDP curve is known in closed form, 20 full-batch Gaussian releases (RDP = 20 lambda / (2 sigma^2)).
-DIGITS = DpsgdEvents(64 / 1438, 5 * (1438 // 64))
+DIGITS = DpsgdSetting.poisson(64 / 1438, 5 * (1438 // 64), DELTA).parts()
 FULL_BATCH = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(8.0), 20)
 
 
@@ -181,7 +181,8 @@ def test_poisson_point_by_hand():
 
 def test_mixture_of_settings_uses_the_worst_curve():
     """Candidates with different batch sizes: Q's curve is the pointwise maximum of theirs."""
-    small, large = DpsgdEvents(32 / 1438, 5 * (1438 // 32))(1.2), DpsgdEvents(128 / 1438, 5 * (1438 // 128))(1.2)
+    small = DpsgdSetting.poisson(32 / 1438, 5 * (1438 // 32), DELTA).parts()(1.2)
+    large = DpsgdSetting.poisson(128 / 1438, 5 * (1438 // 128), DELTA).parts()(1.2)
     runs = RunCount("negative-binomial", 8, 0.5)
     worst = np.maximum(run_rdp(small), run_rdp(large))
     assert_close(selection_rdp([small, large], runs), ref_theorem2(worst, 8, 0.5), rel=1e-6)
@@ -324,10 +325,10 @@ def test_noisy_validation_score_is_part_of_each_run():
 
 def test_fixed_size_batches_are_tuned_under_replace_one():
     """A fixed-batch run (replace-one) keeps its relation inside the selection, as its own RDP does."""
-    fixed = DpsgdEvents(64 / 1258, 100, sampler="fixed", dataset_size=1258)(1.5)
+    fixed = DpsgdSetting.of("fixed", 1258, 64, 5, DELTA).parts()(1.5)  # 5 epochs of 20 steps
     runs = RunCount("geometric", 8)
     assert_close(selection_rdp([fixed], runs), ref_geometric(run_rdp(fixed), 8), rel=1e-6)
-    poisson = DpsgdEvents(64 / 1258, 100)(1.5)
+    poisson = DpsgdSetting.poisson(64 / 1258, 100, DELTA).parts()(1.5)
     assert tuned_epsilon([fixed], runs, DELTA) > tuned_epsilon([poisson], runs, DELTA)
 
 
