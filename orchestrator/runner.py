@@ -144,7 +144,8 @@ def locate(store: str | Path | StoreLocation | None, ledger: str | None = None,
         raise SweepError(str(e)) from None
 
 
-def store_error(e: Exception, code: int = 2) -> SweepError:
+def _store_error(e: Exception, code: int = 2) -> SweepError:
+    """A store problem: 2 before anything was written, 1 mid-sweep (what was recorded is kept)."""
     return SweepError(str(e), code=code)
 
 
@@ -159,13 +160,13 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     drivers hold; `reconcile` checks MLflow against the ledger even when every trial is finished.
     A failed trial is recorded and reported in the summary, not raised.
     """
+    from orchestrator import grid as grids
     from storage.errors import StoreError, translated
+    from storage.store import Store, preflight
 
     spec = load_grid(grid)
     location = locate(store, ledger, artifacts)
     cb = _All(callbacks)
-    from orchestrator import grid as grids
-    from storage.store import Store, preflight
 
     try:
         with translated(location.display):
@@ -174,7 +175,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
             with translated(location.display):
                 Store(location).close()
     except StoreError as e:
-        raise store_error(e) from None
+        raise _store_error(e) from None
     if not (steal_leases or reconcile):
         early = _nothing_to_do(location, spec)
         if early is not None:
@@ -183,7 +184,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     try:
         preflight(location, spec.name)  # nothing is created before the server answers and the sweep is ours
     except StoreError as e:
-        raise store_error(e) from None
+        raise _store_error(e) from None
     from orchestrator import cluster
 
     try:
@@ -202,7 +203,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
-        raise store_error(e) from None
+        raise _store_error(e) from None
     todo.sort(key=lambda c: not grids.mechanism_private(c.mechanism))  # long (private) trials first
     finished_before = len(spec.trials) - len(todo)
     memory = {}
@@ -222,7 +223,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         counts = st.ledger.status_counts(spec.name)
         st.check_intact()
     except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
-        raise store_error(e, code=1) from None
+        raise _store_error(e, code=1) from None
     finally:
         try:
             st.release(spec.name)
@@ -235,7 +236,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
             with translated(st.where):
                 leases, alive = _watch_leases(st, spec.name)
         except StoreError as e:
-            raise store_error(e) from None
+            raise _store_error(e) from None
         if alive:
             elsewhere = tuple(sorted({owner for owner, _ in leases}))
         else:
