@@ -41,10 +41,10 @@ class SweepSummary:
 
     `counts` are the ledger's trial statuses after the run. `failures` are the result records of the
     trials that failed in this run; `skipped` the trial keys another driver ran at the same time.
-    `not_run` trials are still pending or running. `running_elsewhere` names the live drivers that hold
-    them and will record them; when there are none, `not_run_message` says why and when the trials can
-    be run (leased by a driver that seems dead, or left for a rerun). `nothing_to_do`: the ledger alone
-    showed every trial finished, so neither Ray nor MLflow was started.
+    `not_run` trials are still pending or running; `leased_by` names the drivers that hold them.
+    `running_elsewhere`: those drivers are alive and record them; otherwise `not_run_message` says why
+    and when the trials can be run (leased by a driver that seems dead, or left for a rerun).
+    `nothing_to_do`: the ledger alone showed every trial finished, so neither Ray nor MLflow was started.
     """
 
     sweep: str
@@ -57,13 +57,14 @@ class SweepSummary:
     skipped: tuple[str, ...] = ()
     not_run: int = 0
     not_run_message: str | None = None
-    running_elsewhere: tuple[str, ...] = ()
+    running_elsewhere: bool = False
+    leased_by: tuple[str, ...] = ()
     nothing_to_do: bool = False
 
     @property
     def ok(self) -> bool:
         """No trial failed, and every trial is finished or being run by a live driver that records it."""
-        return not self.failures and (not self.not_run or bool(self.running_elsewhere))
+        return not self.failures and (not self.not_run or self.running_elsewhere)
 
 
 class Callback:
@@ -230,21 +231,20 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         except StoreError:
             pass
     unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
-    message, elsewhere = None, ()
+    message, alive, owners = None, False, ()
     if unrun:
         try:
             with translated(st.where):
                 leases, alive = _watch_leases(st, spec.name)
         except StoreError as e:
             raise _store_error(e) from None
-        if alive:
-            elsewhere = tuple(sorted({owner for owner, _ in leases}))
-        else:
+        owners = tuple(sorted({owner for owner, _ in leases}))
+        if not alive:
             message = not_run_message(spec.name, unrun, leases)
     summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(spec.trials),
                            finished_before=finished_before, started=len(todo), counts=dict(counts),
                            failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
-                           not_run_message=message, running_elsewhere=elsewhere)
+                           not_run_message=message, running_elsewhere=alive, leased_by=owners)
     cb.on_sweep_end(summary)
     _log_sweep_summary(st, spec.name, cb)
     return summary

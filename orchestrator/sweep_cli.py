@@ -94,7 +94,7 @@ def run(
         fail(summary.not_run_message or f"sweep {summary.sweep}: {summary.not_run} trial(s) not run", code=1)
     if summary.running_elsewhere:
         err.print(f"sweep [bold]{summary.sweep}[/]: {summary.not_run} trial(s) are being run by another driver "
-                  f"({', '.join(summary.running_elsewhere[:3])}), which records them", highlight=False)
+                  f"({', '.join(summary.leased_by[:3])}), which records them", highlight=False)
     if summary.failures:
         err.print(f"[bold red]{len(summary.failures)} trial(s) failed:[/]")
         for rec in summary.failures:
