@@ -51,7 +51,7 @@ def one_run_overhead(steps: int = 30, m: int = 1000) -> dict:
     from torch.utils.data import TensorDataset
 
     from mechanisms import dpsgd
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
 
     def run(with_canaries: bool) -> tuple[float, DiracCanaries | None]:
         torch.manual_seed(0)

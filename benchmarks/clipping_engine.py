@@ -164,7 +164,7 @@ def _stepper(variant: str, module: nn.Module, data: tuple[torch.Tensor, ...], de
              precision: str) -> Any:
     """One DP-SGD step (sigma 1) of `variant` on its own copy of `module`, under `precision`'s autocast."""
     import mechanisms
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
     from workers.acceleration import StepPrecision
 
     module = copy.deepcopy(module).to(device)

@@ -61,7 +61,7 @@ def wrap(mechanism: str, module: nn.Module, batch: tuple[torch.Tensor, ...], inf
          args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
     """(model, optimizer, criterion) for one mechanism, through its ordinary make_private."""
     import mechanisms
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
 
     model = copy.deepcopy(module)
     loader = DataLoader(TensorDataset(*batch), batch_size=args.batch_size)

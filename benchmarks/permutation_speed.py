@@ -86,7 +86,7 @@ def step_overhead(model_name: str, *, steps: int = 30, batch_size: int = 32, mod
 
     import mechanisms
     from mechanisms import private_training, shuffled_dpsgd
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
     from workers import datasets, models
     from workers.measure import PeakMemory
 

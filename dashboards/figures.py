@@ -31,6 +31,7 @@ from storage import schema
 
 KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
 FORMATS = ("pdf", "svg", "png", "pgf")
+TUNING_KIND = "tuning"  # utility against epsilon per run and including tuning; not in KINDS (tuned sweeps only)
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
@@ -362,6 +363,10 @@ def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accura
           size: str | None = None) -> Figure:
     """The figure `kind`; `size` ('single': 3.3 in, 'double': 7 in wide) rescales it to a paper's column
     or text width, keeping its aspect ratio within bounds (constrained layout reflows it)."""
+    if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
+        from dashboards import tuning
+
+        return tuning.figure(records, metric)
     if kind not in BUILDERS:
         raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
     if size is not None and size not in SIZES:

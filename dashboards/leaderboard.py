@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from dashboards import tuning
 from storage import schema
 from storage.verdicts import sweep_claim_statuses
 
@@ -73,6 +74,8 @@ class LeaderboardRow:
     accelerator_s: float | None = None
     analysis_s: float | None = None
     private: bool = True  # the mechanism claims privacy (the records' `private`); False: the non-private reference
+    # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
+    tuning: str | None = None
 
 
 # The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
@@ -116,7 +119,9 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
          view: str = "certified") -> list[LeaderboardRow]:
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
-    records = list(records)
+    everything = list(records)
+    records = tuning.for_default_view(everything)  # a tuned cell is its selected candidate
+    flags = tuning.unaccounted(everything)
     frame = pd.DataFrame([_flat(r, metric) for r in records])
     frame["claim_status"] = sweep_claim_statuses(records)  # step audits corrected over each sweep (Holm)
     if frame.empty:
@@ -160,6 +165,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
             **{f.column: (_max if f.aggregate == "max" else _mean)(fin[f.column]) for f in AGGREGATED},
         ))
+    out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
     return rank(out, view)
 
 

@@ -26,6 +26,8 @@ CAPTIONS = {
     "overhead": "Cost per training step against non-private (left; bars: the mean) and each trial's extra peak "
                 "memory in MB (right); dots are trials, coloured by target epsilon.",
     "curves": "Per-epoch learning curves, mean over seeds with a ± std band.",
+    "tuning": "Tuned cells: test utility of the selected candidate (mean and std over cells) against epsilon: "
+              "hollow at one run's certified epsilon, filled at the epsilon including tuning.",
 }
 # The page fits 1400 px without scrolling sideways: headers wrap (cells do not), and each figure keeps the
 # size matplotlib gave it (its text at the size it was set in), shrunk only when the window is narrower.
@@ -122,7 +124,8 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
              "DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: what the audit's analysis "
              "reaches on the certified mechanism simulated exactly; <b>audit x</b>: run time with the audits over "
              "without.</p>", "<h2>Figures</h2>"]
-    for kind in ("privacy-utility", "verdicts", "overhead", "curves"):
+    tuned = any((r.get("config") or {}).get("tuning") for r in records)
+    for kind in ("privacy-utility", *((figures.TUNING_KIND,) if tuned else ()), "verdicts", "overhead", "curves"):
         fig = figures.build(kind, records, metric)
         parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
                      f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")

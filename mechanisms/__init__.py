@@ -1,9 +1,10 @@
 """privbench's mechanism library: usable alone (no Ray, no MLflow), e.g. `mechanisms.get("dpsgd")`.
 
-A mechanism is a `Mechanism` (mechanisms/mechanism.py) built from parts: batch selection
-(`batch_selection`), clipping (`clipping`) and noise addition (`noise_addition`), bundled with the DpEvent
-they add up to in a `PrivacyPlan`; `private_training.make_private` runs exactly that plan. Mechanisms are
-found through entry points (`mechanisms.registry`): privbench's own and any installed plugin alike.
+A mechanism is a `Mechanism` (mechanisms/mechanism.py) built from parts (`mechanisms.parts`): batch
+selection (`parts.batch_selection`), clipping (`parts.clipping`) and noise addition (`parts.noise_addition`),
+bundled with the DpEvent they add up to in a `PrivacyPlan` (`parts.plan`); `private_training.make_private`
+runs exactly that plan. Mechanisms are found through entry points (`mechanisms.registry`): privbench's own
+and any installed plugin alike.
 
 Importing this package is light (no torch, Opacus or scipy): `Parts`, `PrivacyPlan`, `PrivacySpec` and the
 submodules load on first use (PEP 562).
@@ -22,7 +23,7 @@ _FROM_PLAN = ("Parts", "PrivacyPlan", "PrivacySpec")
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_PLAN:
-        return getattr(importlib.import_module("mechanisms.plan"), name)
+        return getattr(importlib.import_module("mechanisms.parts.plan"), name)
     try:
         return importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as e:

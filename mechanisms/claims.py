@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 STATUSES = ("ok", "overclaimed", "uncertified", "violated")
+# What the target epsilon is met by: the mechanism's own (claimed) analysis, or the certified one.
+CALIBRATIONS = ("claimed", "certified")
 REL_TOL = 1e-3
 # The one significance policy of privbench's step audits (`privbench audit`, a trial's step audit, and the
 # family-wise rate of a sweep's audits under Holm, storage/verdicts.py). At 5% a correct mechanism would be

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from mechanisms.mechanism import CLIPPINGS, Mechanism, clipping_for
 
 if TYPE_CHECKING:
-    from mechanisms.clipping import Clipping
-    from mechanisms.plan import Parts, PrivacySpec
+    from mechanisms.parts.clipping import Clipping
+    from mechanisms.parts.plan import Parts, PrivacySpec
 
 ID = "dpsgd"
 
@@ -37,8 +37,8 @@ class DpSgd(Mechanism):
         return clipping_for(options.clipping, spec.clip, spec.n_tensors, self.ID)
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
-        from mechanisms.noise_addition import GaussianNoise
-        from mechanisms.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise
+        from mechanisms.parts.plan import Parts
 
         clipper = self.clipper(spec, options)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))

@@ -15,7 +15,7 @@ from mechanisms.mechanism import Claim
 
 if TYPE_CHECKING:
     from mechanisms.auditing.tradeoff import TradeOff
-    from mechanisms.plan import Parts, PrivacySpec
+    from mechanisms.parts.plan import Parts, PrivacySpec
 
 ID = "dpsgd-gdp"
 

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mechanisms.clipping import Clipping, FlatClipping, PerLayerClipping
 from mechanisms.mechanism import CLIPPINGS, Claim, Mechanism
+from mechanisms.parts.clipping import Clipping, FlatClipping, PerLayerClipping
 
 if TYPE_CHECKING:
-    from mechanisms.plan import Parts, PrivacySpec
+    from mechanisms.parts.plan import Parts, PrivacySpec
 
 ID = "gredp"
 NOISE_PARTS = {"complex": (1 / math.sqrt(2), 1 / math.sqrt(2)), "real": (1.0, 0.0), "complex-full": (1.0, 1.0)}
@@ -49,7 +49,7 @@ class Options:
             raise ValueError(f"noise must be one of {', '.join(NOISE_PARTS)}, got {self.noise!r}")
         if self.noise_parts is not None and not all(math.isfinite(x) for x in self.noise_parts):
             raise ValueError(f"noise_parts must be two finite numbers, got {self.noise_parts}")
-        from mechanisms.noise_addition import FFT_NORMS
+        from mechanisms.parts.noise_addition import FFT_NORMS
 
         if self.fft not in FFT_NORMS:
             raise ValueError(f"fft must be one of {', '.join(FFT_NORMS)}, got {self.fft!r}")
@@ -92,16 +92,16 @@ class Gredp(Mechanism):
     audit_per_tensor = True  # the transform runs per parameter tensor
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
-        from mechanisms.noise_addition import FrequencyNoise
-        from mechanisms.plan import Parts
+        from mechanisms.parts.noise_addition import FrequencyNoise
+        from mechanisms.parts.plan import Parts
 
         clipper = time_domain_clipper(options, spec.clip, spec.tensor_sizes, spec.n_tensors, spec.model_dim)
         return Parts(spec.batch_selection, clipper, FrequencyNoise(spec.clip, options.parts, options.fft))
 
     def paper_parts(self, spec: PrivacySpec) -> Parts:
         """What the paper analyses: DP-SGD's Gaussian at sigma (Theorems 1 and 3)."""
-        from mechanisms.noise_addition import GaussianNoise
-        from mechanisms.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise
+        from mechanisms.parts.plan import Parts
 
         return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(spec.clip))
 
@@ -133,7 +133,7 @@ class Gredp(Mechanism):
         """
         import torch
 
-        from mechanisms.plan import PrivacySpec
+        from mechanisms.parts.plan import PrivacySpec
 
         rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
         opts = self.options(self.audit_options(options))

@@ -5,7 +5,7 @@ Every hook the planner (`plan`), the trainer (`make_private`) and the auditor (`
 must keep; `private` says whether the mechanism claims any privacy. A subclass writes:
 - `ID` (the grid's name) and `Options`: a frozen dataclass of its grid options (parsed strictly by
   `mechanisms.options`);
-- `parts(spec, options)`: the sampler, clipper and noise adder it runs (`mechanisms.plan.Parts`);
+- `parts(spec, options)`: the sampler, clipper and noise adder it runs (`mechanisms.parts.plan.Parts`);
 - optionally `claim(...)` / `claimed_sigma(...)`: the paper's own analysis, when it differs from the
   reference; `after_step(...)`: post-processing run after each update; `audit_cases(...)`; and
   `claimed_step_tradeoff(...)` when the claim is not the reference accountant's.
@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from mechanisms import options as options_lib
-from mechanisms.clipping import CLIPPINGS as CLIPPING_RULES
-from mechanisms.clipping import FlatClipping, PerLayerClipping
+from mechanisms.parts.clipping import CLIPPINGS as CLIPPING_RULES
+from mechanisms.parts.clipping import FlatClipping, PerLayerClipping
 
 if TYPE_CHECKING:
     import torch
 
     from mechanisms.auditing.cases import AuditCase
     from mechanisms.auditing.tradeoff import TradeOff
-    from mechanisms.noise_addition import NoiseMap
-    from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+    from mechanisms.parts.noise_addition import NoiseMap
+    from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
     from mechanisms.private_training import AfterStep, PrivateTraining
 
 CLIPPINGS = tuple(CLIPPING_RULES)  # the `clipping` option's values: flat, per-layer
@@ -117,8 +117,8 @@ class Mechanism:
         from them), so the event they add up to (`Parts.dp_event`) is the run's certified event.
         DP-SGD's parts by default: the spec's sampler, flat clipping at C, Gaussian noise.
         """
-        from mechanisms.noise_addition import GaussianNoise
-        from mechanisms.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise
+        from mechanisms.parts.plan import Parts
 
         clipper = FlatClipping(spec.clip)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))
@@ -166,7 +166,7 @@ class Mechanism:
     def assemble(self, spec: PrivacySpec, options: Any, parts: Parts, sigma: float) -> PrivacyPlan:
         """The plan of `parts` at `sigma`: the event they add up to, its epsilons, and the claim."""
         from mechanisms.accountants import epsilon
-        from mechanisms.plan import PrivacyPlan, relation_name
+        from mechanisms.parts.plan import PrivacyPlan, relation_name
 
         event = parts.dp_event(sigma)
         epsilons = {name: epsilon(event, spec.delta, name, parts.accounting_relation) for name in ("pld", *BESIDE)}
@@ -217,7 +217,7 @@ class Mechanism:
 
     def audit_parts(self, sigma: float, clip: float, dim: int, options: Mapping[str, Any]) -> Parts:
         """The parts of one un-subsampled release of a `dim`-coordinate vector (for the one-step audit)."""
-        from mechanisms.plan import PrivacySpec
+        from mechanisms.parts.plan import PrivacySpec
 
         spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=1, batch_size=1, epochs=1, clip=clip,
                            sigma=sigma, options=options, model_dim=dim, n_tensors=1)

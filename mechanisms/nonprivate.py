@@ -12,7 +12,7 @@ from mechanisms.mechanism import Mechanism
 if TYPE_CHECKING:
     import torch
 
-    from mechanisms.plan import PrivacyPlan, PrivacySpec
+    from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
     from mechanisms.private_training import PrivateTraining
 
 ID = "nonprivate"
@@ -26,7 +26,7 @@ class NonPrivate(Mechanism):
         """No privacy: no sigma, no epsilons; the sampler is shuffling, as ordinary training."""
         import dp_accounting
 
-        from mechanisms.plan import PrivacyPlan
+        from mechanisms.parts.plan import PrivacyPlan
 
         selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
         return PrivacyPlan(

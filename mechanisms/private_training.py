@@ -26,8 +26,8 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping, DPPe
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from mechanisms.clipping import GRAD_SAMPLE_MODES
-from mechanisms.noise_addition import NoiseAddition, NoiseMap
+from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
+from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
 
 
 class ReleaseObserver(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -62,7 +63,8 @@ def leaderboard(
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
     by: Annotated[str, typer.Option(help="Comma-separated grouping shown as separate tables "
                                          "(dataset,model).")] = "dataset,model",
-    view: Annotated[str, typer.Option(help="Rank by the certified or the claimed epsilon.")] = "certified",
+    view: Annotated[str, typer.Option(help="Rank by the certified or the claimed epsilon, or `tuned`: tuned "
+                                           "cells' selected candidates at epsilon including tuning.")] = "certified",
     fmt: Annotated[str, typer.Option("--format", help="table|csv|markdown|latex|json|html")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
     columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
@@ -73,6 +75,7 @@ def leaderboard(
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
+    from dashboards import tuning
     from dashboards.render import FLOATS, FORMATS, render, rich_table
     from storage import schema
 
@@ -84,13 +87,23 @@ def leaderboard(
         fail(str(e))
     if float_env not in FLOATS:
         fail(f"unknown --float {float_env!r}; known: {', '.join(FLOATS)}")
-    if view not in lb.VIEWS:
-        fail(f"unknown view {view!r}; known: {', '.join(lb.VIEWS)}")
+    if view not in (*lb.VIEWS, tuning.TUNED_VIEW):
+        fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuning.TUNED_VIEW))}")
+    if view == tuning.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
+        fail(f"--view tuned writes table, markdown or json, not {fmt!r}")
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
     _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     name = " + ".join(names)
+    if view == tuning.TUNED_VIEW:
+        tuned = tuning.rows(records, metric)
+        text = json.dumps([dataclasses.asdict(r) for r in tuned], indent=1) if fmt == "json" else tuning.markdown(tuned)
+        if out_file is None:
+            print(text, end="")
+        else:
+            _write(out_file, text)
+        return
     board = lb.rows(records, metric=metric, view=view)
     if len(names) > 1 and "sweep" not in groups:
         groups = ["sweep", *groups]
@@ -101,13 +114,22 @@ def leaderboard(
             table = rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
                                groups_chosen)
             _print_whole(table)
+            for r in part:
+                if r.tuning:
+                    out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
         return
     text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
                   columns=groups_chosen, float_env=float_env)
+    if fmt in ("table", "markdown"):
+        text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
     if out_file is None:
         print(text, end="" if text.endswith("\n") else "\n")
     else:
         _write(out_file, text)
+
+
+def _eps(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _print_whole(table: Any) -> None:
@@ -173,7 +195,7 @@ def report(
 @app.command("plot")
 def plot(
     sweeps: SweepsArg = None,
-    kind: Annotated[str, typer.Option(help="privacy-utility|overhead|curves|verdicts")] = "privacy-utility",
+    kind: Annotated[str, typer.Option(help="privacy-utility|overhead|curves|verdicts|tuning")] = "privacy-utility",
     out_file: Annotated[Path, typer.Option("--out", help="Figure file; the suffix picks the format: "
                                                          ".pdf, .svg, .png or .pgf (needs LaTeX).")] = Path("fig.pdf"),
     store: StoreOpt = None,
@@ -185,8 +207,8 @@ def plot(
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
 
-    if kind not in figures.KINDS:
-        fail(f"unknown figure kind {kind!r}; known: {', '.join(figures.KINDS)}")
+    if kind not in (*figures.KINDS, figures.TUNING_KIND):
+        fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
     if size is not None and size not in figures.SIZES:
         fail(f"unknown size {size!r}; known: {', '.join(figures.SIZES)}")
     fmt = out_file.suffix.lstrip(".").lower()

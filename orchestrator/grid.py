@@ -26,7 +26,7 @@ from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, Tra
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train", "model_train", "secure_rng", "max_trials", "plugins"}
+             "mechanism_train", "model_train", "secure_rng", "max_trials", "plugins", "tune"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_AXIS_VALUES = 10_000
@@ -334,7 +334,9 @@ def _train(raw: dict[str, Any], axes: Axes,
 
 def _options(raw: dict[str, Any], axes: Axes, problems: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """Every mechanism, model and dataset option checked against its owner's schema, for the names the
-    grid uses; options for names outside the grid are an error too."""
+    grid uses; options for names outside the grid are an error too. A model's or dataset's schema is read
+    off its builder's signature, which imports the builder (torch): only where the grid gives options, so
+    that validating a grid stays light (a required option left out fails the trial, with its message)."""
     tables = (("mechanism", "mechanism_options", mechanisms.get, lambda n, o: mechanisms.get(n).option_problems(o),
                axes.mechanisms),
               ("model", "model_options", models.get_entry, models.option_problems, axes.models),
@@ -345,6 +347,8 @@ def _options(raw: dict[str, Any], axes: Axes, problems: list[str]) -> dict[str, 
         for name in sorted(set(table) - set(used)):
             problems.append(f"{key}: {shown(name)} is not in grid.{axis}")
         for name in used:
+            if axis != "mechanism" and name not in table:
+                continue
             try:
                 problems += [f"{key}.{p}" for p in check(name, table.get(name, {}))]
             except UnknownName:
@@ -399,9 +403,15 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     options = _options(raw, axes, problems)
     _compatible(axes, problems)
     train = _train(raw, axes, problems)
+    tune = None
+    if "tune" in raw:  # the tuning accountant (dp-accounting) is imported only for a grid that tunes
+        from orchestrator import tuning
+
+        tune = tuning.grid_spec(raw, axes, options, problems)
     if problems:
         raise GridError(problems)
-    return GridSpec(name, raw, text, tuple(_expand(name, axes, shared, train, options, plugins)), plugins)
+    trials = _expand(name, axes, shared, train, options, plugins)
+    return GridSpec(name, raw, text, tuple(tuning.expand(trials, tune) if tune else trials), plugins)
 
 
 def load(path: str | Path) -> GridSpec:

@@ -272,14 +272,17 @@ def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
                 if t["status"] in ("pending", "running")}
 
     first = unfinished()
-    leases = st.ledger.leases(sweep)
-    if not leases or len(leases) < len(first) or any(owner_dead(owner) for owner, _ in leases):
-        return leases, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
+    if not first:  # the other driver recorded them meanwhile
+        return [], True
+    now = time.time()
+    held = [(owner, expires) for owner, expires in first.values() if owner and (expires or 0) >= now]
+    if len(held) < len(first) or any(owner_dead(owner) for owner, _ in held):
+        return held, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
     deadline = time.monotonic() + lease_seconds() / 3 + 2
     while time.monotonic() < deadline:
         time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
-        now = unfinished()
-        if all(key not in now or (now[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
+        later = unfinished()
+        if all(key not in later or (later[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
             return st.ledger.leases(sweep), True
     return st.ledger.leases(sweep), False
 

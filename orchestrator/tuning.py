@@ -7,14 +7,17 @@
       budget: total                                           # or per-run
       val_noise: 5                                            # optional: noise on the validation count
 
-Pure: the caller says which options each mechanism of the grid takes (`mechanism_options`), so this
-module needs neither the registry nor the grid's own parser. Every problem is reported, not the first.
+`parse_tune` is pure: the caller says which options each mechanism of the grid takes
+(`mechanism_options`), so it needs neither the registry nor the grid's own parser. Every problem is
+reported, not the first. `grid_problems` checks the block against its grid, and `expand` turns each cell
+into its candidate trials.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from mechanisms.accountants.tuning import (
@@ -27,7 +30,9 @@ from mechanisms.accountants.tuning import (
     Param,
     RunCount,
     TuneSpec,
+    candidate_seed,
 )
+from workers.config import TrialConfig
 
 KEYS = ("space", "runs", "select", "budget", "val_noise")
 RUN_KEYS = ("distribution", "mean", "shape")
@@ -166,3 +171,82 @@ def parse_tune(value: Any, mechanism_options: MechanismOptions) -> tuple[TuneSpe
     if problems:
         return None, problems
     return TuneSpec(space, runs, select, budget, None if val_noise is None else float(val_noise)), []
+
+
+# --- the grid's side: checks that need the grid, and the expansion into candidate trials ------------------
+
+def _validation_problems(datasets_: Collection[str], dataset_options: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each tuned dataset must carve a validation split from its training data (`val_fraction` > 0)."""
+    import inspect
+
+    from workers import datasets
+
+    problems = []
+    for name in datasets_:
+        entry, rest = datasets.get_loader(name)
+        if rest is not None:  # `hf:` datasets may bring their own validation split; checked when loaded
+            continue
+        param = inspect.signature(entry.loader).parameters.get("val_fraction")
+        value = (dataset_options.get(name) or {}).get("val_fraction", None if param is None else param.default)
+        if not (_is_number(value) and value > 0):
+            problems.append(f"tune: dataset {name!r} has no validation split to select on; set "
+                            f"dataset_options: {{{name}: {{val_fraction: 0.1}}}} (carved from its training data)")
+    return problems
+
+
+def grid_problems(spec: TuneSpec, *, datasets_: Collection[str], dataset_options: Mapping[str, Mapping[str, Any]],
+                  mechanism_option_names: Collection[str], epsilons: Collection[float]) -> list[str]:
+    """What a valid `tune:` block can still get wrong against its grid: no validation split, no target
+    epsilon to spend, a space whose privacy settings cannot be enumerated, validation noise (not yet run)."""
+    problems = _validation_problems(datasets_, dataset_options)
+    if not epsilons:
+        problems.append("tune: needs grid.epsilon targets (the selection is calibrated or accounted against each)")
+    from workers.tuning import PRIVACY_SETTINGS
+
+    try:
+        spec.privacy_support((*PRIVACY_SETTINGS, *mechanism_option_names))
+    except ValueError as e:
+        problems.append(str(e))
+    if spec.val_noise is not None:
+        problems.append("tune.val_noise: sweeps do not noise the validation score yet; leave it out (the "
+                        "validation records are then outside the guarantee, see docs/accountants.md)")
+    return problems
+
+
+def expand(trials: Iterable[TrialConfig], spec: TuneSpec) -> Iterator[TrialConfig]:
+    """Each cell's trial becomes its candidates: K = `spec.runs.draw(seed)` draws from the space, each
+    the cell's config with the drawn training settings and mechanism options, trained with its own seed
+    (`candidate_seed`) and carrying its `TuningSetting`. The draws depend only on the cell's seed, so a
+    resumed sweep expands to the same trial keys. A Poisson K of 0 gives no trial (nothing is selected)."""
+    from workers.tuning import TuningSetting
+
+    for cell in trials:
+        candidates = spec.draw(cell.seed)
+        for candidate in candidates:
+            params = candidate.as_dict()
+            train = {k: v for k, v in params.items() if k in TUNABLE}
+            options = {k: v for k, v in params.items() if k not in TUNABLE}
+            setting = TuningSetting(spec, cell.trial_key, cell.seed, candidate.index, len(candidates), params)
+            yield dataclasses.replace(
+                cell, seed=candidate_seed(cell.seed, candidate.index),
+                train=dataclasses.replace(cell.train, **train),
+                mechanism_options=dict(cell.mechanism_options) | options, tuning=setting.to_dict(),
+                written=cell.written | {f"train.{k}" for k in train})
+
+
+def grid_spec(raw: Mapping[str, Any], axes: Any, options: Mapping[str, Mapping[str, Mapping[str, Any]]],
+              problems: list[str]) -> TuneSpec | None:
+    """The grid's `tune:` block parsed and checked against the grid's axes (`orchestrator.grid.Axes`); its
+    problems are added to `problems` (the grid then exits 2 before anything is written)."""
+    import mechanisms
+
+    names = {m: {f.name for f in dataclasses.fields(mechanisms.get(m).Options)} for m in axes.mechanisms}
+    spec, found = parse_tune(raw["tune"], names)
+    problems.extend(found)
+    if spec is None:
+        return None
+    tuned_options = {p.name for p in spec.space if p.name not in TUNABLE}
+    found = grid_problems(spec, datasets_=axes.datasets, dataset_options=options.get("dataset_options", {}),
+                          mechanism_option_names=sorted(tuned_options), epsilons=axes.epsilons)
+    problems.extend(found)
+    return None if found else spec

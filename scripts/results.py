@@ -86,8 +86,13 @@ def block(name: str, store: str, previous: str | None) -> str:
     after, total = finished(sweep, store)
     when = timing(after - before, total, wall, previous, machine())
     table = privbench("leaderboard", sweep, *LEADERBOARD_ARGS, "--store", store, capture=True)
-    return (f"`privbench sweep run {grid}` ({when}), then `privbench leaderboard {sweep} "
+    text = (f"`privbench sweep run {grid}` ({when}), then `privbench leaderboard {sweep} "
             f"{' '.join(LEADERBOARD_ARGS)}`:\n\n{table.strip()}\n")
+    if "tune" in yaml.safe_load((ROOT / grid).read_text()):  # a tuned grid: its selections too
+        tuned = privbench("leaderboard", sweep, "--view", "tuned", "--format", "markdown", "--store", store,
+                          capture=True)
+        text += f"\nand `privbench leaderboard {sweep} --view tuned --format markdown`:\n\n{tuned.strip()}\n"
+    return text
 
 
 def previous_timing(name: str) -> str | None:

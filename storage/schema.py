@@ -108,6 +108,8 @@ FIELDS: tuple[Field, ...] = (
     F("model_options", "config", dict, "the model's options"),
     F("dataset_options", "config", dict, "the dataset's options"),
     F("plugins", "config", list, "modules the grid imports to register plugins"),
+    F("tuning", "config", dict, "a tuned candidate's cell, place among its K candidates, draw and tune: block "
+      "(workers/tuning.py); absent for an ordinary trial"),
 
     # metrics: what the run measured
     F("accuracy", "metrics", NUM + OPT, "test accuracy (the default utility)", mlflow=True),
@@ -238,6 +240,20 @@ FIELDS: tuple[Field, ...] = (
       "applies Holm to the step audits' p-values on top of it)", private_only=True),
     F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private; see is_private)",
       column="private", aggregate="first"),
+    # a tuned candidate's (workers/tuning.py; docs/accountants.md "Hyperparameter tuning")
+    F("epsilon_certified_run", "privacy", NUM + OPT, "one candidate's certified (PLD) epsilon, worst over the "
+      "space's privacy settings", private_only=True, mlflow=True),
+    F("epsilon_certified_tuned", "privacy", NUM + OPT, "the whole selection's epsilon (RDP, Papernot & Steinke)",
+      private_only=True, mlflow=True),
+    F("tuning_epsilon_run_rdp", "privacy", NUM + OPT, "one candidate's epsilon by RDP (tells the tuning overhead "
+      "from RDP's looseness)", private_only=True),
+    F("tuning_runs", "privacy", int, "K: the candidates the cell drew"),
+    F("tuning_mean", "privacy", NUM, "the mean of the run-count distribution"),
+    F("tuning_distribution", "privacy", str, "the run-count distribution, e.g. poisson(mean 8)"),
+    F("tuning_budget", "privacy", str, "total or per-run"),
+    F("tuning_cell", "privacy", str, "the cell's trial key"),
+    F("tuning_candidate", "privacy", int, "the candidate's index among the cell's K"),
+    F("tuning_params", "privacy", dict, "the drawn settings"),
 
     # derived: leaderboard columns computed over a row's seeds, not stored in a record
     F("metric", "derived", str, "the utility metric's name", column="metric"),
@@ -255,6 +271,9 @@ FIELDS: tuple[Field, ...] = (
     F("batch_size", "derived", (int, type(None)), "config.train.batch_size", column="batch_size"),
     F("pareto", "derived", bool, "no other row has more utility for less epsilon", column="pareto", header="pareto",
       group="privacy"),
+    F("tuning", "derived", (str, type(None)), "a tuned cell's epsilon including tuning, or 'best of N, tuning "
+      "unaccounted' for a cell compared at several training settings (dashboards/tuning.py)", column="tuning",
+      aggregate="none"),
 )
 
 DISPLAY_ORDER = (  # the text tables' column order (by header); `--columns all` shows every one

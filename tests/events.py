@@ -1,8 +1,8 @@
 """DP-SGD events for tests, built the way trial plans and `privbench privacy` build them: a sampler
-(`mechanisms.batch_selection`) and DP-SGD's parts (`DpsgdSetting.parts`)."""
+(`mechanisms.parts.batch_selection`) and DP-SGD's parts (`DpsgdSetting.parts`)."""
 
 from mechanisms.accountants.compare import DpsgdSetting
-from mechanisms.plan import Parts
+from mechanisms.parts.plan import Parts
 
 
 def poisson_events(sample_rate: float, steps: int) -> Parts:

@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from mechanisms.claims import AUDIT_SIGNIFICANCE
+from mechanisms.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
 
 T = TypeVar("T")
 
@@ -109,13 +109,13 @@ def check(obj: Any) -> None:
 
 
 def _samplers() -> Any:
-    from mechanisms.batch_selection import SAMPLERS  # imported when checked, not with this module
+    from mechanisms.parts.batch_selection import SAMPLERS  # imported when checked, not with this module
 
     return SAMPLERS
 
 
 def _grad_sample_modes() -> Any:
-    from mechanisms.clipping import GRAD_SAMPLE_MODES
+    from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 
     return GRAD_SAMPLE_MODES
 
@@ -125,12 +125,6 @@ def _accountants() -> list[str]:
     from mechanisms.registry import ACCOUNTANTS
 
     return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
-
-
-def _calibrations() -> Any:
-    from mechanisms.plan import CALIBRATIONS
-
-    return CALIBRATIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,7 +293,7 @@ class TrialConfig:
     sigma: float | None = bounded(None, gt=0)
     delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
     accountant: str = bounded("pld", choices=_accountants)
-    calibration: str = bounded("claimed", choices=_calibrations)
+    calibration: str = bounded("claimed", choices=CALIBRATIONS)
     sampler: str = bounded("poisson", choices=_samplers)
     secure_rng: bool = False
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
@@ -312,6 +306,8 @@ class TrialConfig:
     # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
     # trial computes, so not part of the key
     plugins: tuple[str, ...] = ()
+    # A candidate of a tuned cell (workers/tuning.py `TuningSetting.to_dict`); {} for an ordinary trial
+    tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # `train.lr`-style names of the settings the grid wrote out (see `_written`); not part of equality
     written: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
     trial_key: str = dataclasses.field(init=False, compare=False)
@@ -332,7 +328,7 @@ class TrialConfig:
         for name, cls in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
             if not isinstance(getattr(self, name), cls):
                 problems.append(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        for name in OPTION_TABLES:
+        for name in (*OPTION_TABLES, "tuning"):
             if not isinstance(getattr(self, name), Mapping):
                 problems.append(f"{name} must be a mapping, got {shown(getattr(self, name))}")
         if problems:
@@ -347,6 +343,8 @@ class TrialConfig:
                 "train": _written(self.train, self.written, "train"), "dataset": self.dataset,
                 "model": self.model, "mechanism": self.mechanism, "epsilon": self.epsilon, "seed": self.seed,
                 "sigma": self.sigma}
+        if self.tuning:  # only a tuned candidate's key has it (the keys of existing stores stay valid)
+            out["tuning"] = dict(self.tuning)
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
 
     @property
@@ -362,6 +360,8 @@ class TrialConfig:
                 "dataset_options": dict(self.dataset_options), "max_train_examples": t.max_train_examples,
                 "batch_size": t.batch_size, "epochs": t.epochs, "clip": t.clip, "model": self.model,
                 "model_options": dict(self.model_options)}
+        if self.tuning:  # a tuned candidate's noise comes from its cell's whole selection
+            view["tuning"] = dict(self.tuning.get("spec") or {})
         return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property

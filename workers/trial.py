@@ -32,7 +32,7 @@ import torch
 
 import mechanisms
 from mechanisms.claims import claim_status
-from mechanisms.plan import PrivacyPlan, PrivacySpec
+from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models, plugins
 from workers.audit import (
     MiaLosses,
@@ -48,6 +48,7 @@ from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, train
+from workers.tuning import candidate_fields, tuned_plan
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
 PHASE_METRICS = ("plan_s", "accelerator_s", "analysis_s")  # per-phase seconds, flat metrics of every record
@@ -147,6 +148,7 @@ class Planned:
     spec: PrivacySpec
     seconds: float
     calibration_s: float
+    tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a tuned candidate's record fields
 
     @property
     def private(self) -> bool:
@@ -161,8 +163,9 @@ def plan_phase(config: TrialConfig) -> Planned:
     _, train_split, bundle = _workload(config)
     spec = privacy_spec(config, len(train_split), _trainable(bundle))
     t1 = time.perf_counter()
-    plan = mechanisms.get(config.mechanism).plan(spec)
-    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1)
+    mechanism = mechanisms.get(config.mechanism)
+    plan, tuning = tuned_plan(config.tuning, spec, mechanism) if config.tuning else (mechanism.plan(spec), {})
+    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1, tuning)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +254,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                      audit_violated=bool(audits.get("audit_step_violated")
                                                           or audits.get("audit_run_violated")),
                                      private=private),
-    }
+    } | dict(planned.tuning) | candidate_fields(config.tuning)
     if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
         privacy["claim_status_without_step"] = claim_status(
             plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],

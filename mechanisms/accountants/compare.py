@@ -15,10 +15,10 @@ from mechanisms.accountants.accountant import described
 from mechanisms.accountants.calibration import Calibration, calibrate, calibrate_sigma
 from mechanisms.accountants.reference import EpsilonReport, epsilon_report
 from mechanisms.accountants.validation import require_delta, require_fraction, require_positive
-from mechanisms.batch_selection import BatchSelection, PoissonRate, batch_selection, relation_name
-from mechanisms.clipping import FlatClipping
-from mechanisms.noise_addition import GaussianNoise
-from mechanisms.plan import Parts
+from mechanisms.parts.batch_selection import BatchSelection, PoissonRate, batch_selection, relation_name
+from mechanisms.parts.clipping import FlatClipping
+from mechanisms.parts.noise_addition import GaussianNoise
+from mechanisms.parts.plan import Parts
 from mechanisms.registry import ACCOUNTANTS as REGISTRY
 
 CLAIMED = ("gdp", "ma_classic", "fenton_wilkinson")  # the seed papers' analyses this module computes

@@ -1,8 +1,8 @@
 """The sampling wrappers of a DpEvent: how one step's release composes over a run.
 
-`mechanisms.batch_selection` is the only caller: each sampler states its run's event through one of
+`mechanisms.parts.batch_selection` is the only caller: each sampler states its run's event through one of
 these, and every event in privbench (trial plans, `privbench privacy`, claimed analyses) is built from a
-sampler and the parts (`mechanisms.plan.Parts`), so one setting has one event.
+sampler and the parts (`mechanisms.parts.plan.Parts`), so one setting has one event.
 """
 
 from __future__ import annotations

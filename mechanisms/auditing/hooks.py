@@ -22,7 +22,7 @@ from mechanisms.auditing.cases import AuditCase, dirac_case
 
 if TYPE_CHECKING:
     from mechanisms.mechanism import Mechanism
-    from mechanisms.plan import PrivacyPlan, PrivacySpec
+    from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 
 # deltas at which the fallback reads the claimed privacy profile from plan(...)
 PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
@@ -31,7 +31,7 @@ PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k
 def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None, clip: float = 1.0,
               options: Mapping[str, Any] | None = None) -> PrivacySpec:
     """ONE un-subsampled step (sample_rate 1, steps 1): the scope of every mechanism-level number."""
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
 
     return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=1, batch_size=1, epochs=1, clip=clip,
                        sigma=sigma, options=dict(options or {}))

@@ -34,7 +34,7 @@ from torch import nn
 
 from mechanisms.bookkeeping.norms import NORM_MODES, ClippedSum, clip_factors, norm_dtype
 from mechanisms.bookkeeping.registry import Tap, UnsupportedModule, rule_for
-from mechanisms.clipping import CLIPPINGS as CLIPPING_RULES
+from mechanisms.parts.clipping import CLIPPINGS as CLIPPING_RULES
 
 CLIPPINGS = tuple(rule.opacus_clipping for rule in CLIPPING_RULES.values())  # Opacus' spelling of each rule
 

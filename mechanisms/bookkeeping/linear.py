@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from mechanisms.bookkeeping.norms import instantiated, outer_sum, prefer_ghost
-from mechanisms.bookkeeping.registry import Rule, Tap, exact_type, register
+from mechanisms.bookkeeping.registry import Rule, Tap, autocast_weight, exact_type, register
 
 
 def record_linear(tap: Tap, a: torch.Tensor, g: torch.Tensor, weight: torch.Tensor | None,
@@ -38,16 +38,17 @@ def record_linear(tap: Tap, a: torch.Tensor, g: torch.Tensor, weight: torch.Tens
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tap: Tap) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.tap, ctx.bias = tap, bias
-        return F.linear(x, weight, bias)
+        low = autocast_weight(weight)
+        ctx.save_for_backward(x, low)
+        ctx.tap, ctx.bias, ctx.weight = tap, bias, weight
+        return F.linear(x, low, bias)
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        x, weight = ctx.saved_tensors
+        x, low = ctx.saved_tensors
         tap = ctx.tap
-        grad_x = g.matmul(weight.to(g.dtype)) if ctx.needs_input_grad[0] else None
-        record_linear(tap, x, g, weight if ctx.needs_input_grad[1] else None,
+        grad_x = g.matmul(low.to(g.dtype)) if ctx.needs_input_grad[0] else None
+        record_linear(tap, x, g, ctx.weight if ctx.needs_input_grad[1] else None,
                       ctx.bias if ctx.needs_input_grad[2] else None)
         return grad_x, None, None, None
 

@@ -21,6 +21,16 @@ from torch import nn
 from mechanisms.bookkeeping.norms import ClippedSum
 
 
+def autocast_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The weight in the autocast dtype when the forward runs under autocast (else unchanged). A rule's
+    forward casts it once, uses it, and saves it for the input gradient, as autocast's own layers do, instead
+    of a second cast in the backward pass."""
+    kind = weight.device.type
+    if torch.is_autocast_enabled(kind) and weight.is_floating_point():
+        return weight.to(torch.get_autocast_dtype(kind))
+    return weight
+
+
 class UnsupportedModule(ValueError):
     """A module with trainable parameters the engine cannot clip per sample (the message names it)."""
 

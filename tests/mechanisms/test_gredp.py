@@ -12,7 +12,7 @@ import torch
 
 from mechanisms import PrivacySpec, dpsgd, gredp
 from mechanisms.accountants import epsilon
-from mechanisms.noise_addition import FrequencyNoise
+from mechanisms.parts.noise_addition import FrequencyNoise
 from tests.events import poisson_events
 from workers.trial import run_trial
 

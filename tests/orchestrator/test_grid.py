@@ -273,3 +273,16 @@ def test_names_that_must_agree_do():
     from workers import config, train
 
     assert tuple(train.OPTIMIZERS) == config.OPTIMIZERS
+
+
+@pytest.mark.parametrize("example", ["quickstart", "tuning", "gdp"])
+def test_validating_a_grid_imports_no_heavy_library(example):
+    """Issue 23 #13: `--dry-run` took 7-8 s because validating a grid imported torch (and Ray, MLflow). A grid
+    that gives model or dataset options still imports their builders, whose signatures are the schema."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; from orchestrator import grid; grid.load('examples/{example}.yaml'); "
+            "heavy = [m for m in ('torch', 'opacus', 'transformers', 'ray', 'mlflow') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

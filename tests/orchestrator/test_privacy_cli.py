@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import mechanisms
 from mechanisms.accountants import calibrate_sigma, epsilon
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.plan import PrivacySpec
 from orchestrator.cli import app
 from tests.events import poisson_event, poisson_events
 

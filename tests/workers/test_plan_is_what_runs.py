@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms import private_training
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.plan import PrivacySpec
 from orchestrator.grid import parse
 from workers.config import Resources
 from workers.trial import run_trial

@@ -59,7 +59,7 @@ def test_frozen_layers_do_not_move_under_dpsgd():
     bundle = models.build("minilm", splits, {"trainable": "top-1"})
     before = copy.deepcopy(bundle.module.state_dict())
     from mechanisms import get as mechanism
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
     from workers.train import TrainConfig, train
 
     cfg = TrainConfig(epochs=1, batch_size=16, lr=1e-3, optimizer="adamw")

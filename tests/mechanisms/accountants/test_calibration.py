@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mechanisms.accountants import DpsgdSetting, calibrate, calibrate_sigma, epsilon, sigma_for
 from mechanisms.accountants.calibration import MAX_LEVEL
 from mechanisms.accountants.reference import FRESH
-from mechanisms.noise_addition import GaussianNoise
+from mechanisms.parts.noise_addition import GaussianNoise
 from tests.events import poisson_events
 
 

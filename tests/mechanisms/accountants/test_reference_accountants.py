@@ -14,7 +14,7 @@ from mechanisms.accountants import prv as prv_module
 from mechanisms.accountants.adaptive_pld import discretization_for
 from mechanisms.accountants.compare import DpsgdSetting
 from mechanisms.accountants.reference import _pld_epsilon, pld_accountant, rdp_accountant
-from mechanisms.batch_selection import PoissonRate, batch_selection
+from mechanisms.parts.batch_selection import PoissonRate, batch_selection
 from tests.events import poisson_event
 
 MNIST = (1.1, 256 / 60000, 14063)

@@ -13,9 +13,9 @@ from torch.utils.data import TensorDataset
 from mechanisms import dpsgd
 from mechanisms.accountants import epsilon
 from mechanisms.auditing import DiracCanaries
-from mechanisms.clipping import FlatClipping, PerLayerClipping
-from mechanisms.noise_addition import GaussianNoise
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.clipping import FlatClipping, PerLayerClipping
+from mechanisms.parts.noise_addition import GaussianNoise
+from mechanisms.parts.plan import PrivacySpec
 from tests.events import poisson_event
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Secure RNG turned off"),

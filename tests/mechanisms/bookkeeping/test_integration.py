@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import mechanisms
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.plan import PrivacySpec
 from workers import datasets, models
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms import Mechanism
-from mechanisms.clipping import FlatClipping
+from mechanisms.parts.clipping import FlatClipping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +31,8 @@ class TightClipDpSgd(Mechanism):
     audit_coordinatewise = False  # privatize_step clips whole rows (their norm couples the coordinates)
 
     def parts(self, spec: Any, options: Options) -> Any:
-        from mechanisms.noise_addition import GaussianNoise  # heavy parts load inside the hook
-        from mechanisms.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # heavy parts load inside the hook
+        from mechanisms.parts.plan import Parts
 
         return Parts(spec.batch_selection, FlatClipping(options.clip_scale * spec.clip), GaussianNoise(spec.clip))
 

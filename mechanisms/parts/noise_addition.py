@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from mechanisms.clipping import Clipping, PerLayerClipping, relation_factor
+from mechanisms.parts.clipping import Clipping, PerLayerClipping, relation_factor
 
 if TYPE_CHECKING:  # torch loads when noise is drawn, dp-accounting when a sensitivity is stated
     import torch

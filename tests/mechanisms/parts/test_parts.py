@@ -15,9 +15,9 @@ from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
 
 import mechanisms
 from mechanisms import dp_forward
-from mechanisms.clipping import FlatClipping, PerLayerClipping
-from mechanisms.noise_addition import BatchClippedGaussian, FrequencyNoise, GaussianNoise
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.clipping import FlatClipping, PerLayerClipping
+from mechanisms.parts.noise_addition import BatchClippedGaussian, FrequencyNoise, GaussianNoise
+from mechanisms.parts.plan import PrivacySpec
 
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
@@ -176,7 +176,7 @@ def test_dp_forward_event_is_recomputed_by_dp_accounting_to_the_certified_value(
     # the same number as composing the pieces by hand: Gaussian releases 2C apart, RR once
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    from mechanisms import label_rr
+    from mechanisms.dp_forward import label_rr
 
     by_hand = pld_lib.from_gaussian_mechanism(2.0 / (2 * math.sqrt(3)), sensitivity=1.0).compose(
         pld_lib.from_randomized_response(label_rr.rr_noise_parameter(math.log(9), 2), 2,

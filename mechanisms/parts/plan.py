@@ -15,11 +15,10 @@ from typing import Any
 
 import dp_accounting
 
-from mechanisms.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
-from mechanisms.clipping import Clipping
-from mechanisms.noise_addition import NoiseAddition
-
-CALIBRATIONS = ("claimed", "certified")
+from mechanisms.claims import CALIBRATIONS
+from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
+from mechanisms.parts.clipping import Clipping
+from mechanisms.parts.noise_addition import NoiseAddition
 
 
 @dataclasses.dataclass(frozen=True)

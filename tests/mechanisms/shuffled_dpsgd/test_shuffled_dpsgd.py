@@ -19,7 +19,7 @@ import mechanisms
 from mechanisms import dpsgd, private_training
 from mechanisms import shuffled_dpsgd as sd
 from mechanisms.accountants import fenton_wilkinson as fw
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.plan import PrivacySpec
 
 SD = sd.mechanism  # the ShuffledDpSgd instance the registry holds
 

@@ -15,10 +15,11 @@ from torch.utils.data import DataLoader, TensorDataset
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 import mechanisms
-from mechanisms import PrivacySpec, dp_forward, label_rr
+from mechanisms import PrivacySpec, dp_forward
 from mechanisms.accountants.analytic_gaussian import agm_epsilon, amgm_sigma
 from mechanisms.claims import claim_status
-from mechanisms.forward_noise import bound_norm, install, parse_position
+from mechanisms.dp_forward import label_rr
+from mechanisms.dp_forward.forward_noise import bound_norm, install, parse_position
 from workers.models.transformers import TextClassifier
 
 DELTA = 1e-5

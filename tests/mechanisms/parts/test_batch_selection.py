@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
 import mechanisms
-from mechanisms.batch_selection import SAMPLERS, FixedSizeSampling, PoissonSampling, ShuffleSampling
-from mechanisms.plan import PrivacySpec
+from mechanisms.parts.batch_selection import SAMPLERS, FixedSizeSampling, PoissonSampling, ShuffleSampling
+from mechanisms.parts.plan import PrivacySpec
 from mechanisms.private_training import plan_loader
 
 # N/B with fractional part just below and just above .5 (round() decides steps per epoch), and the

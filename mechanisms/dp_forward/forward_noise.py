@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mechanisms.noise_addition import GaussianNoise
+from mechanisms.parts.noise_addition import GaussianNoise
 
 SUBLAYERS = ("mha", "add-norm-1", "ffn", "add-norm-2")
 NORMALIZATIONS = ("normalize", "clip")

@@ -44,7 +44,7 @@ from mechanisms.mechanism import Mechanism
 if TYPE_CHECKING:
     import dp_accounting
 
-    from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+    from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
     from mechanisms.private_training import PrivateTraining
 
 ID = "dp-forward"
@@ -73,7 +73,7 @@ class Options:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        from mechanisms.forward_noise import parse_position
+        from mechanisms.dp_forward.forward_noise import parse_position
 
         parse_position(self.position)
         for name, allowed in (("sensitivity", tuple(SENSITIVITIES)), ("accounting", ACCOUNTINGS),
@@ -115,10 +115,10 @@ def central_events(dataset_size: int, epochs: int, options: Options) -> Parts:
     """Table 5's translation, as parts: each of kN steps releases one example's noisy state at Poisson
     rate q = 1/N (batches of 1 over N examples, k epochs) with noise sigma C at sensitivity S = s C.
     An event family sigma -> DpEvent built like a trial's, so one setting has one event."""
-    from mechanisms.batch_selection import PoissonSampling
-    from mechanisms.clipping import FlatClipping
-    from mechanisms.noise_addition import GaussianNoise
-    from mechanisms.plan import Parts
+    from mechanisms.parts.batch_selection import PoissonSampling
+    from mechanisms.parts.clipping import FlatClipping
+    from mechanisms.parts.noise_addition import GaussianNoise
+    from mechanisms.parts.plan import Parts
 
     return Parts(PoissonSampling(dataset_size, 1, epochs), FlatClipping(options.s), GaussianNoise(1.0))
 
@@ -147,7 +147,7 @@ def local_sigma(epsilon_seq: float, delta: float, options: Options, releases: in
 
 
 def label_epsilon_central(options: Options, dataset_size: int, delta: float) -> float:
-    from mechanisms import label_rr
+    from mechanisms.dp_forward import label_rr
 
     if options.epsilon_labels is None:
         return 0.0
@@ -202,7 +202,7 @@ def certification_gap(options: Options) -> str | None:
                 "tokens seen move); no finite epsilon holds. Set freeze_pre_noise: true")
     if options.epsilon_labels is None:
         return "labels are used in the clear (SeqDP only): example-level DP does not hold. Set epsilon_labels"
-    from mechanisms.forward_noise import parse_position
+    from mechanisms.dp_forward.forward_noise import parse_position
 
     if parse_position(options.position).sequence_level:
         return ("a sequence-level release is not private in its shape and mask: batches are trimmed to their "
@@ -215,10 +215,10 @@ def release_parts(spec: PrivacySpec, options: Options) -> Parts:
     """What is released per example: its normalised state (norm <= C, so neighbours differ by up to 2C under
     replace-one) with N(0, (sigma C)^2) noise, once per epoch (one shuffled pass), plus its label through RR
     once. Replace-one is the only relation that fits a local release of every example."""
-    from mechanisms import label_rr
-    from mechanisms.clipping import FlatClipping
-    from mechanisms.noise_addition import GaussianNoise
-    from mechanisms.plan import Parts
+    from mechanisms.dp_forward import label_rr
+    from mechanisms.parts.clipping import FlatClipping
+    from mechanisms.parts.noise_addition import GaussianNoise
+    from mechanisms.parts.plan import Parts
 
     selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
     labels = () if options.epsilon_labels is None else (label_rr.rr_event(options.epsilon_labels, options.classes),)
@@ -228,7 +228,7 @@ def release_parts(spec: PrivacySpec, options: Options) -> Parts:
 def certified_event(sigma: float, epochs: int, options: Options) -> dp_accounting.DpEvent:
     """k Gaussian releases of states bounded by C with noise sigma C + one RR label: the event of
     `release_parts`, accounted under replace-one (dp-accounting's PLD then compares states 2C apart)."""
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
 
     spec = PrivacySpec(epsilon=None, delta=0.5, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
                        options=options.as_dict())
@@ -238,7 +238,7 @@ def certified_event(sigma: float, epochs: int, options: Options) -> dp_accountin
 def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options) -> float:
     """PLD under replace-one of `certified_event` (any dp-accounting accountant recomputes it)."""
     from mechanisms.accountants import epsilon
-    from mechanisms.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec
 
     spec = PrivacySpec(epsilon=None, delta=delta, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
                        options=options.as_dict())
@@ -274,7 +274,7 @@ class DpForward(Mechanism):
         import dp_accounting
 
         from mechanisms.accountants.analytic_gaussian import agm_epsilon
-        from mechanisms.forward_noise import parse_position
+        from mechanisms.dp_forward.forward_noise import parse_position
 
         options = self.options(spec.options)
         if spec.sigma is not None:
@@ -323,8 +323,8 @@ class DpForward(Mechanism):
         """
         import torch
 
-        from mechanisms import label_rr
-        from mechanisms.forward_noise import install
+        from mechanisms.dp_forward import label_rr
+        from mechanisms.dp_forward.forward_noise import install
         from mechanisms.private_training import PrivateTraining, plan_loader
 
         if plan.mechanism != ID or plan.sigma is None:
@@ -360,8 +360,8 @@ class DpForward(Mechanism):
         The normalisation is `forward_noise`'s (the training hook's) and the noise the Gaussian part's."""
         import torch
 
-        from mechanisms.forward_noise import bound_norm
-        from mechanisms.noise_addition import GaussianNoise
+        from mechanisms.dp_forward.forward_noise import bound_norm
+        from mechanisms.parts.noise_addition import GaussianNoise
 
         rows = torch.from_numpy(np.atleast_2d(np.asarray(sums, dtype=np.float64)).reshape(len(sums), -1))
         bounded = bound_norm(rows, clip, normalization)

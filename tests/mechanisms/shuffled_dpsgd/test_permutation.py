@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mechanisms.permutation import BlockLayout, CanonicalFrame, Target, permute_, permuted_numel
-from mechanisms.permutation_flat import FlatBlock, permute_rows
-from mechanisms.permutation_hf import find_blocks
+from mechanisms.shuffled_dpsgd.permutation import BlockLayout, CanonicalFrame, Target, permute_, permuted_numel
+from mechanisms.shuffled_dpsgd.permutation_flat import FlatBlock, permute_rows
+from mechanisms.shuffled_dpsgd.permutation_hf import find_blocks
 
 TOL = 1e-5  # the bound on max |output difference|
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from mechanisms.permutation import BlockLayout, Target
+from mechanisms.shuffled_dpsgd.permutation import BlockLayout, Target
 
 Parts = tuple[tuple[str, int], ...]
 

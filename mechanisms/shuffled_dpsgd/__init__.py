@@ -34,18 +34,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mechanisms.clipping import FlatClipping
 from mechanisms.mechanism import AfterStepPart, Mechanism
-from mechanisms.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
+from mechanisms.parts.clipping import FlatClipping
+from mechanisms.shuffled_dpsgd.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
 
 if TYPE_CHECKING:
     import torch
 
     from mechanisms.auditing.cases import AuditCase
     from mechanisms.auditing.tradeoff import TradeOff
-    from mechanisms.noise_addition import NoiseAddition, NoiseMap
-    from mechanisms.permutation import BlockLayout, CanonicalFrame
-    from mechanisms.plan import Parts, PrivacyPlan, PrivacySpec
+    from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
+    from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
+    from mechanisms.shuffled_dpsgd.permutation import BlockLayout, CanonicalFrame
 
 ID = "shuffled-dpsgd"
 CLAIMED_BY = "fenton-wilkinson (Thm 6 + advanced composition + subsampling)"
@@ -136,7 +136,7 @@ def sensitivity(batch_clip_ratio: float | None) -> float:
 
 def noise_part(clip: float, batch_clip_ratio: float | None) -> NoiseAddition:
     """The release: batch clip to c' = ratio * c then Gaussian noise, or plain Gaussian noise (fallback)."""
-    from mechanisms.noise_addition import BatchClippedGaussian, GaussianNoise
+    from mechanisms.parts.noise_addition import BatchClippedGaussian, GaussianNoise
 
     if batch_clip_ratio is None:
         return GaussianNoise(clip)
@@ -167,7 +167,7 @@ class ShuffledDpSgd(Mechanism):
         return []
 
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
-        from mechanisms.plan import Parts
+        from mechanisms.parts.plan import Parts
 
         ratio = options.batch_clip_ratio if options.shuffle else None
         return Parts(spec.batch_selection, FlatClipping(spec.clip), noise_part(spec.clip, ratio),
@@ -223,13 +223,13 @@ class ShuffledDpSgd(Mechanism):
             return AfterStepPart()
         import torch
 
-        from mechanisms.permutation import CanonicalFrame
-        from mechanisms.permutation_hf import find_blocks
+        from mechanisms.shuffled_dpsgd.permutation import CanonicalFrame
+        from mechanisms.shuffled_dpsgd.permutation_hf import find_blocks
 
         layouts = find_blocks(module)
         if not layouts:
             raise ValueError(f"{ID}: no trainable BERT/RoBERTa/ViT/GPT-2 block in {type(module).__name__} "
-                             "(supported: mechanisms.permutation_hf.LAYOUTS)")
+                             "(supported: mechanisms.shuffled_dpsgd.permutation_hf.LAYOUTS)")
         frame = CanonicalFrame() if options.canonical_noise else None
         seed = options.permutation_seed
         if seed is None:
@@ -311,7 +311,7 @@ class Shuffler:
         self.shuffles, self.seconds = 0, 0.0
 
     def __call__(self, optimizer: Any) -> None:
-        from mechanisms.permutation import permute_
+        from mechanisms.shuffled_dpsgd.permutation import permute_
 
         start = time.perf_counter()
         permute_(self.layouts, self.generator, optimizer=optimizer, frame=self.frame,
