@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.console import err, fail, out
+from orchestrator.runner import Callback, SweepSummary, trial_rows
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
 
@@ -34,12 +35,12 @@ def _label(cfg: dict[str, Any]) -> str:
 
 
 def locate(store: str | None, ledger: str | None = None, artifacts: str | None = None) -> Any:
-    from storage.errors import StoreError
-    from storage.location import resolve
+    from orchestrator.runner import SweepError
+    from orchestrator.runner import locate as resolve
 
     try:
-        return resolve(store, ledger=ledger, artifacts=artifacts)
-    except StoreError as e:
+        return resolve(store, ledger, artifacts)
+    except SweepError as e:
         fail(str(e))
 
 
@@ -67,249 +68,122 @@ def run(
     Several drivers (terminals, people sharing a store) can run the same grid at once: each trial is
     leased by one driver, and a driver that dies gives its trials back when its lease expires.
     """
-    from orchestrator import grid
-    from storage.errors import StoreError
+    from orchestrator import runner
 
     try:
-        spec = grid.load(grid_file)
-    except grid.GridError as e:
+        spec = runner.load_grid(grid_file)
+        location = runner.locate(store, ledger, artifacts)
+        if dry_run:
+            table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials")
+            for col in ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed"):
+                table.add_column(col)
+            for t in spec.trials:
+                table.add_row(t.trial_key, t.dataset, t.model, t.mechanism,
+                              "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
+            out.print(table)
+            return
+        with RichProgress() as display:
+            summary = runner.run(spec, location, address=address, max_concurrent=max_concurrent,
+                                 retries=retries, steal_leases=steal_leases, reconcile=reconcile,
+                                 callbacks=[display])
+    except runner.SweepError as e:
         for problem in e.problems:
             err.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2) from None
-    location = locate(store, ledger, artifacts)
-    if dry_run:
-        table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials")
-        for col in ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed"):
-            table.add_column(col)
-        for t in spec.trials:
-            table.add_row(t.trial_key, t.dataset, t.model, t.mechanism,
-                          "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
-        out.print(table)
-        return
-    from storage.store import Store, preflight
-
-    with store_errors(location.display):
-        present = location.exists()
-    if present and location.kind == "folder":  # a damaged store is reported before Ray starts
-        _open_store(location).close()
-    if not (steal_leases or reconcile):
-        _exit_if_nothing_to_do(location, spec)
-    try:
-        preflight(location, spec.name)  # nothing is created before the server answers and the sweep is ours
-    except StoreError as e:
-        fail(str(e))
-    from orchestrator import cluster
-
-    try:
-        resources = cluster.connect(address, spec.plugins)
-    except cluster.ClusterError as e:
-        fail(str(e))
-    problems = cluster.resource_problems(list(spec.trials), resources)
-    if problems:
-        for p in problems:
-            err.print(f"[bold red]error:[/] {p}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2)
-
-    try:
-        st = Store(location, create=True)  # schema and experiment exist before any trial starts
-        st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
-        if steal_leases:
-            st.ledger.release(spec.name, owner=None)
-        by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
-        todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
-    except StoreError as e:
-        fail(str(e))
-    todo.sort(key=lambda c: not grid.mechanism_private(c.mechanism))  # long (private) trials first
-    finished_before = len(spec.trials) - len(todo)
-    memory = {}
-    if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):
-        from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
-
-        memory = measure_memory([c for c in todo if c.resources.gpus == "auto"], 1.0)
-    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0), memory)
-    per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
-    limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
-    err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {finished_before} already finished, "
-              f"{len(todo)} to run, up to {limit} at once; store {location.display}", highlight=False)
-    failures: list[dict[str, Any]] = []
-    try:
-        if todo:
-            failures = _run_with_progress(st, spec.name, todo, limit, retries)
-        counts = st.ledger.status_counts(spec.name)
-        st.check_intact()
-    except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
-        fail(str(e), code=1)
-    finally:
-        try:
-            st.release(spec.name)
-        except StoreError:
-            pass
-    err.print(f"sweep [bold]{spec.name}[/]: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    _log_sweep_summary(st, spec.name)
-    unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
-    if unrun:
-        with store_errors(st.where):
-            leases, alive = _watch_leases(st, spec.name)
-        if not alive:
-            fail(_not_run_message(spec.name, unrun, leases), code=1)
-        owners = ", ".join(sorted({owner for owner, _ in leases})[:3])
-        err.print(f"sweep [bold]{spec.name}[/]: {unrun} trial(s) are being run by another driver ({owners}), "
-                  "which records them", highlight=False)
-    if failures:
-        err.print(f"[bold red]{len(failures)} trial(s) failed:[/]")
-        for rec in failures:
+        raise typer.Exit(code=e.code) from None
+    if summary.not_run and not summary.running_elsewhere:
+        fail(summary.not_run_message or f"sweep {summary.sweep}: {summary.not_run} trial(s) not run", code=1)
+    if summary.running_elsewhere:
+        err.print(f"sweep [bold]{summary.sweep}[/]: {summary.not_run} trial(s) are being run by another driver "
+                  f"({', '.join(summary.leased_by[:3])}), which records them", highlight=False)
+    if summary.failures:
+        err.print(f"[bold red]{len(summary.failures)} trial(s) failed:[/]")
+        for rec in summary.failures:
             err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(code=1)
 
 
-def _not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> str:
-    """Why trials of a finished `sweep run` were not run, and when they can be."""
-    import time
+class RichProgress(Callback):
+    """The terminal's view of a sweep: bars for the trials in flight only (a finished trial becomes one
+    printed line), so that drawing costs the same at 60 trials as at 1,000. A context manager, so that
+    the bars stop when a run ends in an error."""
 
-    if not leases:
-        return f"sweep {sweep}: {count} trial(s) not run; run the sweep again"
-    wait = max(0.0, max(expires for _, expires in leases) - time.time())
-    owners = sorted({owner for owner, _ in leases})
-    return (f"sweep {sweep}: {count} trial(s) not run: leased by {len(owners)} other driver(s) "
-            f"({', '.join(owners[:3])}) whose leases lapse in {wait:.0f} s unless renewed; run again then, "
-            "or pass --steal-leases if that driver is dead")
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+        self.overall: Any = None
+        self.bars: dict[str, Any] = {}
+        self.skipped = 0
+        self.total = 0
 
+    def __enter__(self) -> RichProgress:
+        return self
 
-def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
-    """The other drivers' leases on the trials this driver could not run, and whether those drivers are
-    alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
-    this host whose process is gone is dead at once)."""
-    import time
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
 
-    from storage.ledger import lease_seconds, owner_dead
+    def _stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
-    def unfinished() -> dict[str, tuple[str | None, float | None]]:
-        return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in st.ledger.trials(sweep)
-                if t["status"] in ("pending", "running")}
+    def on_sweep_start(self, spec: Any, todo: Any, max_concurrent: int, store: str) -> None:
+        err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {len(spec.trials) - len(todo)} already "
+                  f"finished, {len(todo)} to run, up to {max_concurrent} at once; store {store}", highlight=False)
+        if not todo:
+            return
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+        self.progress = Progress(*columns, console=err, transient=False)
+        self.progress.start()
+        self.total = len(todo)
+        self.overall = self.progress.add_task(f"[bold]{spec.name}", total=self.total, info="")
 
-    first = unfinished()
-    if not first:  # the other driver recorded them meanwhile
-        return [], True
-    now = time.time()
-    held = [(owner, expires) for owner, expires in first.values() if owner and (expires or 0) >= now]
-    if len(held) < len(first) or any(owner_dead(owner) for owner, _ in held):
-        return held, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
-    deadline = time.monotonic() + lease_seconds() / 3 + 2
-    while time.monotonic() < deadline:
-        time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
-        later = unfinished()
-        if all(key not in later or (later[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
-            return st.ledger.leases(sweep), True
-    return st.ledger.leases(sweep), False
+    def on_trial_skipped(self, config: Any) -> None:
+        self.skipped += 1
+        if self.progress is not None:
+            self.progress.update(self.overall, total=self.total - self.skipped)
 
+    def on_trial_start(self, config: Any) -> None:
+        if self.progress is not None and config.trial_key not in self.bars:
+            self.bars[config.trial_key] = self.progress.add_task(config.label, total=None, info="starting")
 
-def _exit_if_nothing_to_do(location: Any, spec: Any) -> None:
-    """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
-    Ray or opening MLflow (a no-op rerun is a second, not half a minute)."""
-    from storage.ledger import Ledger
+    def on_trial_progress(self, key: str, done: int, total: int, info: Any) -> None:
+        if self.progress is not None and key in self.bars:
+            self.progress.update(self.bars[key], completed=done, total=total,
+                                 info=f"epoch {info.get('epoch')} loss {info.get('loss', 0):.3f}")
 
-    try:
-        ledger = Ledger(location.ledger_uri, read_only=True)
-        try:
-            if not ledger.has_schema():
-                return
-            row = ledger.sweep(spec.name)
-            trials = ledger.trials(spec.name)
-        finally:
-            ledger.engine.dispose()
-    except Exception:  # noqa: BLE001 - whatever it is, the full path below reports it properly
-        return
-    if row is None or row["grid_yaml"] != spec.text or not row["experiment_id"]:
-        return  # a new or edited grid: the full path syncs the ledger
-    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
-    if set(live) != {t.trial_key for t in spec.trials}:
-        return
-    if all(t["status"] == "finished" for t in live.values()):
-        err.print(f"sweep [bold]{spec.name}[/]: {len(live)} trials, {len(live)} already finished, 0 to run; "
-                  f"nothing to do (store {location.display})", highlight=False)
-        raise typer.Exit(code=0)
+    def on_trial_result(self, record: Any, run_id: str | None) -> None:
+        if run_id is None:
+            info = "[yellow]taken over by another driver[/]"
+        elif record["status"] == "finished":
+            acc = (record.get("metrics") or {}).get("accuracy")
+            eps = (record.get("privacy") or {}).get("epsilon_certified")
+            info = "[green]done[/]" + (f" acc {acc:.4f}" if acc is not None else "") + (
+                f" eps {eps:.3g}" if eps is not None else "")
+        else:
+            info = f"[red]failed[/] {(record.get('error') or '')[:60]}"
+        if self.progress is None:
+            err.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
+            return
+        task = self.bars.pop(record["trial_key"], None)
+        if task is not None:
+            self.progress.remove_task(task)
+        self.progress.console.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
+        self.progress.advance(self.overall)
 
+    def on_sweep_end(self, summary: SweepSummary) -> None:
+        self._stop()
+        if summary.nothing_to_do:
+            err.print(f"sweep [bold]{summary.sweep}[/]: {summary.trials} trials, {summary.trials} already finished, "
+                      f"0 to run; nothing to do (store {summary.store})", highlight=False)
+            return
+        if summary.skipped:
+            err.print(f"{len(summary.skipped)} trial(s) were run by another driver at the same time")
+        err.print(f"sweep [bold]{summary.sweep}[/]: "
+                  + ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())))
 
-def _log_sweep_summary(st: Any, sweep: str) -> None:
-    """Leaderboard and figures onto the sweep's parent MLflow run (matplotlib is imported only here)."""
-    from dashboards.summary import sweep_files
-
-    try:
-        st.log_sweep_files(sweep, sweep_files(st.records(sweep)))
-    except Exception as e:  # noqa: BLE001 - the trials are recorded; a summary problem must not fail the sweep
-        err.print(f"[yellow]warning:[/] could not store the sweep summary: {e}", highlight=False, soft_wrap=True)
-
-
-def _run_with_progress(st: Any, sweep: str, todo: list[Any], limit: int,
-                       retries: int) -> list[dict[str, Any]]:
-    """Bars for the trials in flight only (a finished trial becomes one printed line), so that drawing
-    costs the same at 60 trials as at 1,000."""
-    from orchestrator.submit import run_all
-    from storage.store import fault
-
-    failures: list[dict[str, Any]] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False) as progress:
-        overall = progress.add_task(f"[bold]{sweep}", total=len(todo), info="")
-        bars: dict[str, Any] = {}
-        skipped: list[str] = []
-
-        def on_start(cfg: Any) -> bool:
-            key = cfg.trial_key
-            if not st.claim(sweep, key):  # another driver runs it (or just finished it)
-                skipped.append(key)
-                progress.update(overall, total=len(todo) - len(skipped))
-                return False
-            fault("after_claim")
-            if key not in bars:
-                bars[key] = progress.add_task(cfg.label, total=None, info="starting")
-            return True
-
-        def on_progress(state: dict[str, tuple[int, int, dict[str, Any]]]) -> None:
-            for key, (done, total, info) in state.items():
-                if key in bars:
-                    progress.update(bars[key], completed=done, total=total,
-                                    info=f"epoch {info.get('epoch')} loss {info.get('loss', 0):.3f}")
-
-        def on_result(record: dict[str, Any]) -> None:
-            key = record["trial_key"]
-            run_id = st.record(record)
-            if run_id is None:
-                info = "[yellow]taken over by another driver[/]"
-            elif record["status"] == "finished":
-                acc = (record.get("metrics") or {}).get("accuracy")
-                eps = (record.get("privacy") or {}).get("epsilon_certified")
-                info = "[green]done[/]" + (f" acc {acc:.4f}" if acc is not None else "") + (
-                    f" eps {eps:.3g}" if eps is not None else "")
-            else:
-                failures.append(record)
-                info = f"[red]failed[/] {(record.get('error') or '')[:60]}"
-            task = bars.pop(key, None)
-            if task is not None:
-                progress.remove_task(task)
-            progress.console.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
-            progress.advance(overall)
-
-        def load_phase(cfg: Any) -> dict[str, Any] | None:
-            stored = st.ledger.phase(sweep, cfg.trial_key)
-            if stored is None:
-                return None
-            output = json.loads(stored)
-            output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
-            return output
-
-        def save_phase(cfg: Any, output: dict[str, Any]) -> None:
-            st.ledger.save_phase(sweep, cfg.trial_key, st.owner, json.dumps(output))
-            fault("after_phase_saved")
-
-        run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
-                on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
-                save_phase=save_phase)
-    if skipped:
-        err.print(f"{len(skipped)} trial(s) were run by another driver at the same time")
-    return failures
+    def on_warning(self, message: str) -> None:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -387,15 +261,8 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
     with store_errors(st.where):
-        trials = st.ledger.trials(name)
+        rows = trial_rows(st, name)
         counts = st.ledger.status_counts(name)
-        results = [st.ledger.loads(t, "result_json") if t["result_json"] else {} for t in trials]
-    rows = []
-    for t, rec in zip(trials, results, strict=True):
-        rows.append({"trial_key": t["trial_key"], "status": t["status"], "dataset": t["dataset"],
-                     "model": t["model"], "mechanism": t["mechanism"], "epsilon": t["epsilon"], "seed": t["seed"],
-                     "attempts": t["attempts"], "run_id": t["run_id"],
-                     "accuracy": (rec.get("metrics") or {}).get("accuracy"), "error": t["error"]})
     if as_json:
         print(json.dumps({"sweep": name, "counts": counts, "trials": rows}))
         return
