@@ -246,7 +246,7 @@ def _run_with_progress(st: Any, sweep: str, todo: list[Any], limit: int,
     """Bars for the trials in flight only (a finished trial becomes one printed line), so that drawing
     costs the same at 60 trials as at 1,000."""
     from orchestrator.submit import run_all
-    from storage.store import fault
+    from storage.faults import fault
 
     failures: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
