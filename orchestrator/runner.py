@@ -329,7 +329,7 @@ def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retrie
     """Claim, run and record the trials (`orchestrator.submit.run_all`), renewing this driver's leases
     at every poll; `failures` and `skipped` are filled as results come."""
     from orchestrator.submit import run_all
-    from storage.store import fault
+    from storage.faults import fault
 
     def on_start(cfg: TrialConfig) -> bool:
         if not st.claim(sweep, cfg.trial_key):  # another driver runs it (or just finished it)

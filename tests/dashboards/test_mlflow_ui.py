@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
+from storage.mlflow_sink import SWEEP_RUN_ID_TAG
 from storage.mlflow_view import RUNS_VIEW_KEY, RUNS_VIEW_TAG
-from storage.store import SWEEP_RUN_ID_TAG
 from tests.dashboards.test_report import chromium
 from tests.dashboards.test_ui import free_port
 

@@ -16,7 +16,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from storage.location import normalise_db_uri
-from storage.store import SWEEP_RUN_TAG
+from storage.mlflow_sink import SWEEP_RUN_TAG
 from tests.servers import PG_PASSWORD, mlflow_server, stop_group
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from storage.errors import Conflict, StoreError
 from storage.location import mask, resolve
-from storage.store import SWEEP_ID_TAG, TRIAL_KEY_TAG, Store
+from storage.mlflow_sink import SWEEP_ID_TAG, TRIAL_KEY_TAG
+from storage.store import Store
 
 CONFIGS = [{"trial_key": f"k{i}", "dataset": "digits", "model": "mlp", "mechanism": "nonprivate", "epsilon": None,
             "seed": i} for i in range(3)]

@@ -44,14 +44,14 @@ def test_a_replaced_store_stops_the_driver(store, tmp_path):
 
 def test_a_store_deleted_while_a_result_is_written_is_noticed_after_it(store, monkeypatch):
     st = opened(store)
-    write = st._write_run
+    write = st.sink.write_run
 
-    def write_then_delete(record):
-        run_id = write(record)
+    def write_then_delete(*args):
+        run_id = write(*args)
         shutil.rmtree(store)  # between the MLflow run and the ledger row
         return run_id
 
-    monkeypatch.setattr(st, "_write_run", write_then_delete)
+    monkeypatch.setattr(st.sink, "write_run", write_then_delete)
     with pytest.raises(StoreLost):
         st.record(record_for("k0"))
 
@@ -104,7 +104,7 @@ def test_a_paused_driver_that_lost_its_trial_stands_down(store):
 def test_a_full_disk_at_the_ledger_write_is_one_line_and_keeps_what_was_recorded(store, monkeypatch):
     """Through the fault hook: OSError 28 exactly at the ledger write of the second trial."""
     monkeypatch.setenv("PRIVBENCH_FAULT", "before_ledger_record:2:enospc")
-    monkeypatch.setattr("storage.store._FAULT_COUNTS", {})
+    monkeypatch.setattr("storage.faults._FAULT_COUNTS", {})
     st = opened(store)
     assert st.record(record_for("k0"))
     with pytest.raises(StoreLost, match="disk is full; what was recorded is kept"):

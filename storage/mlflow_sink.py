@@ -1,0 +1,298 @@
+"""The MLflow mirror of the ledger: every MLflow read and write of the store goes through `MlflowSink`.
+
+The ledger is the source of truth; MLflow shows the same trials in its UI (one run per trial, under one
+parent run per sweep), as Ray Tune's `MLflowLoggerCallback` mirrors a tuning run. `Store` decides what
+is owned, leased and recorded, and in which order; the sink only talks to MLflow. MLflow is imported
+when the first client is made, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from storage import schema
+from storage.errors import translated
+from storage.faults import fault
+from storage.ledger import write_like_the_driver
+from storage.mlflow_view import RUNS_VIEW_TAG, runs_view
+
+TRIAL_KEY_TAG = "privbench.trial_key"
+SWEEP_TAG = "privbench.sweep"
+SWEEP_ID_TAG = "privbench.sweep_id"  # the sweep's identity: privbench touches only runs carrying it
+LEDGER_ID_TAG = "privbench.ledger_id"  # which ledger owns the experiment (said in conflict messages)
+KIND_TAG = "privbench.kind"
+RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mid-write
+SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
+SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
+SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's parent run (not nested, see write_run)
+# MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
+# The runs view (storage/mlflow_view.py) gives that table its columns when the link names it.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view()}
+MAX_PARAM_LEN = 6000
+
+
+def _quiet_mlflow() -> None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # an unreachable server fails in seconds
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    # A benchmark of private training reports nothing home unless its user opts in (false turns it back on).
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
+
+    for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # A server that stops answering is said once, by the driver, in one line: not per retry.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+    return out
+
+
+class MlflowSink:
+    """The store's MLflow side at `tracking_uri` (`where` names it in messages). `writer=True` (the
+    driver) writes MLflow's SQLite file as the driver writes the ledger; readers never write it."""
+
+    def __init__(self, tracking_uri: str, where: str, *, writer: bool) -> None:
+        self.tracking_uri = tracking_uri
+        self.where = where
+        self.writer = writer
+        self._client: Any = None
+        self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
+
+    def connect(self) -> None:
+        """Make the client now (the driver does it under the ledger's lock: MLflow creates its schema here)."""
+        self._client = self._make_client()
+
+    def _make_client(self) -> Any:
+        _quiet_mlflow()
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        engine = _mlflow_engine(client)
+        if self.writer and engine is not None and engine.dialect.name == "sqlite":
+            write_like_the_driver(engine)  # the driver writes mlflow.db as it writes the ledger
+        return client
+
+    def close(self) -> None:
+        engine = _mlflow_engine(self._client) if self._client is not None else None
+        if engine is not None:
+            engine.dispose()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with translated(self.where):
+                self._client = self._make_client()
+        return self._client
+
+    # experiments --------------------------------------------------------------------------------
+    def experiment(self, name: str) -> Any:
+        """The experiment of that name (with its tags, id and lifecycle stage), or None."""
+        return self.client.get_experiment_by_name(name)
+
+    def create_experiment(self, name: str, artifacts: str | None, sweep_id: str, ledger_id: str) -> str | None:
+        """Create the sweep's experiment, tagged with its identity; None when someone else created one
+        of that name a moment ago (the caller checks whose it is)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.create_experiment(
+                name, artifact_location=artifacts,
+                tags={KIND_TAG: "sweep", SWEEP_ID_TAG: sweep_id, LEDGER_ID_TAG: ledger_id} | EXPERIMENT_KIND)
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return None
+
+    def set_experiment_tag(self, experiment_id: str, key: str, value: str) -> None:
+        self.client.set_experiment_tag(experiment_id, key, value)
+
+    def mark_experiment_kind(self, exp: Any) -> None:
+        """Give an experiment made by an older privbench version the tags of the runs-table page."""
+        tags = exp.tags or {}
+        for key, value in EXPERIMENT_KIND.items():
+            if tags.get(key) != value:
+                self.client.set_experiment_tag(exp.experiment_id, key, value)
+
+    # runs ---------------------------------------------------------------------------------------
+    def sweep_run(self, sweep: str, experiment_id: str, grid_yaml: str | None = None) -> str:
+        """The sweep's parent run (created once): trial runs name it in a tag, and it holds the
+        grid file and, after each `sweep run`, the leaderboard and figures (`log_sweep_files`)."""
+        if grid_yaml is None and sweep in self._parents:
+            return self._parents[sweep]
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_RUN_TAG}` = 'true'",
+                                        max_results=1)
+        if found:
+            run_id = found[0].info.run_id
+        else:
+            run_id = self.client.create_run(experiment_id, run_name=f"{sweep} (sweep)",
+                                            tags={SWEEP_RUN_TAG: "true", SWEEP_TAG: sweep} | _source_tags()).info.run_id
+        if grid_yaml is not None:
+            self.client.log_text(run_id, grid_yaml, "grid.yaml")
+        self._parents[sweep] = run_id
+        return run_id
+
+    def log_sweep_files(self, sweep: str, experiment_id: str, files: Mapping[str, str | bytes]) -> str:
+        """Store summary files (path -> content) on the sweep's parent run and mark it finished."""
+        import tempfile
+        from pathlib import Path
+
+        run_id = self.sweep_run(sweep, experiment_id)
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel, content in files.items():
+                path = Path(tmp) / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content.encode() if isinstance(content, str) else content)
+            self.client.log_artifacts(run_id, tmp)
+        self.client.set_terminated(run_id, "FINISHED")
+        return run_id
+
+    def tag_quietly(self, run_id: str, key: str, value: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.set_tag(run_id, key, value)
+        except MlflowException:  # the run was deleted in MLflow: nothing to flag
+            pass
+
+    def runs(self, experiment_id: str) -> list[Any]:
+        """Every run of the experiment, deleted ones included."""
+        from mlflow.entities import ViewType
+
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([experiment_id], run_view_type=ViewType.ALL, max_results=1000,
+                                           page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def delete_run(self, run_id: str) -> None:
+        self.client.delete_run(run_id)
+
+    def delete_quietly(self, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        with contextlib.suppress(MlflowException):  # already deleted (by the driver that took over)
+            self.client.delete_run(run_id)
+
+    def write_run(self, record: Mapping[str, Any], experiment_id: str, sweep_id: str) -> str:
+        """The trial's MLflow run, complete (its `recorded` tag set last); returns its id."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        sweep, key = record["sweep"], record["trial_key"]
+        config = record["config"]
+        eps = config.get("epsilon")
+        run_name = f"{config['mechanism']}-{config['dataset']}-{config['model']}" + (
+            f"-eps{eps:g}" if eps is not None else "") + f"-seed{config['seed']}"
+        env = record.get("environment") or {}
+        started, ended = _ms(env.get("started_at")), _ms(env.get("finished_at"))  # the trial's own wall clock
+        now = ended or int(time.time() * 1000)
+        privacy = record.get("privacy") or {}
+        params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
+        params |= {f"privacy.{k}": privacy.get(k) for k in
+                   ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by", "grad_sample_mode")}
+        metrics = dict(record.get("metrics") or {})
+        metrics |= {f.key: schema.value(privacy, f) for f in schema.mlflow_metrics("privacy")}
+        tags = {"status": record["status"], "mechanism": config["mechanism"], "device": env.get("device"),
+                "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
+                "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
+        tags |= {f"version.{k}": v for k, v in (env.get("versions") or {}).items()}
+        # Few round trips per run (each is a database transaction): every tag at creation, the
+        # artifacts, then metrics, params and the `recorded` mark in one batch, then the end.
+        run = self.client.create_run(
+            experiment_id, run_name=run_name, start_time=started,
+            tags={TRIAL_KEY_TAG: key, SWEEP_TAG: sweep, SWEEP_ID_TAG: sweep_id,
+                  # a tag, not mlflow.parentRunId: nested trials sit collapsed under the sweep's row in the UI
+                  SWEEP_RUN_ID_TAG: self.sweep_run(sweep, experiment_id)} | _source_tags()
+            | {k: str(v)[:5000] for k, v in tags.items() if v is not None})
+        run_id = run.info.run_id
+        fault("after_create_run")
+        self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
+        self.client.log_dict(run_id, dict(record), "result.json")
+        if record.get("traceback"):
+            self.client.log_text(run_id, record["traceback"], "traceback.txt")
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if _is_number(v)]
+            + [Metric(k, float(v), now, i + 1) for k, curve in (record.get("curves") or {}).items()
+               for i, v in enumerate(curve) if _is_number(v)],
+            params=[Param(k, _param(v)) for k, v in params.items() if v is not None],
+            tags=[RunTag(RECORDED_TAG, "true")],  # last of the run's content: without it, it was cut off
+        )
+        fault("after_log_batch")
+        self.client.set_terminated(run_id, "FINISHED" if record["status"] == "finished" else "FAILED",
+                                   end_time=ended)
+        return run_id
+
+
+def _mlflow_engine(client: Any) -> Any:
+    """MLflow's SQLAlchemy engine behind a client, None for a tracking server. MLflow has no public hook
+    for its database connections, so this is the one place that reaches through the client for it."""
+    return getattr(getattr(client._tracking_client, "store", None), "engine", None)
+
+
+def _ms(seconds: Any) -> int | None:
+    return int(seconds * 1000) if _is_number(seconds) else None
+
+
+@functools.lru_cache(maxsize=1)
+def _source_tags() -> dict[str, str]:
+    """MLflow's Source column: the privbench program, and the git commit of its checkout when it is one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    tags = {"mlflow.source.name": "privbench", "mlflow.source.type": "LOCAL"}
+    try:
+        tags["privbench.version"] = version("privbench")
+    except PackageNotFoundError:
+        pass
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if len(commit) == 40:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+def _dataset_input(config: Mapping[str, Any], n_train: Any) -> Any:
+    """The trial's training set as an MLflow input (the UI's Dataset column): its registry name, the
+    number of training examples used, and a digest of what identifies the data (name, options, size)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    ident = {"dataset": config["dataset"], "options": config.get("dataset_options") or {},
+             "max_train_examples": (config.get("train") or {}).get("max_train_examples"),
+             "n_train": int(n_train) if _is_number(n_train) else None}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    profile = {"num_rows": ident["n_train"]} if ident["n_train"] is not None else {}
+    return DatasetInput(Dataset(name=config["dataset"], digest=digest, source_type="privbench",
+                                source=json.dumps(ident, sort_keys=True, default=str), profile=json.dumps(profile)),
+                        tags=[InputTag("mlflow.data.context", "training")])
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _param(v: Any) -> str:
+    text = v if isinstance(v, str) else json.dumps(v)
+    return text[:MAX_PARAM_LEN]
