@@ -54,3 +54,14 @@ def cli():
 
 def parse_json(output: str) -> Any:
     return json.loads(output)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance (2 CPUs, no dashboard) for one test module, shut down after it."""
+    import ray
+
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()

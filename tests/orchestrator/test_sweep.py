@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from dashboards.leaderboard import LeaderboardRow
@@ -18,12 +17,7 @@ LEADERBOARD_KEYS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/conftest.py
 
 
 def active_runs(store: Path, sweep: str) -> list:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import ray
 import yaml
 
 from dashboards import tuning
@@ -26,12 +25,7 @@ GRID = {
 K = 2  # geometric(mean 2) at seed 0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/conftest.py
 
 
 def records(store, sweep: str) -> list[dict]:

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import ray
 import yaml
 
 from tests.conftest import TINY
@@ -18,12 +17,7 @@ from tests.conftest import TINY
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/conftest.py
 
 
 class Recorder:

@@ -78,16 +78,6 @@ def test_vit_tiny_learns_digits():
     assert result["metrics"]["accuracy"] > 0.5, result["metrics"]  # chance is 0.1
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def sweep(cli, tmp_path: Path, grid: dict[str, Any]) -> list[dict[str, Any]]:
     path = tmp_path / f"{grid['name']}.yaml"
     path.write_text(yaml.safe_dump(grid))
