@@ -97,8 +97,12 @@ def run(name: str, *, gpu: bool, gpus: int, small: bool) -> dict[str, Any]:
             st.close()
     busy = sum(phase_s(r) for r in records)
     n_slots = slots(spec, gpus)
+    metrics = [r.get("metrics") or {} for r in records]
+    # the CPU phases beside it: a plan task is shared by the trials of one geometry (the same seconds, once)
+    plan = sum({m["plan_s"] for m in metrics if m.get("plan_s") is not None})
+    analysis = sum(m.get("analysis_s") or 0.0 for m in metrics)
     return {"grid": name, "trials": len(records), "finished": sum(r["status"] == "finished" for r in records),
-            "wall_s": wall, "phase_s": busy, "slots": n_slots, "busy_fraction": busy / (wall * n_slots),
+            "wall_s": wall, "phase_s": busy, "plan_s": plan, "analysis_s": analysis, "slots": n_slots, "busy_fraction": busy / (wall * n_slots),
             "phase_field": "accelerator_s" if any("accelerator_s" in (r.get("metrics") or {}) for r in records)
             else "train_s", "device": "cuda" if gpu else "cpu"}
 
@@ -119,7 +123,8 @@ def main() -> None:
         unit = "GPUs" if gpus else "CPU slots"
         print(f"{name}: {res['finished']}/{res['trials']} trials finished in {res['wall_s']:.1f} s; "
               f"{res['phase_field']} summed {res['phase_s']:.1f} s over {res['slots']:g} {unit}: "
-              f"busy fraction {res['busy_fraction']:.2f}", flush=True)
+              f"busy fraction {res['busy_fraction']:.2f}; CPU phases: plan {res['plan_s']:.1f} s, "
+              f"analysis {res['analysis_s']:.1f} s", flush=True)
     print(f"load average: {os.getloadavg()}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
