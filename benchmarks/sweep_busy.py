@@ -102,7 +102,8 @@ def run(name: str, *, gpu: bool, gpus: int, small: bool) -> dict[str, Any]:
     plan = sum({m["plan_s"] for m in metrics if m.get("plan_s") is not None})
     analysis = sum(m.get("analysis_s") or 0.0 for m in metrics)
     return {"grid": name, "trials": len(records), "finished": sum(r["status"] == "finished" for r in records),
-            "wall_s": wall, "phase_s": busy, "plan_s": plan, "analysis_s": analysis, "slots": n_slots, "busy_fraction": busy / (wall * n_slots),
+            "wall_s": wall, "phase_s": busy, "plan_s": plan, "analysis_s": analysis, "slots": n_slots,
+            "busy_fraction": busy / (wall * n_slots),
             "phase_field": "accelerator_s" if any("accelerator_s" in (r.get("metrics") or {}) for r in records)
             else "train_s", "device": "cuda" if gpu else "cpu"}
 
