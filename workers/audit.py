@@ -31,6 +31,10 @@ from workers.config import AuditConfig
 if TYPE_CHECKING:
     from mechanisms.mechanism import Mechanism
 
+# The least time the curve search gets, however short the training: about five of its profiles at the
+# quickstart's geometry, enough to bracket the noise multiplier when the guesses reject it.
+FAMILY_MIN_S = 1.0
+
 
 def scaled_sizes(sizes: Sequence[int], total: int) -> list[int]:
     """`sizes` rescaled to sum to `total` (each >= 1, largest remainders rounded up): the model's tensor
@@ -183,7 +187,7 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
         "audit_one_run_s": e.overhead_s, "audit_estimate_s": e.estimate_s, "audit_plan_s": result.plan_s,
         "audit_steps": e.steps, "epsilon_audited_legacy": legacy_epsilon(c, delta),
     }
-    budget_s = None if train_s is None else max(3.0, cfg.family_budget * train_s)
+    budget_s = None if train_s is None else max(FAMILY_MIN_S, cfg.family_budget * train_s)
     out |= family_fields(result, cfg, plan, delta, budget_s)
     certified = getattr(plan, "epsilon_certified", None)
     if certified:

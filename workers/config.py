@@ -182,7 +182,7 @@ class AuditConfig:
     ceiling: bool = True  # simulate the certified mechanism under the same analysis
     family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
     # The curve-family search refines its bound for at most this share of the run's training time (at least
-    # 3 s): at small noise and many steps each of its PLDs takes seconds, and the audit should stay near 1.1x.
+    # 1 s): each step is a PLD of the whole run, and the audits should cost a few percent of training.
     family_budget: float = bounded(0.02, ge=0)
     mia: str = bounded("loss", choices=MIAS)  # black-box loss-threshold membership inference
     mia_examples: int = bounded(5_000, ge=10, most=100_000_000)

@@ -95,7 +95,8 @@ class DiracCanaries:
         self.overhead_s = 0.0
         self._participation = np.random.default_rng([seed, 0x5A3F])
         self._optimizer: Any = None
-        self._layout: list[tuple[int, Any, np.ndarray]] = []  # (param index, local offsets, canary ids)
+        self._layout: list[tuple[int, Any]] = []  # (param index, local offsets on the parameter's device)
+        self._ids = np.zeros(0, dtype=np.int64)  # canary ids in layout order
         self._data = np.zeros(m)
         self._step_obs = np.zeros(m)
         # Moments of the excluded canaries' residuals (pure noise at a coordinate no canary of theirs pushes;
@@ -136,12 +137,14 @@ class DiracCanaries:
         if sum(sizes) != self.n_params:
             raise ValueError(f"optimizer has {sum(sizes)} parameters, canaries were drawn for {self.n_params}")
         starts = np.cumsum([0, *sizes])
-        self._layout = []
+        self._layout, ids = [], []
         for i in range(len(sizes)):
-            ids = np.flatnonzero((self.coordinates >= starts[i]) & (self.coordinates < starts[i + 1]))
-            if ids.size:
-                local = torch.as_tensor(self.coordinates[ids] - starts[i], dtype=torch.long)
-                self._layout.append((i, local, ids))
+            mine = np.flatnonzero((self.coordinates >= starts[i]) & (self.coordinates < starts[i + 1]))
+            if mine.size:
+                local = torch.as_tensor(self.coordinates[mine] - starts[i], dtype=torch.long)
+                self._layout.append((i, local.to(optimizer.params[i].device)))
+                ids.append(mine)
+        self._ids = np.concatenate(ids)
         optimizer.observe_releases(self)
         self._optimizer = optimizer
         return self
@@ -164,26 +167,34 @@ class DiracCanaries:
         self._optimizer = None
 
     def _inject(self, optimizer: Any) -> None:
+        """Push the joining included canaries into the clipped sum. One copy to the device and one back per
+        step, whatever the number of tensors: on a GPU each copy back is a synchronisation."""
         import torch
 
-        joins = self.included & (self._participation.random(self.m) < self.sample_rate)
-        for i, local, ids in self._layout:
+        ids = self._ids  # every canary lies in some tensor (m >= 1), so the layout is never empty
+        joins = self.included[ids] & (self._participation.random(self.m) < self.sample_rate)[ids]
+        first = optimizer.params[self._layout[0][0]].summed_grad
+        bumps = torch.as_tensor(joins * self.signs[ids] * self.clip, dtype=first.dtype, device=first.device)
+        before, start = [], 0
+        for i, local in self._layout:
             p = optimizer.params[i]
             if not p.summed_grad.is_contiguous():
                 p.summed_grad = p.summed_grad.contiguous()
             flat = p.summed_grad.view(-1)
-            idx = local.to(flat.device)
-            self._data[ids] = flat[idx].detach().double().cpu().numpy()
-            bump = torch.as_tensor(joins[ids] * self.signs[ids] * self.clip, dtype=flat.dtype, device=flat.device)
-            flat.index_add_(0, idx, bump)  # accumulates canaries sharing a coordinate
+            before.append(flat[local])  # a copy, taken before the push
+            flat.index_add_(0, local, bumps[start:start + local.numel()].to(flat.dtype))  # shared coordinates add
+            start += local.numel()
+        self._data[ids] = torch.cat(before).detach().double().cpu().numpy()
 
     def _read(self, optimizer: Any) -> None:
-        for i, local, ids in self._layout:
-            p = optimizer.params[i]
-            released = p.grad.reshape(-1)[local.to(p.grad.device)].detach().double().cpu().numpy()
-            if self.score_kind == "residual":
-                released = released - self._data[ids]
-            self._step_obs[ids] = released * self.signs[ids] / self.clip
+        import torch
+
+        ids = self._ids
+        released = torch.cat([optimizer.params[i].grad.reshape(-1)[local] for i, local in self._layout])
+        released = released.detach().double().cpu().numpy()
+        if self.score_kind == "residual":
+            released = released - self._data[ids]
+        self._step_obs[ids] = released * self.signs[ids] / self.clip
         self.scores += self._step_obs
         self._lr.add(self._step_obs)
         out = self._step_obs[~self.included]

@@ -43,6 +43,7 @@ from mechanisms.auditing import one_run
 from mechanisms.auditing.canary import CanaryScoreAuditor, Explicit
 
 SCORES = ("lr", "sum")
+SEARCH_DISCRETIZATION = 1e-3  # the PLD grid of the curve search's profiles and of a first epsilon pass
 MAD_TO_STD = 1.482602218505602  # 1 / Phi^-1(3/4): the median absolute deviation of N(0, 1) is 1 / this
 
 
@@ -356,11 +357,17 @@ def profile_inverse(eps: np.ndarray, deltas: np.ndarray) -> Callable[[float], fl
 
 
 def rejects_dpsgd(m: int, guesses: int, correct: int, sigma: float, sample_rate: float, steps: int,
-                  significance: float) -> bool:
-    """Do the guesses reject "DP-SGD at noise multiplier `sigma` with respect to every canary"?"""
+                  significance: float, *, discretization: float = SEARCH_DISCRETIZATION) -> bool:
+    """Do the guesses reject "DP-SGD at noise multiplier `sigma` with respect to every canary"?
+
+    The profile is pessimistic at any `discretization` (a coarser grid only raises its deltas, a weaker curve
+    that is harder to reject), so the grid trades power for time, never soundness. At 1e-3 the curve search
+    found the same noise multiplier as at 1e-4 in 9 of 10 simulated audits (quickstart and digits geometry;
+    2.7% higher in the tenth) in a fifth to a seventh of the time.
+    """
     if correct == 0:
         return False
-    inv = profile_inverse(*dpsgd_profile(round(float(sigma), 6), sample_rate, steps))
+    inv = profile_inverse(*dpsgd_profile(round(float(sigma), 6), sample_rate, steps, discretization=discretization))
     return one_run.curve_objective(m, guesses, correct, inv, significance) > 0
 
 
@@ -389,7 +396,8 @@ def curve_bound(scores: np.ndarray, included: np.ndarray, delta: float, sample_r
     DP-SGD at s* (PLD, at `delta`) a lower bound on the run's. The search reports the rejected end of its bracket
     (never an interpolation) and the guesses are the top-r rules fixed before the run (Bonferroni over them).
 
-    Each step of the search is a PLD of T steps (seconds at small noise and many steps). With `budget_s` the
+    Each step of the search is a PLD of T steps on the coarse grid of `rejects_dpsgd` (0.1-0.3 s at the
+    quickstart's 585 steps; seconds on the fine grid at small noise). With `budget_s` the
     search stops refining once that much time is spent: every bracket end it reports was rejected, so an early
     stop gives a looser bound, never an unsound one (no rejected s yet: no bound).
     """
@@ -441,12 +449,26 @@ def curve_bound(scores: np.ndarray, included: np.ndarray, delta: float, sample_r
 
 def dpsgd_epsilon(sigma: float, sample_rate: float, steps: int, delta: float) -> float:
     """PLD epsilon at `delta` of DP-SGD (q, T, sigma) with the *optimistic* discretisation (privacy buckets): at
-    most the exact value (about 3% under it at digits' q and T), as a lower bound must be."""
+    most the exact value (about 3% under it at digits' q and T), as a lower bound must be.
+
+    Every optimistic value is a lower bound, whatever its grid, so the larger of two is too. The grid's error
+    grows with the privacy loss it rounds, so a first pass on a coarse grid (1e-3) sets a grid proportional to
+    its result, 1e-4 per 3 units of epsilon (at least 1e-4): at epsilon 8 and 585 steps 0.4 s instead of
+    0.95 s, 0.6% lower; at epsilon <= 3 the fine grid as before.
+    """
+    coarse = _optimistic_epsilon(sigma, sample_rate, steps, delta, SEARCH_DISCRETIZATION)
+    grid = min(SEARCH_DISCRETIZATION, 1e-4 * max(1.0, coarse / 3))
+    if grid >= SEARCH_DISCRETIZATION:
+        return coarse
+    return max(coarse, _optimistic_epsilon(sigma, sample_rate, steps, delta, grid))
+
+
+def _optimistic_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, grid: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution
 
     pld = privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=sigma, sampling_prob=sample_rate, pessimistic_estimate=False, use_connect_dots=False,
-        value_discretization_interval=1e-4)
+        value_discretization_interval=grid)
     return float(pld.self_compose(steps).get_epsilon_for_delta(delta))
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "clipping_engine.py"
+ENV = os.environ | {"PYTHONPATH": str(SCRIPT.parents[1])}  # a script run by path finds privbench installed or not
 
 
 def _run(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "result.json"
     subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--json", str(out), *args], check=True,
-                   capture_output=True, text=True, timeout=600, env=os.environ | {"OMP_NUM_THREADS": "1"})
+                   capture_output=True, text=True, timeout=600, env=ENV | {"OMP_NUM_THREADS": "1"})
     return json.loads(out.read_text())
 
 
@@ -46,7 +47,7 @@ def test_sweep_busy_smoke(tmp_path):
     read from its record, and the fraction is a share of the CPU slots (a local Ray starts: slow)."""
     out = tmp_path / "busy.json"
     subprocess.run([sys.executable, str(SCRIPT.parent / "sweep_busy.py"), "--small", "--grids", "digits",
-                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=900)
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=900, env=ENV)
     (res,) = json.loads(out.read_text())
     assert res["trials"] == res["finished"] == 2 and res["device"] == "cpu"
     assert res["phase_s"] > 0 and 0 < res["busy_fraction"] <= 1

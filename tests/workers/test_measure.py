@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 
 def _measure(*workloads: str) -> list[float]:
     out = subprocess.run([sys.executable, str(HERE / "memory_orders.py"), *workloads], capture_output=True,
-                         text=True, check=True, env=os.environ | {"OMP_NUM_THREADS": "1"}, timeout=300)
+                         text=True, check=True, env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}, timeout=300)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

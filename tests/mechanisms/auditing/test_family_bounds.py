@@ -40,6 +40,29 @@ def test_dpsgd_epsilon_is_at_most_the_certified_one():
         assert 0.9 * certified < low <= certified
 
 
+def test_dpsgd_epsilon_on_its_adaptive_grid_stays_a_lower_bound_within_1pct_of_the_fine_grid():
+    """At large epsilon the grid coarsens with the value (the quickstart's eps 8 geometry and digits' eps 11):
+    still under the certified (pessimistic) epsilon, and within 1% of the optimistic value on the fine grid."""
+    for sigma, q, steps in ((0.53, 0.00853, 585), (0.6, Q, 100)):
+        value = white_box.dpsgd_epsilon(sigma, q, steps, DELTA)
+        fine = white_box._optimistic_epsilon(sigma, q, steps, DELTA, 1e-4)
+        assert 0.99 * fine <= value <= epsilon(poisson_event(sigma, q, steps), DELTA)
+
+
+def test_the_coarse_search_grid_rejects_only_what_the_fine_grid_rejects():
+    """A coarser pessimistic profile is a weaker curve: every (guesses, correct) it rejects, the fine one
+    rejects too, so the search's grid costs power, never soundness; and it keeps most of the power."""
+    coarse = fine = 0
+    for r in (20, 60, 150):
+        for correct in range(r // 2 + 1, r + 1, max(1, r // 15)):
+            for sigma in (0.8, 1.5, 3.0):
+                c = white_box.rejects_dpsgd(1000, r, correct, sigma, Q, T, 0.05 / 3)
+                f = white_box.rejects_dpsgd(1000, r, correct, sigma, Q, T, 0.05 / 3, discretization=1e-4)
+                assert f or not c, (r, correct, sigma)
+                coarse, fine = coarse + c, fine + f
+    assert fine > 0 and coarse >= 0.9 * fine, (coarse, fine)
+
+
 def test_noise_bound_on_gaussian_noise_brackets_sigma_and_stays_under_certified():
     rng = np.random.default_rng(0)
     b = white_box.noise_bound(moments_of(2.0 * rng.standard_normal(400_000)), Q, T, DELTA)
