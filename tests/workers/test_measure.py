@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
+ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}  # privbench installed or not
 
 
 def _measure(*workloads: str) -> list[float]:
     out = subprocess.run([sys.executable, str(HERE / "memory_orders.py"), *workloads], capture_output=True,
-                         text=True, check=True, env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}, timeout=300)
+                         text=True, check=True, env=ENV, timeout=300)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
