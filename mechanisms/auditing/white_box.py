@@ -360,8 +360,8 @@ def rejects_dpsgd(m: int, guesses: int, correct: int, sigma: float, sample_rate:
                   significance: float, *, discretization: float = SEARCH_DISCRETIZATION) -> bool:
     """Do the guesses reject "DP-SGD at noise multiplier `sigma` with respect to every canary"?
 
-    The profile is pessimistic at any `discretization` (a coarser grid only raises its deltas, a weaker curve
-    that is harder to reject), so the grid trades power for time, never soundness. At 1e-3 the curve search
+    The profile is pessimistic at any `discretization` (its deltas bound the true ones from above, a curve
+    under the mechanism's), so the grid trades power for time, never soundness. At 1e-3 the curve search
     found the same noise multiplier as at 1e-4 in 9 of 10 simulated audits (quickstart and digits geometry;
     2.7% higher in the tenth) in a fifth to a seventh of the time.
     """

@@ -50,8 +50,8 @@ def test_dpsgd_epsilon_on_its_adaptive_grid_stays_a_lower_bound_within_1pct_of_t
 
 
 def test_the_coarse_search_grid_rejects_only_what_the_fine_grid_rejects():
-    """A coarser pessimistic profile is a weaker curve: every (guesses, correct) it rejects, the fine one
-    rejects too, so the search's grid costs power, never soundness; and it keeps most of the power."""
+    """Both profiles bound the true deltas from above (sound on any grid); the coarse one is the weaker curve
+    here: every (guesses, correct) it rejects the fine one rejects too, and it keeps most of the power."""
     coarse = fine = 0
     for r in (20, 60, 150):
         for correct in range(r // 2 + 1, r + 1, max(1, r // 15)):
