@@ -20,14 +20,6 @@ from mechanisms.shuffled_dpsgd.permutation_hf import find_blocks
 TOL = 1e-5  # the issue's bound on max |output difference|
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two threads on a shared 2-core machine make tiny models 30x slower (oversubscription)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
 
 def _quiet() -> None:
     from transformers.utils import logging

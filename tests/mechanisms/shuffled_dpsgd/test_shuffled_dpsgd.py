@@ -27,13 +27,6 @@ VIT = dict(delta=5e-6, dataset_size=50_000, batch_size=1000, epochs=10)  # paper
 VIT_D = 85_800_000
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
 
 def spec(**kw) -> PrivacySpec:
     base = dict(epsilon=None, delta=1e-5, dataset_size=1000, batch_size=50, epochs=1, options={"num_params": 10_000})
