@@ -117,6 +117,26 @@ class Registry(Generic[T]):
         self._load()
         return sorted(self._objects.items())
 
+    def resolve(self, name: str) -> tuple[T, str | None]:
+        """The entry for `name` and, for an entry that names a family (a true `prefix`, as `hf:<name>`), the
+        part after the prefix. A broken plugin raises its own error; an unknown name lists what exists."""
+        items = dict(self.items())
+        if name in items and not getattr(items[name], "prefix", False):
+            return items[name], None
+        head, sep, rest = name.partition(":")
+        if sep and rest and head in items and getattr(items[head], "prefix", False):
+            return items[head], rest
+        for wanted in (name, head):
+            if wanted in self._broken:
+                raise PluginError(self._broken[wanted])
+        raise UnknownName(self.kind, name, self.written_names())
+
+    def written_names(self) -> list[str]:
+        """The names a grid can write: plain ones, then `name:<name>` for each family."""
+        items = self.items()
+        return ([n for n, e in items if not getattr(e, "prefix", False)]
+                + [f"{n}:<name>" for n, e in items if getattr(e, "prefix", False)])
+
     def broken(self) -> dict[str, str]:
         """Entries that failed to load, with why (shown by `privbench list`)."""
         self._load()

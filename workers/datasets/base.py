@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms.options import from_signature, problems
-from mechanisms.registry import Registry, UnknownName
+from mechanisms.registry import Registry
 
 KINDS = ("image", "text")
 
@@ -124,20 +124,11 @@ def register(entry: Dataset) -> Dataset:
 
 def get_loader(name: str) -> tuple[Dataset, str | None]:
     """The dataset for `name`, and the part after the prefix for `hf:`-style names."""
-    items = dict(DATASETS.items())
-    if name in items and not items[name].prefix:
-        return items[name], None
-    head, sep, rest = name.partition(":")
-    if sep and rest and head in items and items[head].prefix:
-        return items[head], rest
-    if name in DATASETS.broken() or head in DATASETS.broken():
-        DATASETS.get(name if name in DATASETS.broken() else head)  # raises the plugin's own error
-    raise UnknownName("dataset", name, names())
+    return DATASETS.resolve(name)
 
 
 def names() -> list[str]:
-    items = DATASETS.items()
-    return [n for n, e in items if not e.prefix] + [f"{n}:<name>" for n, e in items if e.prefix]
+    return DATASETS.written_names()
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.options import from_signature, problems
-from mechanisms.registry import Registry, UnknownName
+from mechanisms.registry import Registry
 from workers.datasets.base import KINDS, Split, Splits, resolve
 
 if TYPE_CHECKING:
@@ -84,20 +84,11 @@ def register(entry: Model) -> Model:
 
 
 def get_entry(name: str) -> tuple[Model, str | None]:
-    items = dict(MODELS.items())
-    if name in items and not items[name].prefix:
-        return items[name], None
-    head, sep, rest = name.partition(":")
-    if sep and rest and head in items and items[head].prefix:
-        return items[head], rest
-    if name in MODELS.broken() or head in MODELS.broken():
-        MODELS.get(name if name in MODELS.broken() else head)  # raises the plugin's own error
-    raise UnknownName("model", name, names())
+    return MODELS.resolve(name)
 
 
 def names() -> list[str]:
-    items = MODELS.items()
-    return [n for n, e in items if not e.prefix] + [f"{n}:<name>" for n, e in items if e.prefix]
+    return MODELS.written_names()
 
 
 def describe() -> list[tuple[str, str, str]]:
