@@ -128,7 +128,7 @@ def test_nothing_points_outside_the_project():
 
 
 def test_pointers_to_docs_name_docs_that_exist():
-    """`docs/<page>.md` in code, docs, examples and `--help` names a page of the project (no stale `docs/readme/...`)."""
+    """`docs/<page>.md` in code, docs, examples and `--help` names a project page (no stale `docs/readme/...`)."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     missing = []
     for name in files:
