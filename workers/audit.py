@@ -89,10 +89,12 @@ def dpsgd_shape(event: Any) -> tuple[float, float, int] | None:
 
 
 class OneRun:
-    """Attach Dirac canaries to the private optimizer (if it is an Opacus one), estimate afterwards.
+    """Attach Dirac canaries to the private optimizer (if it is an Opacus one); the analysis phase estimates.
 
-    Before training it fixes, on a simulation of the certified mechanism, the guess counts of the
-    one-run bound and the ceiling (`white_box.plan_guesses`); neither looks at the real run.
+    The guess counts of the one-run bound and the ceiling are fixed on simulations of the certified mechanism
+    (`white_box.plan_guesses`) from what is known before the run (the canary count, the certified shape, the
+    parameter count, the seed), never from the run. Nothing in training needs them, so the analysis phase
+    computes them (`planned_guesses`) and the accelerator phase does not wait on CPU simulations.
     """
 
     def __init__(self, cfg: AuditConfig, plan: Any, seed: int) -> None:
@@ -100,59 +102,53 @@ class OneRun:
         self.sample_rate = plan.sample_rate
         self.canaries: Any = None
         self.skipped: str | None = None
-        self.audit_plan: Any = None
         self.plan_s = 0.0
         self.shape: tuple[float, float, int] | None = None
+        self.n_params = 0
 
     def attach(self, optimizer: Any) -> Callable[[], float] | None:
         """Returns a clock of the seconds the canaries spent inside optimizer steps (kept out of the step time)."""
         if not hasattr(optimizer, "observe_releases"):
             self.skipped = "the mechanism has no private optimizer releasing noisy gradients to carry canaries"
             return None
-        from mechanisms.auditing import DiracCanaries, white_box
+        from mechanisms.auditing import DiracCanaries
 
         t0 = time.perf_counter()
-        n_params = sum(p.numel() for p in optimizer.params)
-        shape = self.shape = dpsgd_shape(self.plan.effective_event)
-        guess_counts = None
-        m = self.cfg.canaries_for(n_params, shape, self.plan.delta, self.seed)
-        if shape is not None:
-            sigma, rate, steps = shape
-            self.audit_plan = white_box.plan_guesses(m, steps, rate, sigma, self.plan.delta, score=self.cfg.statistic,
-                                                     seed=self.seed, layout_n=n_params)
-            guess_counts = self.audit_plan.guess_counts
+        self.n_params = sum(p.numel() for p in optimizer.params)
+        self.shape = dpsgd_shape(self.plan.effective_event)
+        m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
         self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
-                                                statistic=self.cfg.statistic, guess_counts=guess_counts)
+                                                statistic=self.cfg.statistic)
         self.plan_s = time.perf_counter() - t0
         canaries = self.canaries
         return lambda: canaries.overhead_s
 
     def result(self) -> OneRunResult:
-        """What the canaries saw and what was fixed before the run: all the analysis phase needs."""
-        ceiling = None
-        if self.audit_plan is not None:
-            c = self.audit_plan.ceiling
-            ceiling = (float(c.epsilon_audited), float(c.epsilon_steinke), float(c.epsilon_fdp))
+        """What the canaries saw and what the analysis needs to fix their guesses: all the analysis phase needs."""
         return OneRunResult(self.canaries.observations() if self.canaries is not None else None, self.shape,
-                            self.plan_s, self.skipped, ceiling)
+                            self.plan_s, self.skipped, None, self.n_params, self.seed)
 
 
 @dataclasses.dataclass(frozen=True)
 class OneRunResult:
     """The one-run audit's part of a trained run (JSON-ready): the canaries' observations, the certified
-    event's shape, the seconds spent planning the guesses, why it was skipped, and the ceiling (epsilon,
-    Steinke, f-DP) the same analysis reaches on the certified mechanism simulated before the run."""
+    event's shape, the seconds spent planning, why it was skipped, the ceiling (epsilon, Steinke, f-DP) the
+    same analysis reaches on the certified mechanism simulated (None until `planned_guesses`), and the
+    parameter count and seed the simulations take."""
 
     observations: CanaryObservations | None
     shape: tuple[float, float, int] | None
     plan_s: float = 0.0
     skipped: str | None = None
     ceiling: tuple[float, float, float] | None = None
+    n_params: int = 0
+    seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"observations": self.observations.to_dict() if self.observations is not None else None,
                 "shape": list(self.shape) if self.shape is not None else None, "plan_s": self.plan_s,
-                "skipped": self.skipped, "ceiling": list(self.ceiling) if self.ceiling is not None else None}
+                "skipped": self.skipped, "ceiling": list(self.ceiling) if self.ceiling is not None else None,
+                "n_params": self.n_params, "seed": self.seed}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OneRunResult:
@@ -160,7 +156,28 @@ class OneRunResult:
         shape, ceiling = data.get("shape"), data.get("ceiling")
         return cls(CanaryObservations.from_dict(obs) if obs is not None else None,
                    (float(shape[0]), float(shape[1]), int(shape[2])) if shape is not None else None,
-                   float(data.get("plan_s", 0.0)), data.get("skipped"), tuple(ceiling) if ceiling else None)
+                   float(data.get("plan_s", 0.0)), data.get("skipped"), tuple(ceiling) if ceiling else None,
+                   int(data.get("n_params", 0)), int(data.get("seed", 0)))
+
+
+def planned_guesses(result: OneRunResult, cfg: AuditConfig, delta: float) -> OneRunResult:
+    """`result` with its guess counts and ceiling fixed by `white_box.plan_guesses`: simulations of the
+    certified mechanism at the run's canary count, shape, parameter count and seed. They read nothing the run
+    produced, so fixing them after it is the same as before it. Their seconds join `plan_s`. A result that
+    has them already (or has no DP-SGD shape, whose guesses stay the estimate's own) is returned as it is."""
+    c = result.observations
+    if c is None or result.shape is None or c.guess_counts is not None:
+        return result
+    from mechanisms.auditing import white_box
+
+    t0 = time.perf_counter()
+    sigma, rate, steps = result.shape
+    plan = white_box.plan_guesses(c.m, steps, rate, sigma, delta, score=cfg.statistic, seed=result.seed,
+                                  layout_n=result.n_params or None)
+    ceiling = (float(plan.ceiling.epsilon_audited), float(plan.ceiling.epsilon_steinke),
+               float(plan.ceiling.epsilon_fdp))
+    return dataclasses.replace(result, observations=dataclasses.replace(c, guess_counts=plan.guess_counts),
+                               ceiling=ceiling, plan_s=result.plan_s + time.perf_counter() - t0)
 
 
 def legacy_epsilon(c: CanaryObservations, delta: float) -> float | None:
@@ -176,6 +193,7 @@ def legacy_epsilon(c: CanaryObservations, delta: float) -> float | None:
 def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: float,
                    train_s: float | None = None) -> dict[str, Any]:
     """The one-run audit's record fields, computed from a run's stored observations (no model needed)."""
+    result = planned_guesses(result, cfg, delta)
     c = result.observations
     if c is None:
         return {"audit_one_run_skipped": result.skipped} if result.skipped else {}
@@ -219,7 +237,8 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
         b = white_box.curve_bound(c.statistic_scores(), c.included, delta, rate, steps, sigma,
                                   guess_counts=c.guess_counts, budget_s=budget_s)
         out |= {"epsilon_audited_curve": b.epsilon, "audit_sigma_curve": b.sigma}
-    n = white_box.noise_bound(c.noise_moments, rate, steps, delta) if cfg.family_bounds else None
+    certified = getattr(plan, "epsilon_certified", None)  # the measured noise is near the certified one
+    n = white_box.noise_bound(c.noise_moments, rate, steps, delta, near=certified) if cfg.family_bounds else None
     if n is not None:
         out |= {"audit_sigma_measured": n.sigma, "audit_sigma_measured_upper": n.sigma_upper,
                 "audit_noise_kurtosis": n.kurtosis, "epsilon_audited_noise": n.epsilon}

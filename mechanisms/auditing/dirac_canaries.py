@@ -42,6 +42,7 @@ from mechanisms.auditing import one_run, white_box
 from mechanisms.auditing.canary import CanaryScoreAuditor
 
 SCORES = ("residual", "update")
+PENDING_VALUES = 1 << 20  # at most this many buffered values (two per canary and step) before scoring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,23 +90,51 @@ class DiracCanaries:
         self.coordinates, self.signs = self.layout.coordinates, self.layout.signs
         self.included = rng.random(m) < 0.5
         self.statistic, self.guess_counts = statistic, guess_counts
-        self.scores = np.zeros(m)  # sum over steps of the observation, in units of C
+        self._scores = np.zeros(m)  # sum over steps of the observation, in units of C
         self._lr = white_box.ScoreAccumulator(m, sample_rate, "lr")
-        self.steps = 0
+        self._steps = 0
         self.overhead_s = 0.0
         self._participation = np.random.default_rng([seed, 0x5A3F])
         self._optimizer: Any = None
         self._layout: list[tuple[int, Any]] = []  # (param index, local offsets on the parameter's device)
         self._ids = np.zeros(0, dtype=np.int64)  # canary ids in layout order
-        self._data = np.zeros(m)
-        self._step_obs = np.zeros(m)
+        # Steps not yet scored: (rows, 2, canaries) on the parameters' device, the clipped sum before the push
+        # and the release at each canary's coordinate. Scoring a block of steps at once keeps the per-step
+        # work to a few gathers and, on a GPU, off the host: no synchronisation until the block is full.
+        self._pending: Any = None
+        self._spans: list[tuple[int, int]] = []  # each tensor's canaries: a slice of the layout order
+        self._before: list[Any] = []  # per tensor, its columns of the buffer's first and second halves
+        self._after: list[Any] = []
+        self._bumps: list[Any] = []  # per tensor, the block's pushes: C times the sign where a canary joins
+        self._rows = 0
         # Moments of the excluded canaries' residuals (pure noise at a coordinate no canary of theirs pushes;
         # pushes of included canaries sharing it only add variance): the white-box noise measurement.
-        self.noise_moments = np.zeros(3)  # (count, sum of y^2, sum of y^4)
+        self._noise_moments = np.zeros(3)  # (count, sum of y^2, sum of y^4)
+
+    @property
+    def scores(self) -> np.ndarray:
+        self._score_pending()
+        return self._scores
+
+    @scores.setter
+    def scores(self, value: np.ndarray) -> None:
+        self._score_pending()
+        self._scores = value
 
     @property
     def lr_scores(self) -> np.ndarray:
+        self._score_pending()
         return self._lr.scores
+
+    @property
+    def steps(self) -> int:
+        self._score_pending()
+        return self._steps
+
+    @property
+    def noise_moments(self) -> np.ndarray:
+        self._score_pending()
+        return self._noise_moments
 
     @classmethod
     def attach_to(cls, optimizer: Any, m: int, *, sample_rate: float, seed: int = 0,
@@ -145,6 +174,15 @@ class DiracCanaries:
                 self._layout.append((i, local.to(optimizer.params[i].device)))
                 ids.append(mine)
         self._ids = np.concatenate(ids)
+        if len({optimizer.params[i].dtype for i, _ in self._layout}) > 1:
+            raise ValueError("Dirac canaries need the trainable parameters in one dtype")
+        first = optimizer.params[self._layout[0][0]]
+        rows = int(np.clip(PENDING_VALUES // (2 * self._ids.size), 1, 256))
+        self._pending = torch.zeros((rows, 2, self._ids.size), dtype=first.dtype, device=first.device)
+        ends = np.cumsum([local.numel() for _, local in self._layout])
+        self._spans = list(zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True))
+        self._before = [self._pending[:, 0, start:end] for start, end in self._spans]  # (rows, its canaries)
+        self._after = [self._pending[:, 1, start:end] for start, end in self._spans]
         optimizer.observe_releases(self)
         self._optimizer = optimizer
         return self
@@ -158,6 +196,8 @@ class DiracCanaries:
         t1 = time.perf_counter()
         self._read(optimizer)
         self.overhead_s += time.perf_counter() - t1
+        if self._rows == len(self._pending):
+            self._score_pending()
 
     def detach(self) -> None:
         """Stop observing the optimizer; scores are kept."""
@@ -167,40 +207,51 @@ class DiracCanaries:
         self._optimizer = None
 
     def _inject(self, optimizer: Any) -> None:
-        """Push the joining included canaries into the clipped sum. One copy to the device and one back per
-        step, whatever the number of tensors: on a GPU each copy back is a synchronisation."""
+        """Push the joining included canaries into the clipped sum, keeping what the sum held there."""
         import torch
 
-        ids = self._ids  # every canary lies in some tensor (m >= 1), so the layout is never empty
-        joins = self.included[ids] & (self._participation.random(self.m) < self.sample_rate)[ids]
-        first = optimizer.params[self._layout[0][0]].summed_grad
-        bumps = torch.as_tensor(joins * self.signs[ids] * self.clip, dtype=first.dtype, device=first.device)
-        before, start = [], 0
-        for i, local in self._layout:
+        k = self._rows
+        if k == 0:  # each included canary joins each step with probability q: a block's draws at once
+            ids = self._ids
+            joins = self.included[ids] & (self._participation.random((len(self._pending), self.m)) <
+                                          self.sample_rate)[:, ids]
+            bumps = torch.as_tensor(joins * self.signs[ids] * self.clip, dtype=self._pending.dtype,
+                                    device=self._pending.device)
+            self._bumps = [bumps[:, start:end] for start, end in self._spans]
+        for (i, local), before, bump in zip(self._layout, self._before, self._bumps, strict=True):
             p = optimizer.params[i]
             if not p.summed_grad.is_contiguous():
                 p.summed_grad = p.summed_grad.contiguous()
             flat = p.summed_grad.view(-1)
-            before.append(flat[local])  # a copy, taken before the push
-            flat.index_add_(0, local, bumps[start:start + local.numel()].to(flat.dtype))  # shared coordinates add
-            start += local.numel()
-        self._data[ids] = torch.cat(before).detach().double().cpu().numpy()
+            if self.score_kind == "residual":
+                torch.index_select(flat.detach(), 0, local, out=before[k])  # a copy, taken before the push
+            flat.index_add_(0, local, bump[k])  # shared coordinates add
 
     def _read(self, optimizer: Any) -> None:
         import torch
 
+        for (i, local), after in zip(self._layout, self._after, strict=True):
+            torch.index_select(optimizer.params[i].grad.detach().reshape(-1), 0, local, out=after[self._rows])
+        self._rows += 1
+
+    def _score_pending(self) -> None:
+        """Score the buffered steps: one copy to the host for the whole block (timed as canary overhead)."""
+        if not self._rows:
+            return
+        t0 = time.perf_counter()
+        block = self._pending[: self._rows].detach().double().cpu().numpy()
+        released = block[:, 1] - block[:, 0] if self.score_kind == "residual" else block[:, 1]
         ids = self._ids
-        released = torch.cat([optimizer.params[i].grad.reshape(-1)[local] for i, local in self._layout])
-        released = released.detach().double().cpu().numpy()
-        if self.score_kind == "residual":
-            released = released - self._data[ids]
-        self._step_obs[ids] = released * self.signs[ids] / self.clip
-        self.scores += self._step_obs
-        self._lr.add(self._step_obs)
-        out = self._step_obs[~self.included]
+        observed = np.empty((self._rows, self.m))
+        observed[:, ids] = released * self.signs[ids] / self.clip
+        self._scores += observed.sum(axis=0)
+        self._lr.add(observed)
+        out = observed[:, ~self.included]
         sq = out * out
-        self.noise_moments += (out.size, float(sq.sum()), float((sq * sq).sum()))
-        self.steps += 1
+        self._noise_moments += (out.size, float(sq.sum()), float((sq * sq).sum()))
+        self._steps += self._rows
+        self._rows = 0
+        self.overhead_s += time.perf_counter() - t0
 
     # -- estimates --------------------------------------------------------------------------
 

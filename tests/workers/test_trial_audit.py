@@ -38,6 +38,34 @@ def test_one_run_fields_bounds_ceiling_mia_and_cost():
     assert p["audit_s"] > 0 and p["audit_time_ratio"] > 1
 
 
+def test_the_guesses_are_fixed_in_the_analysis_from_pre_run_quantities_only():
+    """The accelerator phase leaves the guess counts and the ceiling to the analysis; they come out as the
+    simulations at the run's canary count, shape, parameter count and seed say, whatever the canaries saw."""
+    import dataclasses
+
+    import numpy as np
+
+    from mechanisms.auditing import white_box
+    from workers import trial as phases
+    from workers.audit import planned_guesses
+
+    config = phases.as_config(dict(sweep="t", trial_key="k", dataset="digits", model="mlp", mechanism="dpsgd",
+                                   epsilon=2.0, delta=1e-5, seed=3, train=dict(epochs=2, batch_size=64, lr=0.5),
+                                   audit={"mode": "one-run", "canaries": 300}))
+    planned = phases.plan_phase(config)
+    out = phases.accelerator_phase(config, planned).one_run
+    assert out.observations.guess_counts is None and out.ceiling is None and out.seed == 3 and out.n_params > 300
+    sigma, rate, steps = out.shape
+    expected = white_box.plan_guesses(300, steps, rate, sigma, 1e-5, seed=3, layout_n=out.n_params)
+    fixed = planned_guesses(out, config.audit, 1e-5)
+    assert fixed.observations.guess_counts == expected.guess_counts
+    assert fixed.ceiling[0] == expected.ceiling.epsilon_audited and fixed.plan_s > out.plan_s
+    shuffled = dataclasses.replace(out, observations=dataclasses.replace(
+        out.observations, scores=np.random.default_rng(0).permutation(out.observations.scores)))
+    assert planned_guesses(shuffled, config.audit, 1e-5).observations.guess_counts == expected.guess_counts
+    assert planned_guesses(fixed, config.audit, 1e-5) is fixed
+
+
 def test_nonprivate_trial_gets_the_mia_view_only():
     p = trial("nonprivate", epsilon=None, audit={"mode": "both"})
     assert p["epsilon_audited"] is None and "audit_ceiling" not in p

@@ -99,6 +99,26 @@ def test_injection_adds_exactly_c_at_included_coordinates_before_noise(clip):
     assert canaries.scores == pytest.approx(released / norm, abs=1e-5)
 
 
+def test_scores_do_not_depend_on_how_many_steps_wait_on_the_device(monkeypatch):
+    """Steps are scored in blocks (one copy to the host per block): a block of one step at a time, the old
+    per-step scoring, and blocks of 4 over 10 steps (a partial block left at the end) see the same run."""
+    from mechanisms.auditing import dirac_canaries
+
+    seen = []
+    for values in (2 * 120, 8 * 120):  # 120 canaries: blocks of 1 and of 4 steps
+        monkeypatch.setattr(dirac_canaries, "PENDING_VALUES", values)
+        model, optimizer, loader, criterion, plan = make_run(sigma=0.7, batch=64, seed=2)
+        canaries = DiracCanaries.attach_to(optimizer, 120, sample_rate=plan.sample_rate, seed=3)
+        train(model, optimizer, loader, criterion, 10)
+        assert len(canaries._pending) == values // 240 and canaries.steps == 10
+        seen.append(canaries.observations())
+    one, four = seen
+    np.testing.assert_allclose(four.scores, one.scores, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(four.lr_scores, one.lr_scores, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(four.noise_moments, one.noise_moments, rtol=1e-12)
+    assert one.noise_moments[0] == 10 * (~one.included).sum() and one.scores.std() > 0.5
+
+
 def test_wraps_a_replaced_noise_step_and_detach_restores_it():
     model, optimizer, loader, criterion, _ = make_run(sigma=1.0, batch=256)
     calls = []
