@@ -153,14 +153,20 @@ def hockey_stick(pld: Any, epsilons: np.ndarray) -> np.ndarray:
     version) it asks dp-accounting instead, so a change there costs time, never a wrong delta.
     """
     eps = np.asarray(epsilons, dtype=np.float64)
+    arrays = _pld_arrays(pld)
+    if arrays is None or np.any(np.diff(eps) < 0):
+        return np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
+    deltas = [_dense_hockey_stick(*a, eps) for a in arrays]
+    return np.maximum.reduce(deltas) if len(deltas) > 1 else deltas[0]
+
+
+def _pld_arrays(pld: Any) -> list[tuple[np.ndarray, np.ndarray, float]] | None:
+    """The arrays of a PLD's pmfs (remove, and add unless symmetric), or None where any layout is unknown."""
     pmfs = [getattr(pld, "_pmf_remove", None)]
     if not getattr(pld, "_symmetric", True):
         pmfs.append(getattr(pld, "_pmf_add", None))
     arrays = [_dense_arrays(p) for p in pmfs]
-    if any(a is None for a in arrays) or np.any(np.diff(eps) < 0):
-        return np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
-    deltas = [_dense_hockey_stick(*a, eps) for a in arrays]
-    return np.maximum.reduce(deltas) if len(deltas) > 1 else deltas[0]
+    return None if any(a is None for a in arrays) else arrays
 
 
 def _dense_arrays(pmf: Any) -> tuple[np.ndarray, np.ndarray, float] | None:
@@ -186,11 +192,8 @@ def epsilon_for_delta(pld: Any, delta: float) -> float:
     """`pld.get_epsilon_for_delta(delta)` for a PLD of dense pmfs, in numpy (dp-accounting walks the losses
     above the answer one at a time in Python). The same walk down the losses, its running sums taken at once;
     where the pmfs' layout is not the one known it asks dp-accounting, as `hockey_stick` does."""
-    pmfs = [getattr(pld, "_pmf_remove", None)]
-    if not getattr(pld, "_symmetric", True):
-        pmfs.append(getattr(pld, "_pmf_add", None))
-    arrays = [_dense_arrays(p) for p in pmfs]
-    if any(a is None for a in arrays):
+    arrays = _pld_arrays(pld)
+    if arrays is None:
         return float(pld.get_epsilon_for_delta(delta))
     return max(_dense_epsilon(*a, float(delta)) for a in arrays)
 
