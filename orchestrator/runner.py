@@ -14,8 +14,6 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,7 +198,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
         if steal_leases:
-            st.ledger.release(spec.name, owner=None)
+            st.steal_leases(spec.name)
         by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
@@ -221,7 +219,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     try:
         if todo:
             _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped)
-        counts = st.ledger.status_counts(spec.name)
+        counts = st.status_counts(spec.name)
         st.check_intact()
     except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
         raise _store_error(e, code=1) from None
@@ -234,13 +232,16 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     message, alive, owners = None, False, ()
     if unrun:
         try:
-            with translated(st.where):
-                leases, alive = _watch_leases(st, spec.name)
+            watch = st.lease_watch(spec.name)
+            if watch.alive and not watch.leases:  # the other drivers recorded them while this one watched
+                counts = st.status_counts(spec.name)
+                unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
         except StoreError as e:
             raise _store_error(e) from None
-        owners = tuple(sorted({owner for owner, _ in leases}))
+        alive = watch.alive
+        owners = tuple(sorted({owner for owner, _ in watch.leases}))
         if not alive:
-            message = not_run_message(spec.name, unrun, leases)
+            message = not_run_message(spec.name, unrun, list(watch.leases))
     summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(spec.trials),
                            finished_before=finished_before, started=len(todo), counts=dict(counts),
                            failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
@@ -251,67 +252,27 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
 
 
 def not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> str:
-    """Why trials of a finished `sweep run` were not run, and when they can be."""
+    """Why trials of a finished `sweep run` were not run, and when they can be (`leases`: each holder and
+    the seconds until its lease lapses, on the database's clock)."""
     if not leases:
         return f"sweep {sweep}: {count} trial(s) not run; run the sweep again"
-    wait = max(0.0, max(expires for _, expires in leases) - time.time())
+    wait = max(0.0, max(left for _, left in leases))
     owners = sorted({owner for owner, _ in leases})
     return (f"sweep {sweep}: {count} trial(s) not run: leased by {len(owners)} other driver(s) "
             f"({', '.join(owners[:3])}) whose leases lapse in {wait:.0f} s unless renewed; run again then, "
             "or pass --steal-leases if that driver is dead")
 
 
-def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
-    """The other drivers' leases on the trials this driver could not run, and whether those drivers are
-    alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
-    this host whose process is gone is dead at once)."""
-    from storage.ledger import lease_seconds, owner_dead
-
-    def unfinished() -> dict[str, tuple[str | None, float | None]]:
-        return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in st.ledger.trials(sweep)
-                if t["status"] in ("pending", "running")}
-
-    first = unfinished()
-    if not first:  # the other driver recorded them meanwhile
-        return [], True
-    now = time.time()
-    held = [(owner, expires) for owner, expires in first.values() if owner and (expires or 0) >= now]
-    if len(held) < len(first) or any(owner_dead(owner) for owner, _ in held):
-        return held, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
-    deadline = time.monotonic() + lease_seconds() / 3 + 2
-    while time.monotonic() < deadline:
-        time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
-        later = unfinished()
-        if all(key not in later or (later[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
-            return st.ledger.leases(sweep), True
-    return st.ledger.leases(sweep), False
-
-
 def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | None:
     """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
     Ray or opening MLflow (a no-op rerun is a second, not half a minute). None: the full path decides."""
-    from storage.ledger import Ledger
+    from storage.store import finished_already
 
-    try:
-        ledger = Ledger(location.ledger_uri, read_only=True)
-        try:
-            if not ledger.has_schema():
-                return None
-            row = ledger.sweep(spec.name)
-            trials = ledger.trials(spec.name)
-        finally:
-            ledger.engine.dispose()
-    except Exception:  # noqa: BLE001 - whatever it is, the full path below reports it properly
+    count = finished_already(location, spec.name, spec.text, [t.trial_key for t in spec.trials])
+    if count is None:
         return None
-    if row is None or row["grid_yaml"] != spec.text or not row["experiment_id"]:
-        return None  # a new or edited grid: the full path syncs the ledger
-    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
-    if set(live) != {t.trial_key for t in spec.trials}:
-        return None
-    if not all(t["status"] == "finished" for t in live.values()):
-        return None
-    return SweepSummary(sweep=spec.name, store=location.display, trials=len(live), finished_before=len(live),
-                        started=0, counts={"finished": len(live)}, nothing_to_do=True)
+    return SweepSummary(sweep=spec.name, store=location.display, trials=count, finished_before=count,
+                        started=0, counts={"finished": count}, nothing_to_do=True)
 
 
 def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
@@ -351,15 +312,13 @@ def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retrie
         cb.on_trial_result(record, run_id)
 
     def load_phase(cfg: TrialConfig) -> dict[str, Any] | None:
-        stored = st.ledger.phase(sweep, cfg.trial_key)
-        if stored is None:
-            return None
-        output = json.loads(stored)
-        output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
+        output = st.load_phase(sweep, cfg.trial_key)
+        if output is not None:
+            output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
         return output
 
     def save_phase(cfg: TrialConfig, output: dict[str, Any]) -> None:
-        st.ledger.save_phase(sweep, cfg.trial_key, st.owner, json.dumps(output))
+        st.save_phase(sweep, cfg.trial_key, output)
         fault("after_phase_saved")
 
     run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
@@ -373,11 +332,7 @@ TRIAL_COLUMNS = ("trial_key", "status", "dataset", "model", "mechanism", "epsilo
 
 def trial_rows(st: Any, sweep: str) -> list[dict[str, Any]]:
     """Every trial of the sweep with its status, accuracy and error, from the ledger (`TRIAL_COLUMNS`)."""
-    rows = []
-    for t in st.ledger.trials(sweep):
-        rec = st.ledger.loads(t, "result_json") if t["result_json"] else {}
-        rows.append({"trial_key": t["trial_key"], "status": t["status"], "dataset": t["dataset"],
-                     "model": t["model"], "mechanism": t["mechanism"], "epsilon": t["epsilon"], "seed": t["seed"],
-                     "attempts": t["attempts"], "run_id": t["run_id"],
-                     "accuracy": (rec.get("metrics") or {}).get("accuracy"), "error": t["error"]})
-    return rows
+    return [{"trial_key": t.trial_key, "status": t.status, "dataset": t.dataset, "model": t.model,
+             "mechanism": t.mechanism, "epsilon": t.epsilon, "seed": t.seed, "attempts": t.attempts,
+             "run_id": t.run_id, "accuracy": ((t.record or {}).get("metrics") or {}).get("accuracy"),
+             "error": t.error} for t in st.trials(sweep)]
