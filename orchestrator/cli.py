@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from orchestrator import audit_cli, privacy_cli, sweep_cli
+from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
 from orchestrator.console import fail, out
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
@@ -28,6 +28,7 @@ def _entry() -> None:
 
 app.add_typer(sweep_cli.app, name="sweep")
 app.add_typer(privacy_cli.app, name="privacy")
+app.add_typer(store_cli.app, name="store")
 app.command("audit")(audit_cli.audit)
 
 
@@ -187,7 +188,7 @@ def report(
 
     st, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     with store_errors(st.where):
-        grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
+        grids = {n: st.grid_yaml(n) for n in names}
     _write(out_file, build_report(records, names, grids, metric=metric))
     out.print(f"wrote {out_file}")
 
@@ -279,13 +280,12 @@ def ui(
         fail(f"no privbench store at {location.display}")
     st = _open_store(location)
     with store_errors(st.where):
-        sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
-        viewed = {e for _, e in sweeps if RUNS_VIEW_TAG in (st.client.get_experiment(e).tags or {})}
+        sweeps = [(name, e, RUNS_VIEW_TAG in tags) for name, e, tags in st.experiments()]
     try:
         check_bindable(host, port)
-        for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            url = runs_table_url(host, port, experiment_id, view=experiment_id in viewed)
+        for name, experiment_id, viewed in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
+            url = runs_table_url(host, port, experiment_id, view=viewed)
             out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
         code = serve(location, host, port)
     except UiError as e:

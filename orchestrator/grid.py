@@ -254,7 +254,6 @@ class Shared:
     secure_rng: bool
     audit: AuditConfig | None
     resources: Resources | None
-    written: frozenset[str]
 
 
 def _section(cls: type, value: Any, owner: str, problems: list[str]) -> Any:
@@ -285,10 +284,9 @@ def _shared(raw: dict[str, Any], axes: Axes, problems: list[str]) -> Shared:
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         problems.append(f"description: must be text, got {shown(description)}")
-    audit_given = raw.get("audit")
-    written = frozenset(f"audit.{k}" for k in audit_given) if isinstance(audit_given, dict) else frozenset()
-    return Shared(**scalars, secure_rng=secure_rng is True, audit=_section(AuditConfig, audit_given, "audit", problems),
-                  resources=_section(Resources, raw.get("resources"), "resources", problems), written=written)
+    return Shared(**scalars, secure_rng=secure_rng is True,
+                  audit=_section(AuditConfig, raw.get("audit"), "audit", problems),
+                  resources=_section(Resources, raw.get("resources"), "resources", problems))
 
 
 def _per_name(key: str, what: str, value: Any, known: Callable[[str], Any],
@@ -311,7 +309,7 @@ def _per_name(key: str, what: str, value: Any, known: Callable[[str], Any],
 
 
 def _train(raw: dict[str, Any], axes: Axes,
-           problems: list[str]) -> dict[tuple[str, str], tuple[TrainConfig, frozenset[str]]]:
+           problems: list[str]) -> dict[tuple[str, str], TrainConfig]:
     """The train settings of each (model, mechanism): `train`, then the model's overrides (a from-scratch
     model wants a larger lr than a pretrained one), then the mechanism's (DP-SGD wants larger batches)."""
     base = raw.get("train")
@@ -328,7 +326,7 @@ def _train(raw: dict[str, Any], axes: Axes,
     for m, mech in itertools.product(axes.models, axes.mechanisms):
         settings = base | model_train.get(m, {}) | mechanism_train.get(mech, {})
         cfg = _section(TrainConfig, settings, f"train of {m} with {mech}", problems)
-        out[m, mech] = (cfg, frozenset(f"train.{k}" for k in settings))
+        out[m, mech] = cfg
     return out
 
 
@@ -373,11 +371,11 @@ def _name(raw: dict[str, Any], source: str, problems: list[str]) -> str:
 
 
 # expansion --------------------------------------------------------------------------------------------
-def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str], tuple[TrainConfig, frozenset[str]]],
+def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str], TrainConfig],
             options: dict[str, dict[str, dict[str, Any]]], plugins: tuple[str, ...]) -> Iterator[TrialConfig]:
     for d, m, mech, seed in itertools.product(axes.datasets, axes.models, axes.mechanisms, axes.seeds):
         private = mech in axes.private
-        train_cfg, train_written = train[m, mech]
+        train_cfg = train[m, mech]
         for eps in list(axes.epsilons) if private and axes.epsilons else [None]:
             yield TrialConfig(
                 sweep=name, dataset=d, model=m, mechanism=mech, epsilon=eps, seed=seed,
@@ -386,8 +384,7 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str], 
                 secure_rng=shared.secure_rng, train=train_cfg, audit=shared.audit, resources=shared.resources,
                 mechanism_options=options["mechanism_options"].get(mech, {}),
                 model_options=options["model_options"].get(m, {}),
-                dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
-                written=train_written | shared.written)
+                dataset_options=options["dataset_options"].get(d, {}), plugins=plugins)
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:

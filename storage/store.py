@@ -61,6 +61,13 @@ def preflight(location: StoreLocation, sweep: str) -> None:
     lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
     with translated(location.display):
         check_files(location, sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))
+        ledger_file = sqlite_path(location.ledger_uri)
+        if ledger_file is not None and ledger_file.is_file():
+            ledger = Ledger(location.ledger_uri, read_only=True)
+            try:
+                check_tracking_file(location, ledger)
+            finally:
+                ledger.engine.dispose()
     if location.folder is not None and location.folder.exists() and not location.folder.is_dir():
         raise StoreError(f"store {location.display} is a file, not a store folder")
     if location.kind != "server":
@@ -135,6 +142,19 @@ def check_files(location: StoreLocation, *paths: Path | None) -> None:
             problem = sqlite_damage(path)
             if problem is not None:
                 raise damaged(location, path, problem)
+
+
+def check_tracking_file(location: StoreLocation, ledger: Ledger) -> None:
+    """A store whose MLflow database vanished or was truncated while the ledger lists sweeps must not be
+    silently re-created: every trial would look finished with no run behind it."""
+    path = sqlite_path(location.tracking_uri)
+    if path is None or path == ledger.path or (path.exists() and path.stat().st_size > 0):
+        return
+    if ledger.path is not None and ledger.path.exists() and ledger.has_schema() and ledger.sweep_names():
+        state = "is empty (0 bytes: truncated?)" if path.exists() else "is missing"
+        raise StoreError(f"store {path} {state} but the ledger lists sweeps; nothing was written. The ledger "
+                         f"holds every recorded result: `privbench store rebuild-mirror --store {location.display}` "
+                         "rebuilds the MLflow runs from it")
 
 
 def grid_key(keys: Iterable[str]) -> str:
@@ -222,7 +242,7 @@ class Store:
         self._ledger = Ledger(loc.ledger_uri)
         with self._ledger.lock():
             check_files(self.location, self._ledger.path, sqlite_path(loc.tracking_uri))
-            self._check_tracking_file()
+            check_tracking_file(self.location, self._ledger)
             self._ledger.migrate()
             self.ledger_id = self._ledger.ledger_id()
             self.artifact_root = loc.artifact_root
@@ -257,19 +277,6 @@ class Store:
         if self._files.get(self._ledger.path) is None and self._ledger.meta_value("ledger_id") != self.ledger_id:
             raise StoreLost(f"the ledger {self._ledger.where} was replaced while the sweep ran (another "
                             "ledger identity); stopping")
-
-    def _check_tracking_file(self) -> None:
-        """A folder store whose MLflow database vanished or was truncated while the ledger lists sweeps
-        must not be silently re-created: every trial would look finished with no run behind it."""
-        path = sqlite_path(self.location.tracking_uri)
-        if path is None or path == self._ledger.path or (path.exists() and path.stat().st_size > 0):
-            return
-        if self._ledger.path is not None and self._ledger.path.exists() and self._ledger.has_schema() \
-                and self._ledger.sweep_names():
-            state = "is empty (0 bytes: truncated?)" if path.exists() else "is missing"
-            raise StoreError(f"store {path} {state} but the ledger lists sweeps; nothing was written. The ledger "
-                             f"holds every recorded result: `privbench store rebuild-mirror --store {self.where}` "
-                             "rebuilds the MLflow runs from it")
 
     def close(self) -> None:
         """Close the store's database connections; on SQLite the last one checkpoints the WAL into the files."""
