@@ -14,7 +14,7 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,7 +159,6 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     drivers hold; `reconcile` checks MLflow against the ledger even when every trial is finished.
     A failed trial is recorded and reported in the summary, not raised.
     """
-    from orchestrator import grid as grids
     from storage.errors import StoreError, translated
     from storage.store import Store, preflight
 
@@ -194,6 +193,22 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     if problems:
         raise SweepError("; ".join(problems), problems=problems)
 
+    stopping = _Stopping()  # after ray.init: Ray's own SIGTERM handler would abort with a crash dump
+    try:
+        return _open_and_run(spec, location, resources, max_concurrent, retries, steal_leases, cb, stopping)
+    finally:
+        stopping.restore()
+
+
+def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[str, float],
+                  max_concurrent: int | None, retries: int, steal_leases: bool, cb: Callback,
+                  stopping: _Stopping) -> SweepSummary:
+    """Open the sweep in the store and run what it has to do (`run`, once Ray is connected)."""
+    from orchestrator import cluster
+    from orchestrator import grid as grids
+    from storage.errors import StoreError
+    from storage.store import Store
+
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
@@ -218,7 +233,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     skipped: list[str] = []
     try:
         if todo:
-            _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped)
+            _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped, stopping)
         counts = st.status_counts(spec.name)
         st.check_intact()
     except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
@@ -228,6 +243,10 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
             st.release(spec.name)
         except StoreError:
             pass
+    if stopping.signal is not None:
+        raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name}; every result that had arrived is "
+                         "recorded and the other trials' leases are given back: run the sweep again to resume",
+                         code=128 + stopping.signal.value)
     unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
     message, alive, owners = None, False, ()
     if unrun:
@@ -249,6 +268,38 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     cb.on_sweep_end(summary)
     _log_sweep_summary(st, spec.name, cb)
     return summary
+
+
+class _Stopping:
+    """SIGTERM and Ctrl-C ask a running sweep to stop, rather than kill it mid-write: the results in hand are
+    recorded, the tasks in flight cancelled, the leases given back, and `run` ends with a `SweepError` of
+    code 128 + the signal (143 for SIGTERM, 130 for SIGINT). A second Ctrl-C stops at once. Installed only
+    in the main thread (Python delivers signals there); elsewhere the process's own handlers stay."""
+
+    def __init__(self) -> None:
+        import signal
+        import threading
+
+        self.signal: Any = None
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = self.signal or signal.Signals(signum)
+
+    def __call__(self) -> bool:
+        return self.signal is not None
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
 
 
 def not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> str:
@@ -286,7 +337,7 @@ def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
 
 
 def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retries: int, cb: Callback,
-                failures: list[Mapping[str, Any]], skipped: list[str]) -> None:
+                failures: list[Mapping[str, Any]], skipped: list[str], stop: Callable[[], bool]) -> None:
     """Claim, run and record the trials (`orchestrator.submit.run_all`), renewing this driver's leases
     at every poll; `failures` and `skipped` are filled as results come."""
     from orchestrator.submit import run_all
@@ -323,7 +374,7 @@ def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retrie
 
     run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
             on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
-            save_phase=save_phase)
+            save_phase=save_phase, stop=stop)
 
 
 TRIAL_COLUMNS = ("trial_key", "status", "dataset", "model", "mechanism", "epsilon", "seed", "attempts", "run_id",

@@ -10,7 +10,9 @@ so the next trial trains while the last one is analysed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 import time
 import traceback
 from collections import deque
@@ -31,6 +33,7 @@ from workers.trial import (
     step_phase,
 )
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LoadPhase = Callable[[TrialConfig], dict[str, Any] | None]
 SavePhase = Callable[[TrialConfig, dict[str, Any]], Any]
 
@@ -83,10 +86,12 @@ def _step_task(config: TrialConfig, planned: Planned | PhaseFailure) -> dict[str
 def _accelerator_task(config: TrialConfig, planned: Planned | PhaseFailure,
                       board: Any) -> dict[str, Any] | PhaseFailure:
     def report(done: int, total: int, info: dict[str, Any]) -> None:
-        board.update.remote(config.trial_key, done, total, info)
+        with contextlib.suppress(Exception):  # progress is optional: a dead board must not fail the trial
+            board.update.remote(config.trial_key, done, total, info)
 
     out = _guarded("accelerator", lambda c, p: accelerator_phase(c, p, report).to_dict(), config, planned)
-    board.forget.remote(config.trial_key)
+    with contextlib.suppress(Exception):
+        board.forget.remote(config.trial_key)
     return out
 
 
@@ -101,7 +106,7 @@ def failed_record(config: TrialConfig, error: BaseException | PhaseFailure, phas
     result too; the error names the phase."""
     if isinstance(error, PhaseFailure):
         return failed(config, f"{error.phase} phase: {error.error}"[:2000], error.traceback)
-    text = f"{phase} phase: {type(error).__name__}: {error}".splitlines()[0][:2000]
+    text = _ANSI.sub("", f"{phase} phase: {type(error).__name__}: {error}").splitlines()[0][:2000]  # Ray colours
     return failed(config, text, "".join(traceback.format_exception(error)))
 
 
@@ -136,6 +141,7 @@ def run_all(
     on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None,
     on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
     load_phase: LoadPhase | None = None, save_phase: SavePhase | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Run every trial's phases; retry a failed trial up to `retries` times (from its stored
     accelerator output when it has one); at most `max_concurrent` accelerator phases at a time.
@@ -148,6 +154,10 @@ def run_all(
     (`on_result`), so the cluster keeps working while the driver writes; a driver killed in between
     leaves those trials leased and unrecorded, to be redone by the next run (from their stored
     accelerator output where there is one), as with a kill at any other moment.
+
+    `stop` is asked between polls: once it says so (SIGTERM, Ctrl-C), the results already in hand are
+    recorded, the tasks still in flight are cancelled, and `run_all` returns. Progress is optional: a
+    progress board that dies (its actor lost with its node) turns the bars off, not the sweep.
     """
     plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
     accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
@@ -195,6 +205,8 @@ def run_all(
             results.append(outcome)
 
     while queue or training or analysing:
+        if stop is not None and stop():
+            break
         fill()
         if not training and not analysing:
             break
@@ -206,8 +218,11 @@ def run_all(
             last_poll = time.monotonic()
             if on_tick is not None:
                 on_tick()
-            if on_progress is not None:
-                on_progress(ray.get(board.snapshot.remote()))
+            if on_progress is not None and board is not None:
+                try:
+                    on_progress(ray.get(board.snapshot.remote(), timeout=30))
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    board = None  # the progress board died: the trials go on without bars
         results: list[dict[str, Any]] = []
         for ref in done:
             phase = "accelerator" if ref in training else "analysis"
@@ -222,7 +237,13 @@ def run_all(
                 analyse(trial, outcome)
             else:
                 finish(trial, outcome, phase, results)
-        fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
+        if stop is None or not stop():
+            fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
         for record in results:
             on_result(record)
-    ray.kill(board)
+    for ref in [*training, *analysing]:  # stopped early: nothing left running for a driver that is gone
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    if board is not None:
+        with contextlib.suppress(Exception):  # already dead: nothing to kill
+            ray.kill(board)

@@ -90,6 +90,8 @@ def run(
         for problem in e.problems:
             err.print(styled("[bold red]error:[/] {problem}", problem=problem), soft_wrap=True)
         raise typer.Exit(code=e.code) from None
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (the first one stops after recording)
+        fail("interrupted; what was recorded is kept: run the sweep again to resume", code=130)
     if summary.not_run and not summary.running_elsewhere:
         fail(summary.not_run_message or f"sweep {summary.sweep}: {summary.not_run} trial(s) not run", code=1)
     if summary.running_elsewhere and summary.not_run:
