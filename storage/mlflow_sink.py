@@ -17,6 +17,7 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from storage import schema
@@ -85,6 +86,26 @@ class MlflowSink:
         if new_file:
             _forget_store(self.tracking_uri)
         self._client = self._make_client()
+
+    def create_file(self, path: Path) -> None:
+        """Create MLflow's SQLite database at `path` whole or not at all: its schema is made in a file beside
+        it, renamed into place when complete. A disk that fills during MLflow's migrations leaves only that
+        file (removed by the next attempt), never a half-migrated `mlflow.db` that every later run refuses
+        ("table _alembic_tmp_experiments already exists")."""
+        from mlflow.tracking import MlflowClient
+
+        _quiet_mlflow()
+        partial = path.with_name(path.name + ".creating")
+        for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm", "-journal"))):
+            leftover.unlink(missing_ok=True)  # an earlier attempt's, privbench's own
+        uri = f"sqlite:///{partial}"
+        _forget_store(uri)  # an earlier attempt's engine still holds the removed file open
+        with translated(self.where):
+            try:
+                _mlflow_engine(MlflowClient(tracking_uri=uri))  # MLflow migrates the new file here
+            finally:
+                _forget_store(uri)
+            os.replace(partial, path)
 
     def _make_client(self) -> Any:
         _quiet_mlflow()

@@ -134,6 +134,15 @@ def damaged(location: StoreLocation, path: Path, problem: str) -> Damaged:
                    f"this store, then: {recovery}")
 
 
+def _half_migrated(path: Path) -> bool:
+    """Whether MLflow's migrations stopped halfway in this file (alembic's batch tables are still there)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return db.execute("select count(*) from sqlite_master where name like '\\_alembic\\_tmp\\_%' escape '\\'"
+                          ).fetchone()[0] > 0
+
+
 def check_files(location: StoreLocation, *paths: Path | None) -> None:
     """`PRAGMA quick_check` of some of the store's SQLite files: a damaged page is said (`damaged`) before
     anything reads fewer rows than the file holds, or writes over it."""
@@ -244,12 +253,25 @@ class Store:
             check_files(self.location, self._ledger.path, sqlite_path(loc.tracking_uri))
             check_tracking_file(self.location, self._ledger)
             self._ledger.migrate()
+            self._create_tracking_file()
             self.ledger_id = self._ledger.ledger_id()
             self.artifact_root = loc.artifact_root
             if loc.kind == "database" and self.artifact_root is None:
                 self.artifact_root = self._ledger.ensure_meta("artifact_root", _default_artifacts(loc))
             self.sink.connect()  # MLflow creates its schema here: under the lock
         self._files = self._file_identities()
+
+    def _create_tracking_file(self) -> None:
+        """A new SQLite store's MLflow database, made whole or not at all (`MlflowSink.create_file`); one that
+        an older privbench left half-migrated (a full disk during creation: `_alembic_tmp_*` tables) while
+        the ledger holds no sweep is privbench's own unfinished file: it is set aside and made again."""
+        path = sqlite_path(self.location.tracking_uri)
+        if path is None or path == self._ledger.path:
+            return
+        if path.is_file() and path.stat().st_size > 0 and not self._ledger.sweep_names() and _half_migrated(path):
+            os.replace(path, path.with_name(f"{path.name}.incomplete-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"))
+        if not path.exists() or path.stat().st_size == 0:
+            self.sink.create_file(path)
 
     def _file_identities(self) -> dict[Path, tuple[int, int]]:
         """(device, inode) of the store's SQLite files: a file deleted or replaced under a running driver
