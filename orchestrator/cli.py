@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from pathlib import Path
@@ -157,11 +158,11 @@ def _writable_parent(path: Path | None) -> None:
         fail(f"--out {path} is a folder; give a file name")
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, content: str | bytes) -> None:
     try:
-        path.write_text(text)
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     except OSError as e:
-        fail(f"cannot write {path}: {e.strerror}")
+        fail(f"cannot write {path}: {e.strerror or e}")
 
 
 def _known_metric(records: list[dict], metric: str) -> None:
@@ -219,14 +220,14 @@ def plot(
         fail("--out .pgf needs a TeX engine (xelatex, lualatex or pdflatex) on PATH; use .pdf or .svg otherwise")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
     fig = figures.build(kind, records, metric, size)
+    image = io.BytesIO()  # drawn in memory, then written: a full disk is an OSError here, not matplotlib's
     try:
-        figures.save(fig, out_file)
-    except OSError as e:
-        fail(f"cannot write {out_file}: {e.strerror or e}")
+        figures.save(fig, image, fmt)
     except Exception as e:  # matplotlib's LatexError: the TeX engine is there but could not typeset
         if type(e).__name__ != "LatexError":
             raise
         fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
+    _write(out_file, image.getvalue())
     out.print(f"wrote {out_file}")
 
 

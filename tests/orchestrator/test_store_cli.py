@@ -5,6 +5,7 @@ refused `sweep run` stops before Ray starts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -95,3 +96,18 @@ def test_out_onto_a_hard_link_of_the_ledger_is_refused(four, cli):
         assert result.exit_code == 2 and "is a file of the store itself" in error_line(result), args
     assert digest(folder / "ledger.db") == before
     assert cli("sweep", "list", "--store", folder).exit_code == 0
+
+
+def test_plot_onto_a_full_disk_is_one_line(four, cli, tmp_path):
+    """Issue 31 #24: `plot --out` onto a full disk gave AttributeError: 'Stream' object has no attribute 'pos'."""
+    from tests.storage.test_store_faults import tiny_tmpfs
+
+    folder, _ = four
+    with tiny_tmpfs(tmp_path / "disk", "1m") as disk:
+        with open(disk / "filler", "wb") as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        for kind, suffix in (("privacy-utility", "pdf"), ("verdicts", "svg")):
+            result = cli("plot", "four", "--kind", kind, "--store", folder, "--out", disk / f"fig.{suffix}")
+            assert result.exit_code == 2 and "No space left on device" in error_line(result), result.output
