@@ -231,6 +231,8 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
     cb.on_sweep_start(spec, todo, limit, location.display)
     failures: list[Mapping[str, Any]] = []
     skipped: list[str] = []
+    from orchestrator.submit import ClusterLost
+
     try:
         if todo:
             _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped, stopping)
@@ -238,6 +240,10 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         st.check_intact()
     except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
         raise _store_error(e, code=1) from None
+    except ClusterLost as e:
+        raise SweepError(f"sweep {spec.name}: {e}; every result that had arrived is recorded and the other "
+                         "trials' leases are given back: run the sweep again once the cluster is back",
+                         code=1) from None
     finally:
         try:
             st.release(spec.name)

@@ -55,6 +55,29 @@ class ProgressBoard:
         self.state.pop(key, None)
 
 
+class ClusterLost(RuntimeError):
+    """The Ray cluster's head (its GCS) stopped answering while trials ran: the driver stops instead of
+    waiting for Ray to give up on it (a minute, then the process is ended from inside Ray)."""
+
+
+HEAD_CHECK_S = 2.0  # how often the driver checks that the cluster's head still answers
+
+
+def _head_lost() -> str | None:
+    """The GCS address when the head no longer accepts connections, else None (a TCP connect: cheap)."""
+    import socket
+
+    try:
+        address = ray.get_runtime_context().gcs_address
+        host, port = address.rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError:
+        return address
+    except Exception:  # noqa: BLE001 - no address to check (a ray:// client): Ray's own errors tell
+        return None
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class PhaseFailure:
     """A phase that raised: returned in place of its output, and passed on by the phases after it."""
@@ -204,9 +227,14 @@ def run_all(
         else:
             results.append(outcome)
 
+    last_check = time.monotonic()
     while queue or training or analysing:
         if stop is not None and stop():
             break
+        if time.monotonic() - last_check >= HEAD_CHECK_S:
+            last_check = time.monotonic()
+            if (address := _head_lost()) is not None:
+                raise ClusterLost(f"the Ray cluster's head (GCS at {address}) stopped answering")
         fill()
         if not training and not analysing:
             break

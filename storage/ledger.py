@@ -440,9 +440,13 @@ class Ledger:
         others go on at once); with None, every lease of the sweep (`--steal-leases`: its drivers are
         known to be dead)."""
         held = trials.c.lease_owner == owner if owner is not None else trials.c.lease_owner.is_not(None)
+        # a trial given back unrecorded is not "running": it waits for the next driver (its earlier result,
+        # a failure, if it has one)
+        back = sa.case((trials.c.status != "running", trials.c.status),
+                       (trials.c.result_json.is_(None), "pending"), else_="failed")
         with self.engine.begin() as c:
             c.execute(trials.update().where((trials.c.sweep == sweep) & held)
-                      .values(lease_owner=None, lease_expires=None))
+                      .values(status=back, lease_owner=None, lease_expires=None))
             if owner is not None:
                 c.execute(drivers.delete().where((drivers.c.sweep == sweep) & (drivers.c.owner == owner)))
 

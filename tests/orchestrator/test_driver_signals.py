@@ -80,3 +80,37 @@ def test_a_signal_stops_the_driver_after_recording_with_one_line(write_grid, sto
     assert finished_count(store / "ledger.db") == 3
     keys = [r.data.tags["privbench.trial_key"] for r in trial_runs(store, "stopme")]
     assert len(keys) == 3 == len(set(keys))
+
+
+@pytest.mark.slow
+def test_a_killed_ray_head_stops_the_driver_with_one_line_and_gives_its_trials_back(write_grid, store):
+    """Issue 31 #19: with the GCS killed, the driver waited 60 s in silence, Ray logged a C++ line and the
+    process ended with exit 1 and no privbench line, leaving a trial "running". The driver checks the head
+    every 2 s: it records what arrived, gives its trials back (pending) and says so."""
+    import psutil
+
+    grid_file = write_grid({"name": "headless", "seeds": [0, 1, 2], "train": {"epochs": 3, "batch_size": 64},
+                            "grid": TINY["grid"] | {"mechanism": ["nonprivate"]}})
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid_file), "--store",
+                               str(store), "--max-concurrent", "1"], env=os.environ | {"PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while finished_count(store / "ledger.db") < 1:
+        assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()[1][-3000:]
+        time.sleep(0.05)
+    gcs = [p for p in psutil.Process(driver.pid).children(recursive=True) if "gcs_server" in " ".join(p.cmdline())]
+    assert gcs, "the driver's local Ray has a GCS process"
+    killed = time.monotonic()
+    for p in gcs:
+        p.kill()
+    try:
+        _, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert time.monotonic() - killed < 45  # not Ray's 60 s
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert driver.returncode == 1 and len(errors) == 1 and "stopped answering" in errors[0], err[-3000:]
+    with sqlite3.connect(store / "ledger.db") as db:
+        rows = db.execute("select status, lease_owner from privbench_trials").fetchall()
+    assert sorted(rows) == [("finished", None), ("pending", None), ("pending", None)]
