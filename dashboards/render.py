@@ -138,6 +138,50 @@ def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence
     return tables, note
 
 
+SHORTEST = 6  # a shortened cell keeps at least this many characters (`fashi…`)
+
+
+def fitted_table(title: str, columns: Sequence[tuple[str, Sequence[str], int | None]],
+                 width: int | None) -> tuple[Table, list[str]]:
+    """A compact table of (header, cells, cut) columns within `width` characters (None: natural width):
+    columns with `cut` None (keys, numbers, statuses) are never cut; the others are shortened with `…`,
+    lowest `cut` first (the widest among equals), and, when that is not enough, left out in the same
+    order. Returns the table and the headers left out."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    def build(cols: Sequence[tuple[str, Sequence[str], int | None]], widths: dict[str, int]) -> Table:
+        table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0, 0, 1))
+        for header, _, _ in cols:
+            table.add_column(header, no_wrap=True, overflow="ellipsis", min_width=widths[header],
+                             max_width=widths[header])
+        for i in range(len(cols[0][1]) if cols else 0):
+            table.add_row(*(Text(cells[i]) for _, cells, _ in cols))
+        return table
+
+    natural = {h: max([len(h)] + [len(c) for c in cells]) for h, cells, _ in columns}
+    if width is None:
+        return build(columns, natural), []
+    console = Console(width=10_000)
+    kept, left_out = list(columns), []
+    while True:
+        widths = dict(natural)
+        overhead = Measurement.get(console, console.options, build(kept, widths)).maximum - sum(
+            widths[h] for h, _, _ in kept)
+        excess = sum(widths[h] for h, _, _ in kept) + overhead - width
+        while excess > 0:
+            cuttable = [(cut, -widths[h], h) for h, _, cut in kept if cut is not None and widths[h] > SHORTEST]
+            if not cuttable:
+                break
+            header = min(cuttable)[2]
+            widths[header] -= 1
+            excess -= 1
+        droppable = sorted((cut, -i) for i, (_, _, cut) in enumerate(kept) if cut is not None)
+        if excess <= 0 or not droppable:
+            return build(kept, widths), left_out
+        left_out.append(kept.pop(-droppable[0][1])[0])
+
+
 def _multi_sweep(board: list[LeaderboardRow]) -> bool:
     return len({r.sweep for r in board}) > 1
 

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from orchestrator import audit_cli, privacy_cli, sweep_cli
-from orchestrator.console import fail, out
+from orchestrator.console import fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
 app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
@@ -24,6 +24,7 @@ def _entry() -> None:
     """Process-wide settings, set here (the CLI's entry) rather than on import: Hugging Face offline
     unless PRIVBENCH_HF_OFFLINE=0 (trials apply the rest in `workers.environment.configure`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("PRIVBENCH_HF_OFFLINE", "1"))
+    use_ascii_spelling()  # `±` as `+-` where the output's encoding lacks it, not a traceback
 
 
 app.add_typer(sweep_cli.app, name="sweep")
@@ -133,7 +134,9 @@ def leaderboard(
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
             tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
                                        groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
-            for table in tables:
+            for i, table in enumerate(tables):
+                if i:
+                    out.print()
                 _print_whole(table)
             if note:
                 out.print(f"({note})", style="dim", highlight=False)
