@@ -82,8 +82,10 @@ KEY_COLUMNS = ("mechanism", "eps target")  # repeated by every part of a folded 
 
 def _header(text: str, cells: Sequence[str]) -> str:
     """A header over at most two lines, split at the space that makes its column narrowest (`eps` over
-    `certified`), never inside a word."""
+    `certified`) when that saves more than two characters, never inside a word."""
     widest = max([len(c) for c in cells] + [0])
+    if len(text) <= widest + 2:  # a split saving a character or two is not worth a second line
+        return text
     splits = [text] + [text[:i] + "\n" + text[i + 1:] for i, ch in enumerate(text) if ch == " "]
     return min(splits, key=lambda h: (max([widest] + [len(x) for x in h.split("\n")]), h.count("\n")))
 
