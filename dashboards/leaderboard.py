@@ -76,6 +76,7 @@ class LeaderboardRow:
     private: bool = True  # the mechanism claims privacy (the records' `private`); False: the non-private reference
     # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
     tuning: str | None = None
+    uncertified_reason: str | None = None  # why no sound analysis of what ran is known (the first seed's)
 
 
 # The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
@@ -95,6 +96,7 @@ def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
         "batch_size": (cfg.get("train") or {}).get("batch_size"), "utility": metrics.get(metric),
         "step_time_s": metrics.get("step_time_s"), "claim_status": privacy.get("claim_status"),
         "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
+        "uncertified_reason": privacy.get("uncertified_reason"),
     } | {f.column: schema.value(sections[f.section], f) for f in AGGREGATED}
 
 
@@ -157,6 +159,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             claim_status=max(statuses, key=STATUS_ORDER.__getitem__) if statuses else None,
             accountant=next(iter(fin.accountant.dropna()), None),
             sampler=next(iter(fin.sampler.dropna()), None),
+            uncertified_reason=next(iter(fin.uncertified_reason.dropna()), None),
             step_time_ratio=ratio("step_time_s"),
             peak_memory_ratio=ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),

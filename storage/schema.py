@@ -175,6 +175,11 @@ FIELDS: tuple[Field, ...] = (
     F("extra", "privacy", dict, "the plan's extra facts"),
     F("neighboring_relation", "privacy", str, "add-or-remove-one or replace-one"),
     F("epsilons", "privacy", dict, "certified epsilon per accountant"),
+    F("uncertified_reason", "privacy", (str, type(None)), "why no sound analysis of what ran is known (certified "
+      "is then null): a part or step privbench did not write, or a known gap", column="uncertified_reason",
+      aggregate="first", private_only=True),
+    F("release_multipliers", "privacy", dict, "each release's own noise multiplier (std over sensitivity); the "
+      "step's is their combination"),
     F("parts", "privacy", (dict, type(None)), "the mechanism's parts"),
     F("batch_selection", "privacy", (dict, str, type(None)), "how batches are drawn"),
     F("epsilon_target", "privacy", NUM + OPT, "config.epsilon, kept beside the epsilons it is compared with"),

@@ -348,6 +348,13 @@ class TrialConfig:
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
 
     @property
+    def private(self) -> bool:
+        """Whether the trial claims privacy: the one place this is decided. The grid gives a private
+        mechanism (`Mechanism.private`) a target epsilon or a sigma and a reference one neither, so every phase,
+        the record (`private`) and the dashboards read it from here."""
+        return self.epsilon is not None or self.sigma is not None
+
+    @property
     def plan_key(self) -> str:
         """What the trial's privacy plan depends on: the mechanism and its options, the target or sigma, delta,
         the accountant and calibration, the sampler's geometry (the training set: dataset, its options and
