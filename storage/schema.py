@@ -306,8 +306,8 @@ FIELDS: tuple[Field, ...] = (
 
 DISPLAY_ORDER = (  # the text tables' column order (by header); `--columns all` shows every one
     "dataset", "model", "mechanism", "eps target", "utility", "eps claimed", "eps certified", "eps audited",
-    "eps curve", "eps noise", "ceiling", "> ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma", "step x",
-    "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
+    "eps curve", "eps noise", "ceiling", "> ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma",
+    "step x", "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
 )
 
 
