@@ -76,6 +76,8 @@ class LeaderboardRow:
     private: bool = True  # the mechanism claims privacy (the records' `private`); False: the non-private reference
     # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
     tuning: str | None = None
+    uncertified_reason: str | None = None  # why no sound analysis of what ran is known (the first seed's)
+    audit_above_ceiling: bool | None = None  # some seed's audited epsilon exceeds its ceiling beyond its noise
 
 
 # The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
@@ -95,6 +97,7 @@ def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
         "batch_size": (cfg.get("train") or {}).get("batch_size"), "utility": metrics.get(metric),
         "step_time_s": metrics.get("step_time_s"), "claim_status": privacy.get("claim_status"),
         "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
+        "uncertified_reason": privacy.get("uncertified_reason"),
     } | {f.column: schema.value(sections[f.section], f) for f in AGGREGATED}
 
 
@@ -108,6 +111,12 @@ def _num(x: Any) -> float | None:
 def _mean(values: pd.Series) -> float | None:
     v = pd.to_numeric(values, errors="coerce").dropna()
     return _num(v.mean()) if len(v) else None
+
+
+def _typed(field: schema.Field, value: float | None) -> Any:
+    """A flag's aggregate as a flag (any seed flagged: True), a number as it is."""
+    types = field.type if isinstance(field.type, tuple) else (field.type,)
+    return bool(value) if value is not None and bool in types else value
 
 
 def _max(values: pd.Series) -> float | None:
@@ -157,13 +166,14 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             claim_status=max(statuses, key=STATUS_ORDER.__getitem__) if statuses else None,
             accountant=next(iter(fin.accountant.dropna()), None),
             sampler=next(iter(fin.sampler.dropna()), None),
+            uncertified_reason=next(iter(fin.uncertified_reason.dropna()), None),
             step_time_ratio=ratio("step_time_s"),
             peak_memory_ratio=ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
             sweep=sweep or None, private=bool(group.private.any()),
             # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
-            **{f.column: (_max if f.aggregate == "max" else _mean)(fin[f.column]) for f in AGGREGATED},
+            **{f.column: _typed(f, (_max if f.aggregate == "max" else _mean)(fin[f.column])) for f in AGGREGATED},
         ))
     out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
     return rank(out, view)

@@ -25,8 +25,6 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from mechanisms.mechanism import CLIPPINGS, Claim, Mechanism
 from mechanisms.parts.clipping import Clipping, FlatClipping, PerLayerClipping
 
@@ -121,33 +119,11 @@ class Gredp(Mechanism):
                  "clipping": options.clipping, "n_tensors": spec.n_tensors}
         return Claim(claimed, f"gredp-paper ({spec.accountant} at sigma)", extra, notes)
 
-    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
-                       tensor_sizes: Sequence[int] | None = None, **options: Any) -> np.ndarray:
-        """One release per row through `FrequencyNoise.release`, the code training runs.
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+        """The paper's claim for one step: DP-SGD's Gaussian at sigma, G_{1/sigma} (Theorems 1 and 3)."""
+        from mechanisms.auditing import tradeoff
 
-        The row stands for the whole trainable vector, clipped to `clip` by the auditor; `tensor_sizes`
-        (summing to the row's length; default one tensor) splits it as training splits the model, since the
-        transform runs per tensor. Under the unnormalised FFT the time-domain clip is clip / sqrt(d): the
-        rows are scaled to it, released, and scaled back (a linear map of the release, so the same
-        privacy), which keeps the audit in the auditor's units.
-        """
-        import torch
-
-        from mechanisms.parts.plan import PrivacySpec
-
-        rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        opts = self.options(self.audit_options(options))
-        sizes = list(tensor_sizes) if tensor_sizes is not None else [rows.shape[1]]
-        if sum(sizes) != rows.shape[1]:
-            raise ValueError(f"tensor_sizes sum to {sum(sizes)}, the rows have {rows.shape[1]} coordinates")
-        spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=1, batch_size=1, epochs=1, clip=clip, sigma=sigma,
-                           model_dim=rows.shape[1], n_tensors=len(sizes), tensor_sizes=tuple(sizes))
-        parts = self.parts(spec, opts)
-        unit = clip / math.sqrt(rows.shape[1]) if opts.fft == "unnormalised" and opts.clipping == "flat" else clip
-        generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
-        chunks = torch.split(torch.from_numpy(rows * (unit / clip)), sizes, dim=1)
-        released = parts.noise.release(list(chunks), sigma, generator)
-        return torch.cat(released, dim=1).numpy() * (clip / unit)
+        return tradeoff.Gaussian(mu=1.0 / sigma)
 
 
 mechanism = Gredp()

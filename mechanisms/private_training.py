@@ -15,7 +15,8 @@ loss (`opacus.utils.fast_gradient_clipping_utils.DPLossFastGradientClipping`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -28,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
+from mechanisms.parts.releases import ExampleView, Release, Released
 
 
 class ReleaseObserver(Protocol):
@@ -46,22 +48,38 @@ class PlanViolation(RuntimeError):
     """The executed process left the accounted one (more updates than the plan composed)."""
 
 
-class PrivateOptimizerMixin:
-    """What privbench adds to an Opacus DP optimizer: the plan's noise part, observers, and a step count.
+StateUpdate = Callable[[Mapping[str, torch.Tensor], Released], Mapping[str, torch.Tensor]]
 
-    `add_noise` hands the clipped sums to `noise.release` (the same code the one-step audit runs);
-    `after_step(optimizer)` runs after every parameter update (e.g. a weight permutation);
-    `steps_taken` counts real updates and may never exceed `planned_steps`.
+
+class PrivateOptimizerMixin:
+    """What privbench adds to an Opacus DP optimizer: every release of the plan's parts, the mechanism's
+    state, observers, and a step count.
+
+    `add_noise` hands the clipped sums to `noise.release` (the same code the one-step audit runs), then makes
+    every other release of the parts from the examples' norms, hands all of them (`Released`) to the
+    observers and to the state update, and nothing else; `after_step(optimizer)` runs after every parameter
+    update (e.g. a weight permutation); `steps_taken` counts real updates and may never exceed
+    `planned_steps`. `mechanism_state` holds the mechanism's state as device tensors, updated in place so that the
+    clipping engine and the noise read the bound in force without a host synchronisation.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, *, noise: NoiseAddition, planned_steps: int,
-                 after_step: AfterStep | None = None, noise_map: NoiseMap | None = None, **kwargs: Any) -> None:
+                 after_step: AfterStep | None = None, noise_map: NoiseMap | None = None,
+                 releases: tuple[Release, ...] = (), state: dict[str, torch.Tensor] | None = None,
+                 update_state: StateUpdate | None = None, bound_key: str | None = None,
+                 declared_bound: float | None = None, **kwargs: Any) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
         self.after_step, self.noise_map = after_step, noise_map
+        self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
+        self.bound_key, self.declared_bound = bound_key, declared_bound
+        self.example_weights: torch.Tensor | None = None  # 0 on padding rows of the batch in flight
+        self.last_released: Released | None = None
         self.steps_taken = 0
         self.observers: list[ReleaseObserver] = []
         self.update_applied = False
+        if bound_key is not None:
+            self.max_grad_norm = self.mechanism_state[bound_key]  # type: ignore[has-type]
 
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
@@ -69,17 +87,38 @@ class PrivateOptimizerMixin:
     def stop_observing(self, observer: ReleaseObserver) -> None:
         self.observers.remove(observer)
 
+    @property
+    def bound(self) -> torch.Tensor | float:
+        """The clip bound in force (a device scalar when the state sets it)."""
+        return self.max_grad_norm  # type: ignore[attr-defined]
+
+    def example_norms(self) -> torch.Tensor:
+        """The step's per-example gradient norms (before clipping), over all trainable tensors."""
+        per_param = [g.reshape(len(g), -1).norm(2, dim=-1) for g in self.grad_samples]  # type: ignore[attr-defined]
+        return torch.stack(per_param, dim=1).norm(2, dim=1)
+
     def add_noise(self) -> None:
         params = self.params  # type: ignore[attr-defined]
         for observer in self.observers:
             observer.before_noise(self)
         sums = [p.summed_grad.unsqueeze(0) for p in params]
+        scale = self.bound / self.declared_bound if self.bound_key is not None else None
         released = self.noise.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
-                                      secure=self.secure_mode, noise_map=self.noise_map)  # type: ignore[attr-defined]
+                                      secure=self.secure_mode, noise_map=self.noise_map,  # type: ignore[attr-defined]
+                                      scale=scale)
         for p, r in zip(params, released, strict=True):
             p.grad = r.squeeze(0).view_as(p)
+        values = {}
+        if self.releases:
+            view = ExampleView(self.example_norms(), self.bound, self.example_weights)
+            values = {r.name: r.release(view, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
+                                        secure=self.secure_mode) for r in self.releases}  # type: ignore[attr-defined]
+        self.last_released = Released(tuple(p.grad for p in params), values)
         for observer in self.observers:
             observer.after_noise(self)
+        if self.update_state is not None:
+            for name, value in self.update_state(self.mechanism_state, self.last_released).items():
+                self.mechanism_state[name].copy_(value)  # in place: the engine and the noise hold these tensors
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
@@ -115,6 +154,14 @@ class PrivateBookkeepingOptimizer(PrivateGhostOptimizer):
     copy (a copy of every gradient per step: 17 MB on bert-tiny) and leaves `p.grad` empty until `add_noise`
     writes the release. After a skipped step (Opacus' virtual steps) the next clipped sum is added to the
     kept one, as Opacus does. Noise, scaling and the plan are the parent's."""
+
+    engine: Any = None  # the BookkeepingEngine that clips (set by `make_private`)
+
+    def example_norms(self) -> torch.Tensor:
+        """The engine's per-example norms of the step (flat clipping: over all trainable tensors)."""
+        if self.engine is None or self.engine.per_sample_norms is None:
+            raise RuntimeError("book-keeping: no per-example norms (the engine clips per layer, or did not run)")
+        return self.engine.per_sample_norms
 
     def accumulate(self) -> None:
         for p in self.params:  # type: ignore[attr-defined]
@@ -179,36 +226,138 @@ def plan_loader(data: Dataset, plan: Any, generator: torch.Generator) -> DataLoa
 def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: Dataset, plan: Any, *,
                  criterion: Any, generator: torch.Generator, grad_sample_mode: str = "hooks",
                  noise_generator: torch.Generator | None = None, secure_mode: bool = False,
-                 after_step: AfterStep | None = None, noise_map: NoiseMap | None = None) -> PrivateTraining:
-    """DP-SGD's wrap, every part taken from `plan.parts` (sampler, clipper, noise)."""
+                 after_step: AfterStep | None = None, noise_map: NoiseMap | None = None,
+                 state: Mapping[str, float] | None = None, update_state: StateUpdate | None = None) -> PrivateTraining:
+    """DP-SGD's wrap, every part taken from `plan.parts` (sampler, clipper, noise, other releases), with the
+    mechanism's `state` (name -> initial value, kept as device tensors) and its `update_state`."""
     parts = plan.parts
     clipper = parts.clipper
     opt_cls = optimizer_class(clipper.opacus_clipping, grad_sample_mode)
+    if isinstance(module, GradSampleModule):
+        raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    tensors = {name: torch.tensor(float(value), device=device) for name, value in (state or {}).items()}
+    bound_key = clipper.state_key
+    if bound_key is not None and bound_key not in tensors:
+        raise ValueError(f"{plan.mechanism}: the clipper reads its bound from state {bound_key!r}, which the "
+                         f"mechanism's initial_state does not give (it gives {sorted(tensors)})")
+    needs_norms = bool(parts.releases) or bound_key is not None
+    if needs_norms and (grad_sample_mode == "ghost" or clipper.opacus_clipping != "flat"):
+        raise ValueError(f"{plan.mechanism}: releases besides the gradient and a state-set clip bound need flat "
+                         f"clipping with per-example norms (grad_sample_mode bk, hooks, functorch or ew), not "
+                         f"{grad_sample_mode} with {clipper.name} clipping")
     kwargs: dict[str, Any] = {"batch_first": True, "loss_reduction": "mean"}
     if grad_sample_mode == "ghost":
         kwargs["max_grad_norm"] = clipper.max_grad_norm
-    if isinstance(module, GradSampleModule):
-        raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
-    max_grad_norm = clipper.max_grad_norm
+    max_grad_norm: Any = clipper.max_grad_norm
+    engine = None
     if grad_sample_mode == "bk":  # one backward pass leaves sum_i c_i G_i in p.grad (docs/clipping.md)
         from mechanisms.bookkeeping import BookkeepingEngine, BookkeepingLoss
 
         engine = BookkeepingEngine(module, max_grad_norm, clipping=clipper.opacus_clipping)
+        if bound_key is not None:
+            engine.max_grad_norm = tensors[bound_key]  # the engine reads the bound in force each step
         wrapped, max_grad_norm = module, clipper.bound  # the optimizer's scalar bound: the example's bound
     else:
         wrapped = prepare_module(module, grad_sample_mode, True, **kwargs)
     dp_optimizer = opt_cls(
         optimizer, noise=parts.noise, planned_steps=plan.steps, after_step=after_step, noise_map=noise_map,
-        noise_multiplier=plan.sigma, max_grad_norm=max_grad_norm,
+        releases=parts.releases, state=tensors, update_state=update_state, bound_key=bound_key,
+        declared_bound=clipper.bound, noise_multiplier=plan.sigma, max_grad_norm=max_grad_norm,
         expected_batch_size=parts.sampler.batch_size, loss_reduction="mean", generator=noise_generator,
         secure_mode=secure_mode)
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(wrapped, dp_optimizer, criterion, "mean")
-    elif grad_sample_mode == "bk":
+    elif engine is not None:
+        dp_optimizer.engine = engine
         criterion = BookkeepingLoss(engine, criterion)
     return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator), criterion)
 
 
+# ---- integrity: the step that runs is privbench's ----------------------------------------------------------
+STEP_MODULES = ("mechanisms.private_training", "mechanisms.bookkeeping.engine", "mechanisms.bookkeeping.norms",
+                "mechanisms.bookkeeping.registry", "mechanisms.parts.noise_addition", "mechanisms.parts.releases",
+                "mechanisms.parts.clipping", "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
+STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
+                "backward", "contribute", "_finish", "release", "example_norms")
+
+
+def _trusted_roots() -> tuple[list[str], list[str]]:
+    """(folders whose code the private step may run: privbench's mechanisms, Opacus, torch, the standard
+    library; folders excluded from them: installed packages inside the standard library's folder)."""
+    import os
+    import site
+    import sysconfig
+
+    import opacus
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    roots = [here, os.path.dirname(os.path.abspath(opacus.__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
+             os.path.abspath(sysconfig.get_paths()["stdlib"])]
+    excluded = [os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
+    return roots, excluded
+
+
+def _foreign(value: Any) -> str | None:
+    """Where a function comes from when its code is not privbench's, Opacus', torch's or the standard
+    library's (None: trusted, or not Python code)."""
+    import os
+    import types
+
+    fn = getattr(value, "__func__", value)
+    fn = getattr(fn, "func", fn)  # functools.partial
+    if isinstance(fn, type):
+        module = sys.modules.get(fn.__module__)
+        path = getattr(module, "__file__", None)
+    elif isinstance(fn, types.FunctionType):
+        path = fn.__code__.co_filename
+    else:
+        return None
+    if path is None:
+        return None
+    path = os.path.abspath(path)
+    roots, excluded = _trusted_roots()
+    inside = [r for r in roots if os.path.commonpath([r, path]) == r]
+    if inside and not any(os.path.commonpath([e, path]) == e and len(e) > max(map(len, inside)) for e in excluded):
+        return None
+    return path
+
+
+def step_integrity(training: PrivateTraining) -> list[str]:
+    """What replaces privbench's private step in `training`, one line each (empty: the step is privbench's).
+
+    A mechanism that patches the optimizer, the clipping engine or the parts (at class level, on the
+    instance, or in the modules the step calls) would run something else than the plan accounts; its trial
+    is then `uncertified`. Checked once, after `make_private`, before the first step.
+    """
+    problems = []
+    optimizer = training.optimizer
+    if not isinstance(optimizer, PrivateOptimizerMixin):
+        return [f"the optimizer is a {type(optimizer).__module__}.{type(optimizer).__qualname__}, not privbench's "
+                "private optimizer"]
+    objects = [optimizer, optimizer.noise, *optimizer.releases]
+    engine = getattr(optimizer, "engine", None)
+    if engine is not None:
+        objects.append(engine)
+    for obj in objects:
+        cls = type(obj)
+        if source := _foreign(cls):
+            problems.append(f"{cls.__qualname__} is defined in {source}")
+        for klass in cls.__mro__:
+            for name in set(STEP_METHODS) & set(vars(klass)):
+                if source := _foreign(vars(klass)[name]):
+                    problems.append(f"{klass.__qualname__}.{name} was replaced by code from {source}")
+        for name in set(STEP_METHODS) & set(vars(obj)):
+            if source := _foreign(vars(obj)[name]):
+                problems.append(f"{cls.__qualname__}.{name} was replaced on the instance by code from {source}")
+    for name in STEP_MODULES:
+        module = sys.modules.get(name)
+        for attr, value in vars(module).items() if module is not None else ():
+            if not attr.startswith("__") and (source := _foreign(value)):
+                problems.append(f"{name}.{attr} was replaced by {source}")
+    return problems
+
+
 __all__ = ["GRAD_SAMPLE_MODES", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",
            "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer", "PrivateTraining",
-           "ReleaseObserver", "make_private", "optimizer_class", "plan_loader"]
+           "ReleaseObserver", "StateUpdate", "make_private", "optimizer_class", "plan_loader", "step_integrity"]

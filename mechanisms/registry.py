@@ -176,6 +176,7 @@ MECHANISMS: Registry[Mechanism] = Registry("mechanism", {
     "nonprivate": "mechanisms.nonprivate:mechanism",
     "dpsgd": "mechanisms.dpsgd:mechanism",
     "dpsgd-gdp": "mechanisms.dpsgd_gdp:mechanism",
+    "dpsgd-adaclip": "mechanisms.dpsgd_adaclip:mechanism",
     "gredp": "mechanisms.gredp:mechanism",
     "shuffled-dpsgd": "mechanisms.shuffled_dpsgd:mechanism",
     "dp-forward": "mechanisms.dp_forward:mechanism",

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
-from orchestrator.console import fail, out
+from orchestrator.console import fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
 app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
@@ -25,6 +25,7 @@ def _entry() -> None:
     """Process-wide settings, set here (the CLI's entry) rather than on import: Hugging Face offline
     unless PRIVBENCH_HF_OFFLINE=0 (trials apply the rest in `workers.environment.configure`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("PRIVBENCH_HF_OFFLINE", "1"))
+    use_ascii_spelling()  # `±` as `+-` where the output's encoding lacks it, not a traceback
 
 
 app.add_typer(sweep_cli.app, name="sweep")
@@ -72,23 +73,42 @@ def leaderboard(
     columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
                                               "audited, status, step x, runs): privacy, audit, overhead or all, "
                                               "comma-separated. CSV and JSON always hold every field.")] = "core",
-    float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (a bare tabular, shrunk to the "
-                                                           "line width when wider), table or table*.")] = "none",
+    float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (bare tables), table (one column) "
+                                                           "or table* (both columns).")] = "none",
+    width: Annotated[str | None, typer.Option(help="LaTeX only: the width the table is made to fit: single (one "
+                                                   "column), double (both) or a number of points; default: single, "
+                                                   "double for --float table*.")] = None,
+    venue: Annotated[str, typer.Option(help="LaTeX only: whose column widths and font size: article (LaTeX's "
+                                            "two-column article), acm (sigconf) or ieee (conference).")] = "article",
+    caption: Annotated[str | None, typer.Option(help="LaTeX only: the float's caption (LaTeX).")] = None,
+    label: Annotated[str | None, typer.Option(help="LaTeX only: the float's \\label.")] = None,
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
     from dashboards import tuning
-    from dashboards.render import FLOATS, FORMATS, render, rich_table
+    from dashboards.latex import resolve_width
+    from dashboards.render import FLOATS, FORMATS, render, rich_tables
+    from dashboards.venues import venue as venue_of
     from storage import schema
 
     if fmt not in FORMATS:
         fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     try:
         groups_chosen = schema.select(columns)
+        chosen_venue = venue_of(venue)
+        if width is not None:
+            resolve_width(width, chosen_venue)
     except ValueError as e:
         fail(str(e))
     if float_env not in FLOATS:
         fail(f"unknown --float {float_env!r}; known: {', '.join(FLOATS)}")
+    if fmt != "latex" and (width or caption or label or float_env != "none"):
+        fail("--width, --float, --caption and --label apply to --format latex only")
+    if (caption or label) and float_env == "none":
+        fail("--caption and --label need a float: --float table or table*")
+    if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
+        fail(f"--float {float_env} is {'one column' if float_env == 'table' else 'both columns'} wide: "
+             f"use --float {'table*' if float_env == 'table' else 'table'} with --width {width}")
     if view not in (*lb.VIEWS, tuning.TUNED_VIEW):
         fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuning.TUNED_VIEW))}")
     if view == tuning.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
@@ -111,17 +131,24 @@ def leaderboard(
         groups = ["sweep", *groups]
     if fmt == "table" and out_file is None:
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
+        sized = out.is_terminal or bool(os.environ.get("COLUMNS"))  # piped: one table at its natural width
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
-            table = rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                               groups_chosen)
-            _print_whole(table)
+            tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
+                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
+            for i, table in enumerate(tables):
+                if i:
+                    out.print()
+                _print_whole(table)
+            if note:
+                out.print(f"({note})", style="dim", highlight=False)
             for r in part:
                 if r.tuning:
                     out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
         return
     text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
-                  columns=groups_chosen, float_env=float_env)
+                  columns=groups_chosen, float_env=float_env, width=width, venue_name=venue, caption=caption,
+                  label=label)
     if fmt in ("table", "markdown"):
         text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
     if out_file is None:
@@ -163,6 +190,12 @@ def _write(path: Path, content: str | bytes) -> None:
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     except OSError as e:
         fail(f"cannot write {path}: {e.strerror or e}")
+    _wrote(path)
+
+
+def _wrote(path: Path) -> None:
+    """What every command that writes `--out` says, once the file is complete."""
+    out.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
 def _known_metric(records: list[dict], metric: str) -> None:
@@ -191,7 +224,6 @@ def report(
     with store_errors(st.where):
         grids = {n: st.grid_yaml(n) for n in names}
     _write(out_file, build_report(records, names, grids, metric=metric))
-    out.print(f"wrote {out_file}")
 
 
 @app.command("plot")
@@ -228,7 +260,6 @@ def plot(
             raise
         fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
     _write(out_file, image.getvalue())
-    out.print(f"wrote {out_file}")
 
 
 @app.command("export")
@@ -260,6 +291,7 @@ def export(
         fail(f"--format parquet needs pyarrow: {e}".splitlines()[0])
     except OSError as e:
         fail(f"cannot write {out_file}: {e.strerror or e}")
+    _wrote(out_file)
 
 
 @app.command("ui")
@@ -295,14 +327,30 @@ def ui(
 
 
 @app.command("list")
-def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")]) -> None:
+def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")],
+               hooks: Annotated[bool, typer.Option("--hooks", help="With `mechanisms`: the contract, every hook "
+                                                   "a mechanism may write with the guarantee it must keep")] = False,
+               ) -> None:
     """List the names a grid file can use: privbench's and installed plugins' (entry points)."""
     from mechanisms.accountants.accountant import described
+    from mechanisms.mechanism import FINAL, HOOKS, filled_hooks
     from mechanisms.registry import ACCOUNTANTS, MECHANISMS
     from workers import datasets, models
 
+    if hooks and what != "mechanisms":
+        fail("--hooks goes with `privbench list mechanisms`")
+    if hooks:
+        table = Table(title="the mechanism contract (docs/plugins.md)")
+        for name in ("hook", "used by", "guarantee"):
+            table.add_column(name, overflow="fold")
+        for hook in HOOKS:
+            table.add_row(hook.name, hook.used_by, hook.guarantee)
+        out.print(table)
+        out.print(f"privbench runs {', '.join(FINAL)} itself: a plugin that overrides one is uncertified.")
+        return
     if what == "mechanisms":
-        rows = [(n, m.description) for n, m in MECHANISMS.items()]
+        rows = [(n, m.description + (f" (hooks: {', '.join(h)})" if (h := filled_hooks(m)) else ""))
+                for n, m in MECHANISMS.items()]
         broken = MECHANISMS.broken()
     elif what == "datasets":
         rows = [(n, f"{kind}: {desc}") for n, kind, desc in datasets.describe()]

@@ -109,7 +109,12 @@ def field_problems(obj: Any) -> list[str]:
 
 
 def check(obj: Any) -> None:
-    """Raise ValueError naming every field of `obj` outside its bounds."""
+    """Give a float field's integer its type (`lr=1` is `lr=1.0`: one setting, one trial key), then raise
+    ValueError naming every field of `obj` outside its bounds."""
+    for key, value in _typed_numbers(type(obj), {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+                                     ).items():
+        if type(value) is not type(getattr(obj, key)):
+            object.__setattr__(obj, key, value)
     if problems := field_problems(obj):
         raise ValueError("; ".join(problems))
 
@@ -367,6 +372,13 @@ class TrialConfig:
         if self.tuning:  # only a tuned candidate's key has it (the keys of existing stores stay valid)
             out["tuning"] = dict(self.tuning)
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
+
+    @property
+    def private(self) -> bool:
+        """Whether the trial claims privacy: the one place this is decided. The grid gives a private
+        mechanism (`Mechanism.private`) a target epsilon or a sigma and a reference one neither, so every phase,
+        the record (`private`) and the dashboards read it from here."""
+        return self.epsilon is not None or self.sigma is not None
 
     @property
     def plan_key(self) -> str:

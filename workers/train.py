@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from mechanisms.mechanism import Mechanism
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
 from workers.datasets.base import Split
@@ -62,6 +63,7 @@ def train(
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
     noise_generator: torch.Generator | None = None, secure_mode: bool = False,
     on_progress: Progress | None = None, attach: Callable[[Any], Callable[[], float] | None] | None = None,
+    private: bool | None = None,
 ) -> TrainOutcome:
     """Train `bundle.module` with `mechanism` under `plan`; evaluate every epoch on `eval_splits`.
 
@@ -70,7 +72,12 @@ def train(
     `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step; it
     may return a clock of its own seconds inside steps, which the step timer leaves out (the one-run
     canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
+    `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). A private
+    step that is not privbench's (`step_integrity`) is reported in `info["step_problems"]`: the trial is
+    then uncertified.
     """
+    if private is None:
+        private = plan.sigma is not None
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
@@ -84,13 +91,17 @@ def train(
         if why := unsupported(module):
             mode = bundle.info.get("fallback_grad_sample_mode", "hooks")
             info["bk_fallback"] = "; ".join(why)
-    private = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
-                                     generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
-                                     secure_mode=secure_mode)
-    module, optimizer, loader, criterion = private.module, private.optimizer, private.loader, private.criterion
-    is_private = hasattr(optimizer, "noise")  # a PrivateOptimizerMixin; the plain optimizer when non-private
-    precision = StepPrecision(cfg.precision, device, private=is_private, grad_sample_mode=mode)
-    step_module = compiled(module, mode, is_private) if cfg.compile else module
+    training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
+                                      generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
+                                      secure_mode=secure_mode)
+    if private and type(mechanism).make_private is Mechanism.make_private:  # the trainer's step (an override is
+        from mechanisms.private_training import step_integrity  # its own: contract_problems flags a plugin's)
+
+        if problems := step_integrity(training):
+            info["step_problems"] = problems
+    module, optimizer, loader, criterion = training.module, training.optimizer, training.loader, training.criterion
+    precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode)
+    step_module = compiled(module, mode, private) if cfg.compile else module
     audit_clock = attach(optimizer) if attach is not None else None
     timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = plan.steps, 0

@@ -32,6 +32,7 @@ import torch
 
 import mechanisms
 from mechanisms.claims import claim_status
+from mechanisms.mechanism import plan_for, uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models, plugins
 from workers.audit import (
@@ -150,10 +151,6 @@ class Planned:
     calibration_s: float
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a tuned candidate's record fields
 
-    @property
-    def private(self) -> bool:
-        return self.plan.sigma is not None or self.plan.epsilon_claimed is not None
-
 
 def plan_phase(config: TrialConfig) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
@@ -164,7 +161,7 @@ def plan_phase(config: TrialConfig) -> Planned:
     spec = privacy_spec(config, len(train_split), _trainable(bundle))
     t1 = time.perf_counter()
     mechanism = mechanisms.get(config.mechanism)
-    plan, tuning = tuned_plan(config.tuning, spec, mechanism) if config.tuning else (mechanism.plan(spec), {})
+    plan, tuning = tuned_plan(config.tuning, spec, mechanism) if config.tuning else (plan_for(mechanism, spec), {})
     return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1, tuning)
 
 
@@ -211,11 +208,12 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
         raise RuntimeError("the plan was made for another training set or model than the one that would run; "
                            "the accounted process must be the executed one")
     plan, audit = planned.plan, config.audit
-    one_run = OneRun(audit, plan, config.seed) if audit.one_run and planned.private else None
+    one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
     outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanisms.get(config.mechanism),
                     plan, config.train, device=device, generator=generator, on_progress=on_progress,
                     noise_generator=noise_generator(config.seed, device, config.secure_rng),
-                    secure_mode=config.secure_rng, attach=one_run.attach if one_run else None)
+                    secure_mode=config.secure_rng, attach=one_run.attach if one_run else None,
+                    private=config.private)
     losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
                              one_run.result() if one_run is not None else None, losses,
@@ -224,7 +222,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
 
 def step_phase(config: TrialConfig, planned: Planned) -> dict[str, Any]:
     """The one-step audit of the mechanism at the plan's sigma (no trained model needed; CPU)."""
-    if not (config.audit.step and planned.private):
+    if not (config.audit.step and config.private):
         return {}
     _prepare(config)
     return step_audit(mechanisms.get(config.mechanism), planned.plan, config.train.clip, config.audit,
@@ -238,13 +236,15 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     t0 = time.perf_counter()
     _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
+    if problems := output.info.get("step_problems"):  # the step that ran is not privbench's: nothing certifies it
+        plan = uncertified(plan, "the training step was replaced: " + "; ".join(problems))
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
         audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
     if output.mia is not None:
         audits |= loss_threshold_mia(output.mia)
     audits |= audit_cost(audits, train_s) | dict(step)
-    private, info = planned.private, output.info
+    private, info = config.private, output.info
     privacy = plan.as_record() | audits | {
         "epsilon_target": config.epsilon,
         "private": private,  # whether the trial claims any privacy (dashboards read this, not a name)
@@ -281,7 +281,7 @@ def step_memory(config: TrialConfig) -> tuple[float, float | None]:
     """
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # a reused worker's cached blocks are not this trial's
-    private = config.epsilon is not None or config.sigma is not None
+    private = config.private
     probe = dataclasses.replace(
         config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
         train=dataclasses.replace(config.train, epochs=1, max_train_examples=config.train.batch_size))

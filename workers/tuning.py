@@ -23,6 +23,7 @@ from mechanisms.accountants.tuning import (
     TuneSpec,
     account,
 )
+from mechanisms.mechanism import plan_for
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 
 PRIVACY_SETTINGS = ("batch_size", "epochs")  # training settings that change the run's privacy event
@@ -118,13 +119,13 @@ def tuned_plan(tuning: Mapping[str, Any], spec: PrivacySpec, mechanism: Any) -> 
     fields: dict[str, Any] = {"tuning_distribution": setting.spec.runs.label(), "tuning_budget": setting.spec.budget,
                               "tuning_mean": setting.spec.runs.mean}
     if spec.epsilon is None:  # nothing private to account (a non-private baseline's candidates)
-        plan = mechanism.plan(spec)
+        plan = plan_for(mechanism, spec)
         return plan, fields | {"epsilon_certified_run": plan.epsilon_certified, "epsilon_certified_tuned": None}
     names = setting.privacy_names()
     support = setting.spec.privacy_support(names)
     mine = {k: v for k, v in (dict(setting.params) | {"batch_size": spec.batch_size, "epochs": spec.epochs}
                               | dict(spec.options)).items() if k in names}
-    plans = [mechanism.plan(_spec_at(spec, s)) for s in support]
+    plans = [plan_for(mechanism, _spec_at(spec, s)) for s in support]
     index = next(i for i, s in enumerate(support) if all(mine.get(k) == v for k, v in s.items()))
     families = tuple(p.parts for p in plans)
     if any(f is None for f in families):
@@ -133,7 +134,7 @@ def tuned_plan(tuning: Mapping[str, Any], spec: PrivacySpec, mechanism: Any) -> 
                    base_sigmas=tuple(float(p.sigma) for p in plans))
     plan = plans[index]
     if setting.spec.budget == "total":
-        plan = mechanism.plan(dataclasses.replace(spec, epsilon=None, sigma=acct.sigmas[index]))
+        plan = plan_for(mechanism, dataclasses.replace(spec, epsilon=None, sigma=acct.sigmas[index]))
     if plan.parts != families[index] or plan.sigma != acct.sigmas[index]:
         raise RuntimeError("the tuned plan is not the accounted one: the accounted process must be the executed one")
     return plan, fields | {"epsilon_certified_run": acct.epsilon_run, "epsilon_certified_tuned": acct.epsilon_tuned,

@@ -197,9 +197,17 @@ def calibrate(epsilon_of: Callable[[float], float | None], target: float, *, rel
                        slope=local_slope, note=note)
 
 
+def accounting_relation(events: EventFamily | Hashable) -> dp_accounting.NeighboringRelation:
+    """The relation a family's events are accounted under: its own `accounting_relation` (privbench's
+    `Parts`), else add-or-remove-one (dp-accounting's default)."""
+    return getattr(events, "accounting_relation", dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+
+
 def _epsilon_function(events: EventFamily, delta: float, accountant: str) -> Callable[[float], float | None]:
+    relation = accounting_relation(events)
+
     def epsilon_of(sigma: float) -> float | None:
-        return epsilon_report(events(sigma), delta, accountant).epsilon
+        return epsilon_report(events(sigma), delta, accountant, relation).epsilon
     return epsilon_of
 
 
@@ -222,14 +230,18 @@ def calibrate_sigma(
     """Smallest sigma on the rel_tol grid with epsilon(events(sigma)) <= epsilon. `events` must be hashable.
 
     Cached: a sweep calibrates each distinct (events, epsilon, delta, accountant) once per process.
-    PLD is bracketed by a coarse RDP calibration, PRV by a PLD one; RDP searches on its own.
+    PLD is bracketed by a coarse RDP calibration, PRV by a PLD one; RDP searches on its own. The events are
+    accounted under the family's own relation (`accounting_relation`), the one its certification uses.
     """
     require_positive("epsilon", epsilon)
     require_delta(delta)
     if accountant not in sound_accountants():
         raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(sound_accountants())}")
     guess, slope, level = 1.0, DEFAULT_SLOPE, 0
-    if accountant in BRACKETED_BY:
+    # The cheap bracket is only asked about families accounted under add-or-remove-one: dp-accounting's RDP
+    # reads replace-one Gaussians at another sensitivity than PLD (reference.py), so it is not used for them.
+    add_or_remove = accounting_relation(events) == dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if accountant in BRACKETED_BY and (add_or_remove or BRACKETED_BY[accountant] != "rdp"):
         cheap = BRACKETED_BY[accountant]
         if cheap == "rdp":
             coarse = calibrate_sigma(_AsPldSees(events), epsilon, delta, cheap, COARSE_REL_TOL)

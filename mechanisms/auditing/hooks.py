@@ -10,6 +10,7 @@ profile), for a mechanism whose `claimed_step_tradeoff` has no closed form.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -22,18 +23,20 @@ from mechanisms.auditing.cases import AuditCase, dirac_case
 
 if TYPE_CHECKING:
     from mechanisms.mechanism import Mechanism
-    from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
+    from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
 
 # deltas at which the fallback reads the claimed privacy profile from plan(...)
 PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
 
 
 def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None, clip: float = 1.0,
-              options: Mapping[str, Any] | None = None) -> PrivacySpec:
-    """ONE un-subsampled step (sample_rate 1, steps 1): the scope of every mechanism-level number."""
+              options: Mapping[str, Any] | None = None, batch_size: int | None = None) -> PrivacySpec:
+    """ONE un-subsampled step (sample_rate 1, steps 1) on a batch of the trial's expected size (1 by default):
+    the scope of every mechanism-level number."""
     from mechanisms.parts.plan import PrivacySpec
 
-    return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=1, batch_size=1, epochs=1, clip=clip,
+    batch = int(batch_size or 1)
+    return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=batch, batch_size=batch, epochs=1, clip=clip,
                        sigma=sigma, options=dict(options or {}))
 
 
@@ -42,24 +45,31 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
     """The mechanism's own plan for one step: claimed and certified epsilon, or sigma for `epsilon`.
 
     Only the options the mechanism declares reach its plan (audits pass auditor-side keys such as
-    `tensor_sizes` to `privatize_step`).
+    `tensor_sizes` to `privatize_step`); `batch_size` among them sets the step's batch (`step_spec`).
 
     Cached per (mechanism, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
+    from mechanisms.mechanism import plan_for
+
+    batch = (options or {}).get("batch_size")
     options = mechanism.audit_options(dict(options or {}))
     items = tuple(sorted(options.items()))
     try:
         hash(items)
     except TypeError:
-        return mechanism.plan(step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=options))
-    return _cached_plan(mechanism, sigma, delta, epsilon, clip, items)
+        return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=options,
+                                             batch_size=batch))
+    return _cached_plan(mechanism, sigma, delta, epsilon, clip, items, batch)
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_plan(mechanism: Mechanism, sigma: float | None, delta: float, epsilon: float | None, clip: float,
-                 items: tuple[tuple[str, Any], ...]) -> PrivacyPlan:
-    return mechanism.plan(step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=dict(items)))
+                 items: tuple[tuple[str, Any], ...], batch_size: int | None = None) -> PrivacyPlan:
+    from mechanisms.mechanism import plan_for
+
+    return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=dict(items),
+                                         batch_size=batch_size))
 
 
 def claimed_step_tradeoff(mechanism: Mechanism, sigma: float, *, clip: float = 1.0,
@@ -83,12 +93,63 @@ def claimed_profile(mechanism: Mechanism, sigma: float, *, clip: float = 1.0,
 
 
 def audit_cases(mechanism: Mechanism, dim: int, clip: float, seed: int,
-                options: Mapping[str, Any] | None = None) -> Sequence[AuditCase]:
-    """The Dirac case every mechanism gets, then the mechanism's own worst cases."""
+                options: Mapping[str, Any] | None = None, sigma: float | None = None) -> Sequence[AuditCase]:
+    """The Dirac case every mechanism gets, then the mechanism's own worst cases, in the step's release layout.
+
+    With `sigma`, the cases are built from the mechanism's one-step parts: the Dirac canary has the norm the
+    clipper allows (one spike per tensor under per-layer clipping, given `tensor_sizes` in the options),
+    and a step with other releases (`Parts.releases`) gets their columns after the gradient's: the canary
+    example moves each by its sensitivity, and the projection weighs each coordinate by the inverse of its
+    noise variance, so that all releases are tested jointly with the likelihood-ratio statistic.
+    """
+    options = dict(options or {})
     rng = np.random.default_rng([seed, 0xCA5E])
-    cases = [dirac_case(dim, clip, rng)]
-    cases.extend(mechanism.audit_cases(dim=dim, clip=clip, rng=rng, **dict(options or {})))
+    parts = None
+    if sigma is not None and mechanism.private:
+        parts = mechanism.audit_parts(sigma, clip, dim, mechanism.audit_options(options),
+                                      tensor_sizes=options.get("tensor_sizes"), batch_size=options.get("batch_size"))
+    norm, blocks = _gradient_canary(parts, clip, options.get("tensor_sizes"))
+    cases = [dirac_case(dim, norm, rng, block_bounds=blocks)]
+    cases.extend(mechanism.audit_cases(dim=dim, clip=clip, rng=rng, **options))
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         raise ValueError(f"audit case names must be unique, got {names}")
+    if parts is not None and parts.releases:
+        cases = [with_releases(case, parts, sigma) for case in cases]  # type: ignore[arg-type]
     return cases
+
+
+def _gradient_canary(parts: Parts | None, clip: float, tensor_sizes: Sequence[int] | None,
+                     ) -> tuple[float, tuple[tuple[int, float], ...] | None]:
+    """(the canary's norm, the per-tensor bounds) for `dirac_case`: the clipper's largest bound."""
+    from mechanisms.parts.clipping import PerLayerClipping
+
+    if parts is None:
+        return clip, None
+    clipper = parts.clipper
+    if isinstance(clipper, PerLayerClipping) and tensor_sizes and len(tensor_sizes) == len(clipper.clips):
+        return clipper.bound, tuple(zip(tensor_sizes, clipper.clips, strict=True))
+    return parts.audit_bound, None
+
+
+def with_releases(case: AuditCase, parts: Parts, sigma: float) -> AuditCase:
+    """`case` over the step's whole release layout: the gradient's columns, then each other release's (base 0,
+    moved by its add-or-remove sensitivity by the canary example), weighted by inverse noise variances."""
+    from dp_accounting import NeighboringRelation
+
+    gradient_std = sigma * getattr(parts.noise, "std_per_sigma", 1.0)
+    canary, base, weights = [case.canary], [case.base], [np.full(case.dim, 1.0 / gradient_std**2)]
+    for release in parts.releases:
+        step = release.sensitivity(NeighboringRelation.ADD_OR_REMOVE_ONE) / np.sqrt(release.width)
+        canary.append(np.full(release.width, step))
+        base.append(np.zeros(release.width))
+        weights.append(np.full(release.width, 1.0 / release.noise_std(sigma) ** 2))
+    statistic = case.statistic
+    if statistic is not None:  # a mechanism's own statistic reads the gradient's columns
+        statistic = _on_columns(statistic, case.dim)
+    return dataclasses.replace(case, canary=np.concatenate(canary), base=np.concatenate(base), statistic=statistic,
+                               layout=(case.dim, *(r.width for r in parts.releases)), weights=np.concatenate(weights))
+
+
+def _on_columns(statistic: Any, width: int) -> Any:
+    return lambda released: statistic(np.asarray(released)[:, :width])

@@ -58,8 +58,10 @@ def sample_scores(module: Mechanism, case: AuditCase, *, sigma: float, clip: flo
     opts = {**dict(options or {}), **dict(case.options)}
     if path == "support":
         cols = np.flatnonzero(case.canary)
-        u = case.direction[cols]
-        offset = float(case.base @ case.direction)
+        u = case.projection[cols]
+        offset = float(case.base @ case.projection)
+        if case.layout is not None:
+            opts["layout"] = case.support_layout(cols)
 
         def score(released: np.ndarray) -> np.ndarray:
             return np.asarray(released, dtype=np.float64) @ u - offset

@@ -219,7 +219,7 @@ def audit_step(module: Mechanism, sigma: float, *, samples: int = 20_000, delta:
     options = dict(options or {})
     plan = hooks.step_plan(module, sigma, delta, clip=clip, options=options)
     claim = hooks.claimed_step_tradeoff(module, sigma, clip=clip, options=options)
-    cases = list(cases) if cases is not None else list(hooks.audit_cases(module, dim, clip, seed, options))
+    cases = list(cases) if cases is not None else list(hooks.audit_cases(module, dim, clip, seed, options, sigma))
     bounds = 2 * len(ROLES) * len(cases)
     per_bound = significance / bounds
     coordinatewise = module.audit_coordinatewise

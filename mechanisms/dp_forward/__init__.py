@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mechanisms.mechanism import Mechanism
+from mechanisms.mechanism import Claim, Mechanism
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -85,16 +84,6 @@ class Options:
             raise ValueError(f"dp-forward epsilon_labels must be a positive number or null, got {self.epsilon_labels}")
         if self.num_classes is not None and int(self.num_classes) < 2:
             raise ValueError(f"dp-forward num_classes must be >= 2, got {self.num_classes}")
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any] | None, *, strict: bool = True) -> Options:
-        """From a grid's `mechanism_options`; unknown keys are an error when `strict` (typos), else ignored."""
-        options = dict(options or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown and strict:
-            raise ValueError(f"unknown dp-forward option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**{k: v for k, v in options.items() if k in known})
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -248,19 +237,6 @@ def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options)
     return value
 
 
-def certified_sigma(spec: PrivacySpec, options: Options) -> float:
-    gap = certification_gap(options)
-    if gap is not None:
-        raise ValueError(f"dp-forward cannot be calibrated to a certified epsilon (calibration: certified "
-                         f"skips it): {gap}")
-    from mechanisms.accountants.analytic_gaussian import amgm_sigma
-    from mechanisms.accountants.calibration import calibrate
-
-    guess = amgm_sigma(float(spec.epsilon), spec.delta, TRUE_SENSITIVITY, spec.epochs)  # type: ignore[arg-type]
-    return calibrate(lambda s: certified_epsilon(s, spec.epochs, spec.delta, options), float(spec.epsilon),  # type: ignore[arg-type]
-                     guess=guess).sigma
-
-
 class DpForward(Mechanism):
     ID = ID
     references = ("arXiv:2309.06746",)
@@ -270,49 +246,37 @@ class DpForward(Mechanism):
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
         return release_parts(spec, options)
 
-    def plan(self, spec: PrivacySpec) -> PrivacyPlan:
-        import dp_accounting
+    def claimed_sigma(self, spec: PrivacySpec, options: Options, parts: Parts) -> float:
+        return claimed_sigma(spec, options)
 
+    def certification_gap(self, spec: PrivacySpec, options: Options) -> str | None:
+        return certification_gap(options)
+
+    def claim(self, sigma: float, spec: PrivacySpec, options: Options, parts: Parts, certified: float | None) -> Claim:
+        """The paper's accounting at sensitivity S (central: Table 5's translation; local: SeqLDP), with every
+        number it gives, and the true per-release epsilons beside them."""
         from mechanisms.accountants.analytic_gaussian import agm_epsilon
         from mechanisms.dp_forward.forward_noise import parse_position
 
-        options = self.options(spec.options)
-        if spec.sigma is not None:
-            sigma = spec.sigma
-        elif spec.epsilon is None:
-            raise ValueError("dp-forward needs a target epsilon or an explicit sigma")
-        elif spec.calibration == "claimed":
-            sigma = claimed_sigma(spec, options)
-        else:
-            sigma = certified_sigma(spec, options)
-        parts = release_parts(spec, options)
         claims = claimed_epsilons(sigma, spec, options)
         gap = certification_gap(options)
-        plan = self.assemble(spec, options, parts, sigma)
-        if gap is not None:  # the release is not the one the parts describe: no sound analysis is known
-            plan = dataclasses.replace(plan, epsilon_certified=None, effective_event=dp_accounting.UnsupportedDpEvent(),
-                                       epsilons={k: None for k in plan.epsilons})
         claim = (f"Poisson q = 1/{spec.dataset_size}, T = {spec.epochs * spec.dataset_size} at sensitivity "
                  f"{options.sensitivity} ({spec.accountant}) + shuffled RR labels"
                  if options.accounting == "central" else f"SeqLDP at sensitivity {options.sensitivity}")
         verdict = (f"uncertified: {gap}" if gap else "certified = local PLD of k Gaussian releases at sensitivity "
                    "2C + RR labels (replace-one); no shuffling amplification is certified")
-        return dataclasses.replace(
-            plan, claimed_by=f"dp-forward paper, {options.accounting} ({options.calibrator}, S={options.sensitivity})",
-            epsilon_claimed=claims[f"epsilon_{options.accounting}"],
-            notes=f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}",
-            extra={
-                "options": options.as_dict(), "clip": spec.clip, "num_classes": options.classes,
-                "position": parse_position(options.position).name, "noise_std_over_clip": float(sigma),
-                **claims,
-                "epsilon_local_true_per_release": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
-                "epsilon_inference_per_query": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
-                "epsilon_inference_per_query_claimed": local_epsilon(sigma, spec.delta, options, 1),
-                "label_keep_probability": (None if options.epsilon_labels is None else
-                                           1 / (1 + (options.classes - 1) * math.exp(-options.epsilon_labels))),
-                "uncertified_reason": gap,
-            },
-        )
+        extra = {
+            "clip": spec.clip, "num_classes": options.classes, "position": parse_position(options.position).name,
+            "noise_std_over_clip": float(sigma), **claims,
+            "epsilon_local_true_per_release": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
+            "epsilon_inference_per_query": agm_epsilon(sigma, spec.delta, TRUE_SENSITIVITY),
+            "epsilon_inference_per_query_claimed": local_epsilon(sigma, spec.delta, options, 1),
+            "label_keep_probability": (None if options.epsilon_labels is None else
+                                       1 / (1 + (options.classes - 1) * math.exp(-options.epsilon_labels))),
+        }
+        return Claim(claims[f"epsilon_{options.accounting}"],
+                     f"dp-forward paper, {options.accounting} ({options.calibrator}, S={options.sensitivity})",
+                     extra, f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}")
 
     def make_private(self, module: Any, optimizer: Any, data: Any, plan: PrivacyPlan, *, criterion: Any,
                      generator: Any, **_: Any) -> PrivateTraining:
@@ -329,7 +293,7 @@ class DpForward(Mechanism):
 
         if plan.mechanism != ID or plan.sigma is None:
             raise ValueError(f"make_private needs a {ID} plan, got {plan.mechanism!r}")
-        opts = Options.from_mapping(plan.extra.get("options", {}))
+        opts = self.options(plan.extra.get("options", {}))
         clip = float(plan.extra.get("clip", 1.0))
         if getattr(module, "dp_forward", None) is not None:
             raise ValueError("this model already carries dp-forward hooks")

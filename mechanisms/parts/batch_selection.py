@@ -172,6 +172,9 @@ class PoissonRate:
                 "neighboring_relation": relation_name(self.neighboring_relation)}
 
 
+OWN_SAMPLERS = (*SAMPLERS.values(), PoissonRate)  # privbench's samplers (exact types)
+
+
 def batch_selection(name: str, dataset_size: int, batch_size: int, epochs: int) -> BatchSelection:
     if name not in SAMPLERS:
         raise ValueError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
@@ -196,5 +199,5 @@ class EpochBatches:
         return self.selection.epoch(self.generator)
 
 
-__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonRate", "PoissonSampling",
-           "ShuffleSampling", "batch_selection", "relation_name"]
+__all__ = ["OWN_SAMPLERS", "SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonRate",
+           "PoissonSampling", "ShuffleSampling", "batch_selection", "relation_name"]

@@ -46,8 +46,16 @@ class Clipping(abc.ABC):
     def max_grad_norm(self) -> float | list[float]:
         """Opacus' `max_grad_norm`: one float (flat) or one per parameter tensor (per-layer)."""
 
+    @property
+    def max_bound(self) -> float:
+        """The largest bound the clipper can apply in any step (= `bound` unless the state moves it)."""
+        return self.bound
+
+    #: The state entry holding the bound in force (None: the bound is fixed). The trainer applies it each step.
+    state_key: ClassVar[str | None] = None
+
     def sensitivity(self, relation: NeighborRel) -> float:
-        """L2 sensitivity of the sum of clipped gradients under `relation`."""
+        """L2 sensitivity of the sum of clipped gradients under `relation`, at the declared `bound`."""
         return relation_factor(relation) * self.bound
 
     @abc.abstractmethod
@@ -120,11 +128,55 @@ class PerLayerClipping(Clipping):
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class AdaptiveClipping(Clipping):
+    """Flat clipping at a bound the mechanism's state sets before each step (adaptive clipping), kept within
+    [minimum, maximum] by the state update. The declared `bound` is the initial one.
+
+    Guarantee: in every step each example's clipped gradient has norm <= the bound in force <= `maximum`. A
+    noise part that follows the bound (`GaussianNoise(follows_bound=True)`: std proportional to it) keeps one
+    noise multiplier in every step, whatever the state does; absolute noise is accounted at `maximum`.
+    """
+
+    initial: float
+    minimum: float
+    maximum: float
+    name: ClassVar[str] = "adaptive"
+    opacus_clipping: ClassVar[str] = "flat"
+    state_key: ClassVar[str | None] = "clip"
+
+    def __post_init__(self) -> None:
+        for field in ("initial", "minimum", "maximum"):
+            value = getattr(self, field)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"adaptive clipping's {field} must be a positive finite number, got {value}")
+        if not self.minimum <= self.initial <= self.maximum:
+            raise ValueError(f"adaptive clipping needs minimum <= initial <= maximum, got {self.minimum}, "
+                             f"{self.initial}, {self.maximum}")
+
+    @property
+    def bound(self) -> float:
+        return self.initial
+
+    @property
+    def max_bound(self) -> float:
+        return self.maximum
+
+    @property
+    def max_grad_norm(self) -> float:
+        return self.initial
+
+    def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return FlatClipping(self.initial).clip_and_sum(per_example)
+
+
 # The clipping rules a mechanism option may name (grid name -> class); the per-sample-gradient engines
 # (Opacus, mechanisms/bookkeeping) take the same rules under `opacus_clipping`.
 CLIPPINGS: dict[str, type[Clipping]] = {c.name: c for c in (FlatClipping, PerLayerClipping)}
+OWN_CLIPPERS = (FlatClipping, PerLayerClipping, AdaptiveClipping)  # privbench's clippers (exact types)
 # How the per-sample gradients are clipped: the book-keeping engine (mechanisms/bookkeeping) or an Opacus
 # grad-sample mode (`mechanisms.private_training` runs them; a grid's `train.grad_sample_mode` names one).
 GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")
 
-__all__ = ["CLIPPINGS", "GRAD_SAMPLE_MODES", "Clipping", "FlatClipping", "PerLayerClipping", "relation_factor"]
+__all__ = ["CLIPPINGS", "GRAD_SAMPLE_MODES", "OWN_CLIPPERS", "AdaptiveClipping", "Clipping", "FlatClipping",
+           "PerLayerClipping", "relation_factor"]

@@ -82,8 +82,10 @@ class NoiseAddition(abc.ABC):
 
     @abc.abstractmethod
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
-                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
-        """Privatise `sums` (one tensor per parameter, leading dimension = independent releases)."""
+                secure: bool = False, noise_map: NoiseMap | None = None,
+                scale: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Privatise `sums` (one tensor per parameter, leading dimension = independent releases). `scale`:
+        the clip bound in force over the declared one, for a part whose noise follows the bound."""
 
     @abc.abstractmethod
     def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
@@ -95,15 +97,25 @@ class NoiseAddition(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class GaussianNoise(NoiseAddition):
-    """DP-SGD's noise: i.i.d. N(0, (sigma * std_per_sigma)^2) on every coordinate of the sum."""
+    """DP-SGD's noise: i.i.d. N(0, (sigma * std_per_sigma)^2) on every coordinate of the sum.
 
-    std_per_sigma: float  # Opacus' max_grad_norm: the clip (flat) or the norm of the per-layer clips
+    `follows_bound`: the std scales with the clip bound in force (`scale` = bound in force / declared bound,
+    given by the trainer each step), as adaptive clipping's noise does; the multiplier is then the same in
+    every step. Otherwise the std is fixed and the multiplier is taken at the largest bound the clipper can
+    apply (`Clipping.max_bound`), which bounds every step.
+    """
+
+    std_per_sigma: float  # the std at sigma 1 and the declared bound: the clip (flat), the norm of per-layer clips
+    follows_bound: bool = False
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
-                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+                secure: bool = False, noise_map: NoiseMap | None = None,
+                scale: torch.Tensor | None = None) -> list[torch.Tensor]:
         import torch
 
         out = gaussian_like(sums, sigma * self.std_per_sigma, generator, secure)
+        if scale is not None and self.follows_bound and out:
+            torch._foreach_mul_(out, scale)  # the bound in force over the declared one (a device scalar)
         if noise_map is not None:
             out = [noise_map(i, noise) for i, noise in enumerate(out)]
         if out:
@@ -111,7 +123,9 @@ class GaussianNoise(NoiseAddition):
         return out
 
     def sensitivity(self, clipper: Clipping, relation: NeighborRel) -> float:
-        return clipper.sensitivity(relation)
+        if self.follows_bound:
+            return clipper.sensitivity(relation)
+        return clipper.sensitivity(relation) * clipper.max_bound / clipper.bound
 
     def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
         return sigma * self.std_per_sigma / self.sensitivity(clipper, relation)
@@ -131,7 +145,8 @@ class BatchClippedGaussian(NoiseAddition):
     batch_clip: float  # c', absolute
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
-                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+                secure: bool = False, noise_map: NoiseMap | None = None,
+                scale: torch.Tensor | None = None) -> list[torch.Tensor]:
         import torch
 
         if not sums:
@@ -148,7 +163,7 @@ class BatchClippedGaussian(NoiseAddition):
         return out
 
     def sensitivity(self, clipper: Clipping, relation: NeighborRel) -> float:
-        return min(clipper.sensitivity(relation), 2 * self.batch_clip)
+        return min(clipper.sensitivity(relation) * clipper.max_bound / clipper.bound, 2 * self.batch_clip)
 
     def noise_multiplier(self, sigma: float, clipper: Clipping, relation: NeighborRel) -> float:
         return sigma * self.std_per_sigma / self.sensitivity(clipper, relation)
@@ -182,7 +197,8 @@ class FrequencyNoise(NoiseAddition):
             raise ValueError(f"fft must be one of {', '.join(FFT_NORMS)}, got {self.fft!r}")
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
-                secure: bool = False, noise_map: NoiseMap | None = None) -> list[torch.Tensor]:
+                secure: bool = False, noise_map: NoiseMap | None = None,
+                scale: torch.Tensor | None = None) -> list[torch.Tensor]:
         import torch
 
         norm = FFT_NORMS[self.fft]
@@ -205,4 +221,7 @@ class FrequencyNoise(NoiseAddition):
         return sigma * min(abs(self.parts[0]), abs(self.parts[1])) / (relation_factor(relation) * math.sqrt(layers))
 
 
-__all__ = ["BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian", "gaussian_like"]
+OWN_NOISES = (GaussianNoise, BatchClippedGaussian, FrequencyNoise)  # privbench's noise parts (exact types)
+
+__all__ = ["OWN_NOISES", "BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian",
+           "gaussian_like"]

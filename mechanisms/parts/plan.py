@@ -18,7 +18,10 @@ import dp_accounting
 from mechanisms.claims import CALIBRATIONS
 from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
 from mechanisms.parts.clipping import Clipping
-from mechanisms.parts.noise_addition import NoiseAddition
+from mechanisms.parts.noise_addition import GaussianNoise, NoiseAddition
+from mechanisms.parts.releases import Release
+
+GRADIENT = "gradient"  # the clipped gradient sum's name among a step's releases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,20 +78,31 @@ class PrivacySpec:
 
 @dataclasses.dataclass(frozen=True)
 class Parts:
-    """The parts one private step is made of, each stating its guarantee.
+    """The parts one private step is made of, each stating its guarantee: the step's releases on one sample.
 
-    The run's event is derived from them: one step releases the clipped sum with `noise`, i.e. a Gaussian
-    whose multiplier is `noise.noise_multiplier(sigma, clipper, relation)` under the sampler's
-    neighbouring relation, and `sampler.dp_event` composes it over the run. `extra_events` are releases
-    outside the gradient path (DP-Forward's randomized labels), composed once; `post_processing` names
-    what runs on the released update without touching the data (it costs no privacy and earns none).
+    A step releases the clipped gradient sum (`clipper` bounds each example, `noise` adds the noise) and
+    every other statistic in `releases` (e.g. adaptive clipping's noised unclipped count), all computed on
+    the batch `sampler` draws. The run's event is derived from them (`dp_event`): the releases' Gaussian
+    multipliers combine exactly into one (`mechanisms.parts.releases`), and `sampler.dp_event` composes it
+    over the run. `extra_events` are releases made once, outside the steps (DP-Forward's randomized labels);
+    `post_processing` names what runs on the released update without touching the data (it costs no
+    privacy and earns none).
+
+    Calibration and certification both read `dp_event(sigma)` under `accounting_relation`: one event, one
+    relation (`mechanisms.accountants.calibration` asks the parts for both).
     """
 
     sampler: BatchSelection
     clipper: Clipping
     noise: NoiseAddition
+    releases: tuple[Release, ...] = ()
     extra_events: tuple[dp_accounting.DpEvent, ...] = ()
     post_processing: str | None = None
+
+    def __post_init__(self) -> None:
+        names = [r.name for r in self.releases]
+        if len(set(names)) != len(names) or GRADIENT in names:
+            raise ValueError(f"release names must be unique and not {GRADIENT!r}, got {names}")
 
     @property
     def neighboring_relation(self) -> dp_accounting.NeighboringRelation:
@@ -97,29 +111,62 @@ class Parts:
 
     @property
     def accounting_relation(self) -> dp_accounting.NeighboringRelation:
-        """The relation the accountant composes the event under.
+        """The relation the accountant composes the event under (calibration and certification alike).
 
         Gaussian steps are written in add/remove units whatever the sampler (a replace-one step carries the
         doubled sensitivity in its multiplier), which every dp-accounting accountant reads the same way.
         Randomized response exists only under replace-one, so parts with such extra events are accounted
-        under REPLACE_ONE, where dp-accounting's PLD doubles a Gaussian's unit sensitivity itself: their
-        Gaussian multiplier is then taken in add/remove units (std over the per-example bound).
+        under REPLACE_ONE, where dp-accounting's PLD doubles a Gaussian's unit sensitivity itself: each
+        release's multiplier is then taken at half its replace-one sensitivity.
         """
         if self.extra_events:
             return dp_accounting.NeighboringRelation.REPLACE_ONE
         return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
+    @property
+    def audit_bound(self) -> float:
+        """The largest norm one example's clipped gradient can have at the noise the parts declare: the declared
+        bound when the noise follows the bound in force (their ratio is fixed), else the largest bound."""
+        return self.clipper.bound if getattr(self.noise, "follows_bound", False) else self.clipper.max_bound
+
+    def release_multipliers(self, sigma: float) -> dict[str, float]:
+        """Each release's own Gaussian multiplier (std over sensitivity), in the units of the accounting
+        relation: the gradient sum under `GRADIENT`, the others under their names."""
+        relation = self.neighboring_relation
+        unit = 1.0
+        if self.accounting_relation == dp_accounting.NeighboringRelation.REPLACE_ONE:
+            relation, unit = dp_accounting.NeighboringRelation.REPLACE_ONE, 2.0
+        out = {GRADIENT: unit * self.noise.noise_multiplier(sigma, self.clipper, relation)}
+        for release in self.releases:
+            out[release.name] = unit * release.noise_multiplier(sigma, relation)
+        return out
+
     def noise_multiplier(self, sigma: float) -> float:
-        """The step's Gaussian multiplier: noise std over the sensitivity under the sampler's relation."""
-        return self.noise.noise_multiplier(sigma, self.clipper, self.neighboring_relation)
+        """The step's one Gaussian multiplier: (sum_r z_r^-2)^-1/2 over its releases; 0 when one leaves a
+        direction without noise."""
+        multipliers = list(self.release_multipliers(sigma).values())
+        if any(not z > 0 for z in multipliers):
+            return 0.0
+        if len(multipliers) == 1:  # the gradient alone: its multiplier as it is (no round trip through 1/z^2)
+            return multipliers[0]
+        return 1.0 / math.sqrt(sum(1.0 / (z * z) for z in multipliers))
+
+    def certification_gap(self) -> str | None:
+        """Why these parts cannot be certified (None when they can): a part privbench did not write (its
+        code, not its declaration, decides what is released), or a noise part that does not say how it
+        follows a clip bound the state moves."""
+        problems = foreign_parts(self)
+        if self.clipper.state_key is not None and type(self.noise) is not GaussianNoise:
+            problems.append(f"{type(self.noise).__name__} does not state how its noise follows the clip bound "
+                            "the mechanism's state sets (GaussianNoise does)")
+        return "; ".join(problems) or None
 
     def dp_event(self, sigma: float) -> dp_accounting.DpEvent:
-        """The whole run's event at noise multiplier `sigma`; a noiseless direction makes it non-private."""
-        if self.extra_events:
-            multiplier = self.noise.noise_multiplier(sigma, self.clipper,
-                                                     dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-        else:
-            multiplier = self.noise_multiplier(sigma)
+        """The whole run's event at noise multiplier `sigma`; a noiseless direction makes it non-private, parts
+        that cannot be certified make it unsupported."""
+        if self.certification_gap() is not None:
+            return dp_accounting.UnsupportedDpEvent()
+        multiplier = self.noise_multiplier(sigma)
         if not multiplier > 0:
             return dp_accounting.NonPrivateDpEvent()
         event = self.sampler.dp_event(dp_accounting.GaussianDpEvent(multiplier))
@@ -132,8 +179,27 @@ class Parts:
     def describe(self) -> dict[str, Any]:
         return {**self.sampler.describe(), "clipping": type(self.clipper).__name__,
                 "clip_bound": self.clipper.bound, "sensitivity": self.clipper.sensitivity(self.neighboring_relation),
-                **self.noise.describe(), "post_processing": self.post_processing,
-                "extra_events": [repr(e) for e in self.extra_events]}
+                **self.noise.describe(), "releases": [r.describe() for r in self.releases],
+                "post_processing": self.post_processing, "extra_events": [repr(e) for e in self.extra_events]}
+
+
+def foreign_parts(parts: Parts) -> list[str]:
+    """The parts of `parts` that are not privbench's own classes (exact types: a subclass may change what
+    is released while keeping the declaration)."""
+    from mechanisms.parts.batch_selection import OWN_SAMPLERS
+    from mechanisms.parts.clipping import OWN_CLIPPERS
+    from mechanisms.parts.noise_addition import OWN_NOISES
+    from mechanisms.parts.releases import RELEASES
+
+    found = []
+    for role, part, own in (("sampler", parts.sampler, OWN_SAMPLERS), ("clipper", parts.clipper, OWN_CLIPPERS),
+                            ("noise", parts.noise, OWN_NOISES),
+                            *(("release", r, tuple(RELEASES.values())) for r in parts.releases)):
+        if type(part) not in own:
+            kind = type(part)
+            found.append(f"the {role} {kind.__module__}.{kind.__qualname__} is not one of privbench's parts, so "
+                         "what it releases is not verified")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +228,8 @@ class PrivacyPlan:
     neighboring_relation: str = "add-or-remove-one"
     epsilons: Mapping[str, float | None] = dataclasses.field(default_factory=dict)  # pld (certified), rdp, prv
     batch: BatchSelection | None = None  # the sampler that runs (parts.sampler when there are parts)
+    uncertified_reason: str | None = None  # why no sound analysis of what runs is known (certified is None)
+    release_multipliers: Mapping[str, float] = dataclasses.field(default_factory=dict)  # each release's own
 
     @property
     def batch_selection(self) -> BatchSelection:
@@ -182,9 +250,11 @@ class PrivacyPlan:
         out["effective_event"] = repr(self.effective_event)
         out["extra"] = dict(self.extra)
         out["epsilons"] = dict(self.epsilons)
+        out["release_multipliers"] = dict(self.release_multipliers)
         out["parts"] = self.parts.describe() if self.parts is not None else None
         out["batch_selection"] = self.batch_selection.describe() if self.parts or self.batch else None
         return out
 
 
-__all__ = ["CALIBRATIONS", "SAMPLERS", "Parts", "PrivacyPlan", "PrivacySpec", "relation_name"]
+__all__ = ["CALIBRATIONS", "GRADIENT", "SAMPLERS", "Parts", "PrivacyPlan", "PrivacySpec", "foreign_parts",
+           "relation_name"]

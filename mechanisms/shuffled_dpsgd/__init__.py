@@ -29,12 +29,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mechanisms.mechanism import AfterStepPart, Mechanism
+from mechanisms.mechanism import AfterStepPart, Calibrated, Claim, Mechanism
 from mechanisms.parts.clipping import FlatClipping
 from mechanisms.shuffled_dpsgd.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
 
@@ -94,19 +93,6 @@ class Options:
         if len(tuple(self.flat_block)) != 3:
             raise ValueError(f"flat_block must be [heads, head_dim, ffn], got {self.flat_block}")
 
-    @classmethod
-    def parse(cls, options: Mapping[str, Any] | None) -> Options:
-        options = dict(options or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown {ID} option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        if "flat_block" in options:
-            options["flat_block"] = tuple(int(x) for x in options["flat_block"])
-        if options.get("num_params") is not None:
-            options["num_params"] = int(options["num_params"])
-        return cls(**options)
-
     def claim_dim(self, model_dim: int | None = None) -> tuple[int, str]:
         """(d in Thm 6, where it came from): 1 without shuffling (the Gaussian), else the model's size.
 
@@ -156,16 +142,6 @@ class ShuffledDpSgd(Mechanism):
     Options = Options
     audit_coordinatewise = False  # the permutation mixes coordinates
 
-    def options(self, mapping: Mapping[str, Any] | None) -> Options:
-        return Options.parse(mapping)
-
-    def option_problems(self, mapping: Mapping[str, Any] | None) -> list[str]:
-        try:
-            Options.parse(mapping)
-        except (TypeError, ValueError) as e:
-            return [f"{ID}: {e}"]
-        return []
-
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
         from mechanisms.parts.plan import Parts
 
@@ -173,41 +149,35 @@ class ShuffledDpSgd(Mechanism):
         return Parts(spec.batch_selection, FlatClipping(spec.clip), noise_part(spec.clip, ratio),
                      post_processing="coupled random permutation of transformer blocks" if options.shuffle else None)
 
-    def plan(self, spec: PrivacySpec) -> PrivacyPlan:
-        """Sigma (explicit, or for the target under `claimed` / `certified`), and the two epsilons.
-
-        Alg. 1 falls back to plain DP-SGD at sigma_0 when the shuffled sigma is not below it: the plan then
-        runs with `shuffle: false` (no batch clip, no permutation), which is what its parts describe.
-        """
+    def claimed_sigma(self, spec: PrivacySpec, options: Options, parts: Parts) -> Calibrated:
+        """The paper's sigma for the target (Thm 6 + advanced composition + subsampling). Alg. 1 falls back to
+        plain DP-SGD at sigma_0 when the shuffled sigma is not below it: the plan then runs with
+        `shuffle: false` (no batch clip, no permutation), which is what its parts describe. The certified
+        sigma for the same target is recorded beside it."""
         from mechanisms.accountants import fenton_wilkinson as fw
 
-        opts = self.options(spec.options)
-        dim, source = opts.claim_dim(spec.model_dim)
-        extra: dict[str, Any] = {"num_params": dim if dim > 1 else opts.num_params, "num_params_source": source,
-                                 "delta_split": opts.delta_split}
-        if spec.sigma is not None:
-            sigma = spec.sigma
-        elif spec.calibration == "claimed":
-            cal = fw.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, dim,
-                               batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
-            sigma = cal.sigma
-            opts = dataclasses.replace(opts, shuffle=opts.shuffle and cal.shuffled)
-            extra |= {"sigma_shuffled": cal.sigma_shuffled, "sigma_unshuffled": cal.sigma_unshuffled}
-        else:
-            sigma = self.certified_sigma(spec, self.parts(spec, opts))
-        parts = self.parts(spec, opts)
-        plan = self.assemble(spec, opts, parts, sigma)
-        ratio = opts.batch_clip_ratio if opts.shuffle else None
-        claimed = _claimed_epsilon(sigma, spec, opts, dim if opts.shuffle else 1)
-        extra |= {"shuffled": opts.shuffle, "batch_clip_ratio": ratio, "sensitivity": sensitivity(ratio),
-                  "claim_dim": dim if opts.shuffle else 1}
-        if spec.epsilon is not None and spec.calibration == "claimed" and spec.sigma is None:
-            sound = self.certified_sigma(spec, parts)
-            extra |= {"sigma_certified_for_target": sound, "sigma_ratio_certified_to_claimed": sound / sigma}
-        notes = ("Alg. 1 fallback: shuffled sigma not below sigma_0, plain DP-SGD" if not opts.shuffle else
+        dim, _ = options.claim_dim(spec.model_dim)
+        cal = fw.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, dim,
+                           batch_clip_ratio=options.batch_clip_ratio, delta_split=options.delta_split)
+        runs = dataclasses.replace(options, shuffle=options.shuffle and cal.shuffled)
+        sound = self.certified_sigma(spec, self.parts(spec, runs))
+        return Calibrated(cal.sigma, runs, {"sigma_shuffled": cal.sigma_shuffled,
+                                            "sigma_unshuffled": cal.sigma_unshuffled,
+                                            "sigma_certified_for_target": sound,
+                                            "sigma_ratio_certified_to_claimed": sound / cal.sigma})
+
+    def claim(self, sigma: float, spec: PrivacySpec, options: Options, parts: Parts, certified: float | None) -> Claim:
+        """The paper's epsilon for `sigma`: Thm 6 at d = the model's trainable parameters when shuffling, at
+        d = 1 (the Gaussian) on Alg. 1's unshuffled branch."""
+        dim, source = options.claim_dim(spec.model_dim)
+        ratio = options.batch_clip_ratio if options.shuffle else None
+        claim_dim = dim if options.shuffle else 1
+        extra = {"num_params": dim if dim > 1 else options.num_params, "num_params_source": source,
+                 "delta_split": options.delta_split, "shuffled": options.shuffle, "batch_clip_ratio": ratio,
+                 "sensitivity": sensitivity(ratio), "claim_dim": claim_dim}
+        notes = ("Alg. 1 fallback: shuffled sigma not below sigma_0, plain DP-SGD" if not options.shuffle else
                  "claimed epsilon is the paper's Fenton-Wilkinson approximation; no proven privacy from the shuffle")
-        return dataclasses.replace(plan, claimed_by=CLAIMED_BY, epsilon_claimed=claimed, notes=notes,
-                                   extra={**plan.extra, **extra})
+        return Claim(_claimed_epsilon(sigma, spec, options, claim_dim), CLAIMED_BY, extra, notes)
 
     def after_step(self, module: torch.nn.Module, plan: PrivacyPlan, options: Options,
                    generator: torch.Generator) -> AfterStepPart:
@@ -255,7 +225,7 @@ class ShuffledDpSgd(Mechanism):
         The permutation acting on a flat vector is option `flat_permutation`: `full` (S_d, the analysis'
         idealisation, default), `blocks` (the real coupled group of synthetic blocks, `FlatBlock`), `none`.
         """
-        opts = Options.parse({k: v for k, v in options.items() if k in {f.name for f in dataclasses.fields(Options)}})
+        opts = self.options(self.audit_options(options))
         released = super().privatize_step(sums, sigma, clip, rng, **options)
         if not opts.shuffle:
             return released
@@ -271,7 +241,7 @@ class ShuffledDpSgd(Mechanism):
         from mechanisms.accountants import fenton_wilkinson as fw
         from mechanisms.auditing import tradeoff
 
-        opts = Options.parse(options)
+        opts = self.options(self.audit_options(options))
         dim, _ = opts.claim_dim()
         curves = []
         for delta in CLAIM_DELTAS:
@@ -290,7 +260,7 @@ class ShuffledDpSgd(Mechanism):
         """
         from mechanisms.auditing.cases import AuditCase
 
-        opts = Options.parse(options)
+        opts = self.options(self.audit_options(options))
         if dim < 2:
             return []
         u = np.full(dim, -1.0)

@@ -119,7 +119,7 @@ def test_certification_gaps_are_uncertified():
     default = dp_forward.mechanism.plan(spec(8.0, sigma=1.0))
     assert default.epsilon_certified is None
     assert isinstance(default.effective_event, dp_accounting.UnsupportedDpEvent)
-    assert "trained" in default.extra["uncertified_reason"]
+    assert "trained" in default.uncertified_reason
     assert claim_status(default.epsilon_claimed, default.epsilon_certified) == "uncertified"
     seq = dp_forward.mechanism.plan(spec(8.0, sigma=1.0, freeze_pre_noise=True, position="last-encoder"))
     assert seq.epsilon_certified is None and "mask" in seq.notes
