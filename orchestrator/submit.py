@@ -63,6 +63,19 @@ class ClusterLost(RuntimeError):
 HEAD_CHECK_S = 2.0  # how often the driver checks that the cluster's head still answers
 
 
+def _head_patience_s() -> float:
+    """How long the head may stay silent (a restarting GCS comes back) before the driver stops: well
+    within Ray's own limit (`RAY_gcs_rpc_server_reconnect_timeout_s`, 60 s by default), after which Ray
+    ends the driver from C++ with no chance to record or to release anything."""
+    import os
+
+    try:
+        limit = float(os.environ.get("RAY_gcs_rpc_server_reconnect_timeout_s", "60"))
+    except ValueError:
+        limit = 60.0
+    return max(HEAD_CHECK_S, min(20.0, limit / 2))
+
+
 def _head_lost() -> str | None:
     """The GCS address when the head no longer accepts connections, else None (a TCP connect: cheap)."""
     import socket
@@ -227,14 +240,17 @@ def run_all(
         else:
             results.append(outcome)
 
-    last_check = time.monotonic()
+    last_check, silent_since, patience = time.monotonic(), None, _head_patience_s()
     while queue or training or analysing:
         if stop is not None and stop():
             break
         if time.monotonic() - last_check >= HEAD_CHECK_S:
             last_check = time.monotonic()
-            if (address := _head_lost()) is not None:
-                raise ClusterLost(f"the Ray cluster's head (GCS at {address}) stopped answering")
+            address = _head_lost()
+            silent_since = None if address is None else (silent_since or last_check)
+            if silent_since is not None and last_check - silent_since >= patience:
+                raise ClusterLost(f"the Ray cluster's head (GCS at {address}) stopped answering for "
+                                  f"{last_check - silent_since:.0f} s")
         fill()
         if not training and not analysing:
             break

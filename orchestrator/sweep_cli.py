@@ -67,7 +67,11 @@ def run(
     """Run every trial of GRID_FILE that the ledger does not already mark finished.
 
     Several drivers (terminals, people sharing a store) can run the same grid at once: each trial is
-    leased by one driver, and a driver that dies gives its trials back when its lease expires.
+    leased by one driver, and a driver that dies gives its trials back when its lease expires. A sweep
+    name belongs to one grid at a time: a driver with another grid under a running sweep's name exits 2.
+
+    A grid with `plugins:` is code: its modules are imported while the grid is read, --dry-run included.
+    SIGTERM and Ctrl-C stop after recording what arrived (exit 143 and 130).
     """
     from orchestrator import runner
 

@@ -179,7 +179,6 @@ class MlflowSink:
     def log_sweep_files(self, sweep: str, experiment_id: str, files: Mapping[str, str | bytes]) -> str:
         """Store summary files (path -> content) on the sweep's parent run and mark it finished."""
         import tempfile
-        from pathlib import Path
 
         run_id = self.sweep_run(sweep, experiment_id)
         with tempfile.TemporaryDirectory() as tmp:
@@ -227,7 +226,6 @@ class MlflowSink:
     def read_text(self, run_id: str, path: str) -> str | None:
         """A text artifact of a run (`result.json`, the parent run's `grid.yaml`), or None when it cannot be read."""
         import tempfile
-        from pathlib import Path
 
         from mlflow.exceptions import MlflowException
 
