@@ -6,26 +6,31 @@ import dataclasses
 import html
 import io
 import json
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
+from dashboards import latex as tex
 from dashboards.leaderboard import LeaderboardRow, as_dicts
+from dashboards.venues import DEFAULT_VENUE, venue
 from storage import schema
+
+latex_escape = tex.escape
+FLOATS = tex.FLOATS
 
 FORMATS = ("table", "csv", "markdown", "latex", "json", "html")
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
+def _fmt(x: Any, f: schema.Field) -> str:
+    """A number as the schema shows it: its significant digits, rounded up for upper bounds and down for
+    lower bounds, large numbers whole (15900, not 1.59e+04); `-` for none."""
     if x is None:
         return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.3e}"
-    return str(x)
+    return schema.shown(x, f) if isinstance(x, float) else str(x)
 
 
 def _utility(r: LeaderboardRow) -> str:
@@ -34,20 +39,28 @@ def _utility(r: LeaderboardRow) -> str:
     return f"{r.utility_mean:.4f} ± {r.utility_std:.4f}" if r.utility_std is not None else f"{r.utility_mean:.4f}"
 
 
+def _mu(r: LeaderboardRow) -> str:
+    if r.mu_audited is None:
+        return "-"
+    return f"{_fmt(r.mu_claimed, schema.field('privacy', 'mu_claimed'))}/" \
+           f"{_fmt(r.mu_audited, schema.field('privacy', 'mu_audited'))}"
+
+
 # Cells that are not one number of the row's schema column (every other column: `_fmt` of its value).
 CELLS: dict[str, Callable[[LeaderboardRow], str]] = {
     "dataset": lambda r: r.dataset, "model": lambda r: r.model, "mechanism": lambda r: r.mechanism,
     "utility": _utility,
-    "mu claimed/audited": lambda r: f"{_fmt(r.mu_claimed)}/{_fmt(r.mu_audited)}" if r.mu_audited is not None else "-",
-    "status": lambda r: r.claim_status or "-",
-    "ex/s": lambda r: _fmt(r.examples_per_s, 4),
+    "mu claimed/audited": _mu,
+    # "!": the audited epsilon lies above its ceiling by more than the ceiling's noise (`> ceiling`)
+    "status": lambda r: (r.claim_status or "-") + ("!" if r.audit_above_ceiling else ""),
+    "> ceiling": lambda r: {True: "yes", False: "no"}.get(r.audit_above_ceiling, "-"),
     "runs": lambda r: f"{r.n_finished}" + (f" ({r.n_failed} failed)" if r.n_failed else ""),
     "pareto": lambda r: "*" if r.pareto else "",
 }
 
 
 def _cell(f: schema.Field) -> Callable[[LeaderboardRow], str]:
-    return CELLS.get(f.header or "") or (lambda r: _fmt(getattr(r, f.column)))
+    return CELLS.get(f.header or "") or (lambda r: _fmt(getattr(r, f.column), f))
 
 
 def groups_of(columns: str | Sequence[str]) -> tuple[str, ...]:
@@ -66,24 +79,111 @@ def display(board: Sequence[LeaderboardRow], columns: str | Sequence[str] = "cor
 
 
 STATUS_STYLE = {"violated": "bold red", "overclaimed": "yellow", "uncertified": "magenta", "ok": "green"}
+KEY_COLUMNS = ("mechanism", "eps target")  # repeated by every part of a folded table
 
 
-def rich_table(board: list[LeaderboardRow], title: str, columns: str | Sequence[str] = "core") -> Table:
-    """One dataset/model group (named in the title), so those two columns are left out. Columns are
-    never cut to `…`: the compact default fits 80 columns, and a wide selection wraps its cells."""
-    shown = display(board, columns, leave_out=("dataset", "model"))
+def _header(text: str, cells: Sequence[str]) -> str:
+    """A header over at most two lines, split at the space that makes its column narrowest (`eps` over
+    `certified`) when that saves more than two characters, never inside a word."""
+    widest = max([len(c) for c in cells] + [0])
+    if len(text) <= widest + 2:  # a split saving a character or two is not worth a second line
+        return text
+    splits = [text] + [text[:i] + "\n" + text[i + 1:] for i, ch in enumerate(text) if ch == " "]
+    return min(splits, key=lambda h: (max([widest] + [len(x) for x in h.split("\n")]), h.count("\n")))
+
+
+def _table(title: str, shown: Sequence[tuple[str, list[str]]], statuses: Sequence[str | None]) -> Table:
     table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0, 0, 1))
-    for header, _ in shown:  # "eps certified" over two lines: the numbers under it are short
-        table.add_column(header.replace("eps ", "eps\n"), justify="left" if header == "mechanism" else "right",
-                         overflow="fold")
-    headers = [h for h, _ in shown]
-    for r in board:
-        cells = [cell(r) for _, cell in shown]
-        if "status" in headers:
-            i = headers.index("status")
-            cells[i] = f"[{STATUS_STYLE.get(r.claim_status or '', 'dim')}]{cells[i]}[/]"
-        table.add_row(*cells)
+    for header, cells in shown:  # no cell wraps or is cut: the parts are made to fit
+        table.add_column(_header(header, cells), justify="left" if header == "mechanism" else "right", no_wrap=True)
+    for i, status in enumerate(statuses):  # Text, not markup: a name with brackets prints as it is
+        table.add_row(*(Text(cells[i], style=STATUS_STYLE.get(status or "", "dim") if header == "status" else "")
+                        for header, cells in shown))
     return table
+
+
+def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence[str] = "core",
+                width: int | None = None, ascii_only: bool = False) -> tuple[list[Table], str]:
+    """One dataset/model group (named in the title: those two columns are left out) as terminal tables
+    that fit `width` characters (None: one table at its natural width). A selection wider than the
+    terminal folds into stacked tables, each repeating mechanism and eps target; a column too wide for
+    any part is left out. Returns the tables and a note saying how to see the whole table ('' when
+    nothing was folded or left out). `ascii_only`: `+-` for `±`."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    shown = [(h, [cell(r).replace("±", "+-") if ascii_only else cell(r) for r in board])
+             for h, cell in display(board, columns, leave_out=("dataset", "model"))]
+    statuses = [r.claim_status for r in board]
+    if width is None:
+        return [_table(title, shown, statuses)], ""
+    console = Console(width=10_000)
+
+    def fits(part: Sequence[tuple[str, list[str]]]) -> bool:
+        measured = Measurement.get(console, console.options, _table("", part, statuses)).maximum
+        return measured <= width
+
+    keys = [c for c in shown if c[0] in KEY_COLUMNS]
+    parts, left_out = [list(keys)], []
+    for column in (c for c in shown if c[0] not in KEY_COLUMNS):
+        if fits(parts[-1] + [column]):
+            parts[-1].append(column)
+        elif fits(keys + [column]):
+            parts.append(keys + [column])
+        else:
+            left_out.append(column[0])
+    tables = [_table(title if i == 0 else "", part, statuses) for i, part in enumerate(parts)]
+    notes = []
+    if len(parts) > 1:
+        notes.append(f"folded into {len(parts)} tables to fit {width} columns")
+    if left_out:
+        notes.append(f"left out (too wide for {width} columns): {', '.join(left_out)}")
+    note = "; ".join(notes) + ("; --format markdown shows one wide table" if notes else "")
+    return tables, note
+
+
+SHORTEST = 6  # a shortened cell keeps at least this many characters (`fashi…`)
+
+
+def fitted_table(title: str, columns: Sequence[tuple[str, Sequence[str], int | None]],
+                 width: int | None) -> tuple[Table, list[str]]:
+    """A compact table of (header, cells, cut) columns within `width` characters (None: natural width):
+    columns with `cut` None (keys, numbers, statuses) are never cut; the others are shortened with `…`,
+    lowest `cut` first (the widest among equals), and, when that is not enough, left out in the same
+    order. Returns the table and the headers left out."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    def build(cols: Sequence[tuple[str, Sequence[str], int | None]], widths: dict[str, int]) -> Table:
+        table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0, 0, 1))
+        for header, _, _ in cols:
+            table.add_column(header, no_wrap=True, overflow="ellipsis", min_width=widths[header],
+                             max_width=widths[header])
+        for i in range(len(cols[0][1]) if cols else 0):
+            table.add_row(*(Text(cells[i]) for _, cells, _ in cols))
+        return table
+
+    natural = {h: max([len(h)] + [len(c) for c in cells]) for h, cells, _ in columns}
+    if width is None:
+        return build(columns, natural), []
+    console = Console(width=10_000)
+    kept, left_out = list(columns), []
+    while True:
+        widths = dict(natural)
+        overhead = Measurement.get(console, console.options, build(kept, widths)).maximum - sum(
+            widths[h] for h, _, _ in kept)
+        excess = sum(widths[h] for h, _, _ in kept) + overhead - width
+        while excess > 0:
+            cuttable = [(cut, -widths[h], h) for h, _, cut in kept if cut is not None and widths[h] > SHORTEST]
+            if not cuttable:
+                break
+            header = min(cuttable)[2]
+            widths[header] -= 1
+            excess -= 1
+        droppable = sorted((cut, -i) for i, (_, _, cut) in enumerate(kept) if cut is not None)
+        if excess <= 0 or not droppable:
+            return build(kept, widths), left_out
+        left_out.append(kept.pop(-droppable[0][1])[0])
 
 
 def _multi_sweep(board: list[LeaderboardRow]) -> bool:
@@ -96,121 +196,6 @@ def text_table(board: list[LeaderboardRow], columns: str | Sequence[str] = "all"
     return pd.DataFrame([{h: cell(r) for h, cell in shown} for r in board], columns=[h for h, _ in shown])
 
 
-LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def latex_escape(text: str) -> str:
-    """Text mode escaping of LaTeX's ten special characters (names like `dp_forward`, `50%`)."""
-    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
-
-
-def _latex_num(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "--"
-    if math.isinf(x):
-        return r"$\infty$"
-    return f"{x:.{digits}g}" if abs(x) < 1e4 else f"${x:.2e}".replace("e+0", r"\times 10^{").replace(
-        "e+", r"\times 10^{") + "}$"
-
-
-def _latex_utility(r: LeaderboardRow, bold: bool) -> str:
-    if r.utility_mean is None:
-        return "--"
-    body = f"{r.utility_mean:.4f}" + (rf" \pm {r.utility_std:.4f}" if r.utility_std is not None else "")
-    return rf"$\mathbf{{{body}}}$" if bold else f"${body}$"
-
-
-def _times(x: float | None) -> str:
-    return "--" if x is None else f"{x:.2f}$\\times$"
-
-
-# LaTeX header, alignment and cell of a displayed column where they differ from the text tables'
-# (numbers right-aligned; the utility cell is `_latex_utility`, bold for the best).
-LATEX: dict[str, tuple[str, str, Callable[[LeaderboardRow], str] | None]] = {
-    "mechanism": ("mechanism", "l", lambda r: r"\texttt{" + latex_escape(r.mechanism) + "}"),
-    "eps target": (r"$\varepsilon$ target", "r", lambda r: _latex_num(r.epsilon_target)),
-    "utility": ("utility", "r", None),
-    "eps claimed": (r"$\varepsilon$ claimed", "r", lambda r: _latex_num(r.epsilon_claimed)),
-    "eps certified": (r"$\varepsilon$ certified", "r", lambda r: _latex_num(r.epsilon_certified)),
-    "eps audited": (r"$\varepsilon$ audited", "r", lambda r: _latex_num(r.epsilon_audited)),
-    "eps curve": (r"$\varepsilon$ curve", "r", lambda r: _latex_num(r.epsilon_audited_curve)),
-    "eps noise": (r"$\varepsilon$ noise", "r", lambda r: _latex_num(r.epsilon_audited_noise)),
-    "audit x": ("audit time", "r", lambda r: _times(r.audit_time_ratio)),
-    "mu claimed/audited": (r"$\mu$ claimed/audited", "r", lambda r: "--" if r.mu_audited is None
-                           else f"{_latex_num(r.mu_claimed)}/{_latex_num(r.mu_audited)}"),
-    "status": ("status", "l", lambda r: latex_escape(r.claim_status or "--")),
-    "sigma": (r"$\sigma$", "r", lambda r: _latex_num(r.sigma)),
-    "step x": ("step time", "r", lambda r: _times(r.step_time_ratio)),
-    "mem x": ("memory", "r", lambda r: _times(r.peak_memory_ratio)),
-    "runs": ("runs", "r", lambda r: latex_escape(CELLS["runs"](r))),
-}
-LATEX_LEAVE_OUT = ("dataset", "model", "pareto")  # dataset / model head each block; bold marks the best
-FLOATS = ("none", "table", "table*")
-
-
-def latex_columns(board: Sequence[LeaderboardRow], columns: str | Sequence[str] = "core") -> list[tuple]:
-    """(header, alignment, cell) of the chosen columns; `runs` only with a wider selection than core."""
-    out = []
-    for header, _ in display(board, columns, leave_out=LATEX_LEAVE_OUT):
-        if header == "runs" and groups_of(columns) == ("core",):
-            continue
-        f = next(f for f in schema.displayed() if f.header == header)
-        out.append(LATEX.get(header) or (latex_escape(header), "r", lambda r, c=f.column: _latex_num(getattr(r, c))))
-    return out
-
-
-def best_utility(board: list[LeaderboardRow]) -> set[int]:
-    """Indices of the rows in bold: the highest mean utility among the private rows of each (sweep,
-    dataset, model, target epsilon) group (a lone private row is that group's best)."""
-    groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(board):
-        if r.private and r.utility_mean is not None:
-            groups.setdefault((r.sweep, r.dataset, r.model, r.epsilon_target), []).append(i)
-    return {max(members, key=lambda i: board[i].utility_mean) for members in groups.values()}
-
-
-def latex(board: list[LeaderboardRow], metric: str = "accuracy", columns: str | Sequence[str] = "core",
-          float_env: str = "none") -> str:
-    """A booktabs `tabular` for a paper (needs `\\usepackage{booktabs}` and `graphicx`; compiles with
-    plain pdflatex): one block per dataset/model, utility as `$mean \\pm std$`, the best private utility
-    per target epsilon in bold. The tabular is shrunk to the line width when wider (never enlarged),
-    so it fits a column of a two-column paper; `float_env` wraps it in a `table` or `table*` float."""
-    if float_env not in FLOATS:
-        raise ValueError(f"unknown float {float_env!r}; known: {', '.join(FLOATS)}")
-    bold = best_utility(board)
-    cols = latex_columns(board, columns)
-    header = " & ".join(latex_escape(metric) if h == "utility" else h for h, _, _ in cols)
-    lines = ["% privbench leaderboard; needs \\usepackage{booktabs} and \\usepackage{graphicx}"]
-    if float_env != "none":
-        lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
-    shrink = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"  # never enlarged
-    lines += [(r"\noindent" if float_env == "none" else "") + shrink,
-              r"\begin{tabular}{" + "".join(a for _, a, _ in cols) + "}", r"\toprule", header + r" \\", r"\midrule"]
-    multi = _multi_sweep(board)
-
-    def group_of(r: LeaderboardRow) -> tuple:
-        return (r.sweep, r.dataset, r.model) if multi else (r.dataset, r.model)
-
-    firsts = list(dict.fromkeys(group_of(r) for r in board))
-    seen: list[tuple] = []
-    for i in sorted(range(len(board)), key=lambda i: firsts.index(group_of(board[i]))):  # stable: keeps the rank
-        r = board[i]
-        group = group_of(r)
-        if group not in seen:
-            if seen:
-                lines.append(r"\midrule")
-            seen.append(group)
-            title = " / ".join(latex_escape(g) for g in group if g)
-            lines.append(rf"\multicolumn{{{len(cols)}}}{{l}}{{\textit{{{title}}}}} \\")
-        cells = [_latex_utility(r, i in bold) if cell is None else cell(r) for _, _, cell in cols]
-        lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}}"]
-    if float_env != "none":
-        lines.append(rf"\end{{{float_env}}}")
-    return "\n".join(lines) + "\n"
-
-
 def _markdown_cell(value: Any) -> str:
     """A name is data: HTML in it is escaped as in the HTML outputs (a Markdown viewer renders raw HTML),
     and a `|` would split the cell."""
@@ -218,9 +203,11 @@ def _markdown_cell(value: Any) -> str:
 
 
 def render(board: list[LeaderboardRow], fmt: str, title: str = "", columns: str | Sequence[str] = "core",
-           float_env: str = "none") -> str:
+           float_env: str = "none", *, width: str | float | None = None, venue_name: str = DEFAULT_VENUE,
+           caption: str | None = None, label: str | None = None) -> str:
     """`columns` (core, privacy, audit, overhead, all; comma-separated) picks the markdown, LaTeX and HTML
-    columns; CSV and JSON always hold every leaderboard field (the schema's columns)."""
+    columns; CSV and JSON always hold every leaderboard field (the schema's columns). LaTeX only: `width`
+    (single, double or points; default single, double for a `table*`), `venue_name`, `caption`, `label`."""
     if fmt == "json":
         return json.dumps(as_dicts(board), indent=2)
     if fmt == "csv":
@@ -235,7 +222,11 @@ def render(board: list[LeaderboardRow], fmt: str, title: str = "", columns: str 
         lines += ["| " + " | ".join(_markdown_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
         return "\n".join(lines) + "\n"
     if fmt == "latex":
-        return latex(board, board[0].metric if board else "accuracy", columns, float_env)
+        headers = [h for h, _ in display(board, columns)]
+        if groups_of(columns) == ("core",):  # the compact table: `runs` with a wider selection only
+            headers.remove("runs")
+        return tex.latex(board, headers, venue(venue_name), board[0].metric if board else "accuracy",
+                         width or ("double" if float_env == "table*" else "single"), float_env, caption, label)
     if fmt == "html":
         body = text_table(board, columns).to_html(index=False, escape=True, border=0)
         return (f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from orchestrator import audit_cli, privacy_cli, sweep_cli
-from orchestrator.console import fail, out
+from orchestrator.console import fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
 app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
@@ -24,6 +24,7 @@ def _entry() -> None:
     """Process-wide settings, set here (the CLI's entry) rather than on import: Hugging Face offline
     unless PRIVBENCH_HF_OFFLINE=0 (trials apply the rest in `workers.environment.configure`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", os.environ.get("PRIVBENCH_HF_OFFLINE", "1"))
+    use_ascii_spelling()  # `±` as `+-` where the output's encoding lacks it, not a traceback
 
 
 app.add_typer(sweep_cli.app, name="sweep")
@@ -70,23 +71,42 @@ def leaderboard(
     columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
                                               "audited, status, step x, runs): privacy, audit, overhead or all, "
                                               "comma-separated. CSV and JSON always hold every field.")] = "core",
-    float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (a bare tabular, shrunk to the "
-                                                           "line width when wider), table or table*.")] = "none",
+    float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (bare tables), table (one column) "
+                                                           "or table* (both columns).")] = "none",
+    width: Annotated[str | None, typer.Option(help="LaTeX only: the width the table is made to fit: single (one "
+                                                   "column), double (both) or a number of points; default: single, "
+                                                   "double for --float table*.")] = None,
+    venue: Annotated[str, typer.Option(help="LaTeX only: whose column widths and font size: article (LaTeX's "
+                                            "two-column article), acm (sigconf) or ieee (conference).")] = "article",
+    caption: Annotated[str | None, typer.Option(help="LaTeX only: the float's caption (LaTeX).")] = None,
+    label: Annotated[str | None, typer.Option(help="LaTeX only: the float's \\label.")] = None,
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
     from dashboards import tuning
-    from dashboards.render import FLOATS, FORMATS, render, rich_table
+    from dashboards.latex import resolve_width
+    from dashboards.render import FLOATS, FORMATS, render, rich_tables
+    from dashboards.venues import venue as venue_of
     from storage import schema
 
     if fmt not in FORMATS:
         fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     try:
         groups_chosen = schema.select(columns)
+        chosen_venue = venue_of(venue)
+        if width is not None:
+            resolve_width(width, chosen_venue)
     except ValueError as e:
         fail(str(e))
     if float_env not in FLOATS:
         fail(f"unknown --float {float_env!r}; known: {', '.join(FLOATS)}")
+    if fmt != "latex" and (width or caption or label or float_env != "none"):
+        fail("--width, --float, --caption and --label apply to --format latex only")
+    if (caption or label) and float_env == "none":
+        fail("--caption and --label need a float: --float table or table*")
+    if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
+        fail(f"--float {float_env} is {'one column' if float_env == 'table' else 'both columns'} wide: "
+             f"use --float {'table*' if float_env == 'table' else 'table'} with --width {width}")
     if view not in (*lb.VIEWS, tuning.TUNED_VIEW):
         fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuning.TUNED_VIEW))}")
     if view == tuning.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
@@ -109,17 +129,24 @@ def leaderboard(
         groups = ["sweep", *groups]
     if fmt == "table" and out_file is None:
         keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
+        sized = out.is_terminal or bool(os.environ.get("COLUMNS"))  # piped: one table at its natural width
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
-            table = rich_table(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                               groups_chosen)
-            _print_whole(table)
+            tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
+                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
+            for i, table in enumerate(tables):
+                if i:
+                    out.print()
+                _print_whole(table)
+            if note:
+                out.print(f"({note})", style="dim", highlight=False)
             for r in part:
                 if r.tuning:
                     out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
         return
     text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
-                  columns=groups_chosen, float_env=float_env)
+                  columns=groups_chosen, float_env=float_env, width=width, venue_name=venue, caption=caption,
+                  label=label)
     if fmt in ("table", "markdown"):
         text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
     if out_file is None:
@@ -161,6 +188,12 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
     except OSError as e:
         fail(f"cannot write {path}: {e.strerror}")
+    _wrote(path)
+
+
+def _wrote(path: Path) -> None:
+    """What every command that writes `--out` says, once the file is complete."""
+    out.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
 def _known_metric(records: list[dict], metric: str) -> None:
@@ -189,7 +222,6 @@ def report(
     with store_errors(st.where):
         grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
     _write(out_file, build_report(records, names, grids, metric=metric))
-    out.print(f"wrote {out_file}")
 
 
 @app.command("plot")
@@ -226,7 +258,7 @@ def plot(
         if type(e).__name__ != "LatexError":
             raise
         fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
-    out.print(f"wrote {out_file}")
+    _wrote(out_file)
 
 
 @app.command("export")
@@ -258,6 +290,7 @@ def export(
         fail(f"--format parquet needs pyarrow: {e}".splitlines()[0])
     except OSError as e:
         fail(f"cannot write {out_file}: {e.strerror or e}")
+    _wrote(out_file)
 
 
 @app.command("ui")

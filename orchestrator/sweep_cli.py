@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -266,11 +267,22 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     if as_json:
         print(json.dumps({"sweep": name, "counts": counts, "trials": rows}))
         return
-    table = Table(title=f"sweep {name}")
-    for col in ("trial_key", "status", "mechanism", "dataset", "model", "epsilon", "seed", "accuracy", "error"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["trial_key"], r["status"], r["mechanism"], r["dataset"], r["model"],
-                      "-" if r["epsilon"] is None else f"{r['epsilon']:g}", str(r["seed"]),
-                      "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}", (r["error"] or "")[:80])
+    from dashboards.render import fitted_table
+
+    def cells(key: str, show: Any = str) -> list[str]:
+        return ["-" if r[key] is None else show(r[key]) for r in rows]
+
+    # The trial key, status and numbers stay whole; errors, then dataset and model, then the mechanism are
+    # shortened (or left out) to fit a terminal.
+    columns = [("trial_key", cells("trial_key"), None), ("status", cells("status"), None),
+               ("mechanism", cells("mechanism"), 2), ("dataset", cells("dataset"), 1), ("model", cells("model"), 1),
+               ("epsilon", cells("epsilon", lambda e: f"{e:g}"), None), ("seed", cells("seed"), None),
+               ("accuracy", cells("accuracy", lambda a: f"{a:.4f}"), None)]
+    if any(r["error"] for r in rows):
+        columns.append(("error", [r["error"].splitlines()[0][:80] if r["error"] else "" for r in rows], 0))
+    table, left_out = fitted_table(f"sweep {name}", columns,
+                                   out.width if out.is_terminal or os.environ.get("COLUMNS") else None)
     out.print(table)
+    if left_out:
+        out.print(f"(left out to fit {out.width} columns: {', '.join(left_out)}; --json shows every field)",
+                  style="dim", highlight=False)

@@ -20,12 +20,15 @@ This module is a leaf: no torch, pandas or other privbench import, so anything m
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import decimal
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 SECTIONS = ("record", "config", "metrics", "curves", "privacy", "environment", "derived")
 GROUPS = ("core", "privacy", "audit", "overhead")
 AGGREGATES = ("mean", "max", "first", "worst", "none")
+ROUNDINGS = ("nearest", "up", "down")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +46,19 @@ class Field:
     unit: str = ""
     legacy: tuple[str, ...] = ()  # names older stores wrote for this number (read, never written)
     sparse: bool = False  # displayed only when some row has a value (fields newer than most stores)
+    # How papers and the MLflow UI show it: `label` in words ("eps" and "sigma" become Greek letters in
+    # LaTeX; default: the header), `abbr` where a table is narrow (explained under the table), `digits`
+    # significant digits, rounded `up` for upper bounds and `down` for lower bounds so that a shown
+    # epsilon never under-reports, and `percent` for a fraction shown as a percentage.
+    label: str | None = None
+    abbr: str | None = None
+    digits: int = 3
+    rounding: str = "nearest"
+    percent: bool = False
 
     def __post_init__(self) -> None:
         if self.section not in SECTIONS or self.aggregate not in AGGREGATES or (
-                self.group is not None and self.group not in GROUPS):
+                self.group is not None and self.group not in GROUPS) or self.rounding not in ROUNDINGS:
             raise ValueError(f"bad schema field {self.key!r}")
 
     @property
@@ -91,9 +103,9 @@ FIELDS: tuple[Field, ...] = (
       aggregate="first"),
     F("model", "config", str, "model registry name", column="model", header="model", group="core", aggregate="first"),
     F("mechanism", "config", str, "mechanism registry name", column="mechanism", header="mechanism", group="core",
-      aggregate="first"),
+      aggregate="first", abbr="mech."),
     F("epsilon", "config", NUM + OPT, "target epsilon the noise is calibrated to (None: non-private or sigma given)",
-      column="epsilon_target", header="eps target", group="core", aggregate="first"),
+      column="epsilon_target", header="eps target", group="core", aggregate="first", abbr="eps tgt.", digits=1),
     F("delta", "config", NUM + (str,), "target delta, or '1/(2N)'"),
     F("seed", "config", int, "the trial's seed"),
     F("sigma", "config", NUM + OPT, "noise multiplier given instead of an epsilon"),
@@ -112,26 +124,28 @@ FIELDS: tuple[Field, ...] = (
       "(workers/tuning.py); absent for an ordinary trial"),
 
     # metrics: what the run measured
-    F("accuracy", "metrics", NUM + OPT, "test accuracy (the default utility)", mlflow=True),
+    F("accuracy", "metrics", NUM + OPT, "test accuracy (the default utility)", mlflow=True, abbr="acc.",
+      percent=True),
     F("test_loss", "metrics", NUM + OPT, "test loss", mlflow=True),
-    F("val_accuracy", "metrics", NUM + OPT, "validation accuracy", mlflow=True),
+    F("val_accuracy", "metrics", NUM + OPT, "validation accuracy", mlflow=True, abbr="val. acc.", percent=True),
     F("train_loss", "metrics", NUM + OPT, "last epoch's mean training loss", mlflow=True),
     F("step_time_s", "metrics", NUM + OPT, "median training step time", mlflow=True, unit="s"),
     F("examples_per_s", "metrics", NUM + OPT, "training throughput", column="examples_per_s", header="ex/s",
-      group="overhead", mlflow=True),
+      group="overhead", mlflow=True, unit="ex/s", label="throughput", abbr="thr.", digits=4),
     F("train_s", "metrics", NUM + OPT, "training time (audit canaries left out)", mlflow=True, unit="s"),
     F("peak_memory_mb", "metrics", NUM + OPT, "extra peak memory of the training loop", column="peak_memory_mb",
-      header="peak MB", group="overhead", mlflow=True, unit="MB"),
+      header="peak MB", group="overhead", mlflow=True, unit="MB", label="peak memory", abbr="peak"),
     F("steps_run", "metrics", NUM, "optimizer steps the run took", mlflow=True),
     F("wall_s", "metrics", NUM, "the trial's wall time: its accelerator phase's start to its analysis' end",
       column="wall_s", mlflow=True, unit="s"),
     F("calibration_s", "metrics", NUM, "time to plan and calibrate the noise", mlflow=True, unit="s"),
     F("plan_s", "metrics", NUM, "time to plan the trial (calibration and accounting)", column="plan_s",
-      header="plan s", group="overhead", mlflow=True, unit="s", sparse=True),
+      header="plan s", group="overhead", mlflow=True, unit="s", sparse=True, label="plan"),
     F("accelerator_s", "metrics", NUM, "time on the accelerator (training and evaluation)", column="accelerator_s",
-      header="accel s", group="overhead", mlflow=True, unit="s", sparse=True),
+      header="accel s", group="overhead", mlflow=True, unit="s", sparse=True, label="accelerator", abbr="accel."),
     F("analysis_s", "metrics", NUM, "time of the analyses after training (audits, MIA)", column="analysis_s",
-      header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True),
+      header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True, label="analysis",
+      abbr="anal."),
     F("n_train", "metrics", NUM, "training examples used", mlflow=True),
 
     # curves: one value per epoch (MLflow: the metric's history, step = epoch)
@@ -141,7 +155,7 @@ FIELDS: tuple[Field, ...] = (
 
     # privacy: the plan (claimed and certified), the audits and the verdict
     F("sigma", "privacy", NUM + OPT, "noise multiplier the run used", column="sigma", header="sigma",
-      group="privacy", private_only=True),
+      group="privacy", private_only=True, label="sigma"),
     F("sample_rate", "privacy", NUM + OPT, "sampling rate q of a step"),
     F("steps", "privacy", int, "accounted steps"),
     F("delta", "privacy", NUM, "delta of every epsilon", column="delta"),
@@ -152,10 +166,10 @@ FIELDS: tuple[Field, ...] = (
     F("mechanism", "privacy", str, "mechanism planned (as config.mechanism)"),
     F("claimed_by", "privacy", (str, type(None)), "the analysis the mechanism's claim comes from", private_only=True),
     F("epsilon_claimed", "privacy", NUM + OPT, "the mechanism's own published analysis", column="epsilon_claimed",
-      header="eps claimed", group="privacy", private_only=True, mlflow=True),
+      header="eps claimed", group="privacy", private_only=True, mlflow=True, abbr="eps cl.", rounding="up"),
     F("epsilon_certified", "privacy", NUM + OPT, "sound upper bound (PLD) on the noise the code adds; max over "
       "seeds: never under-reported", column="epsilon_certified", header="eps certified", group="core",
-      aggregate="max", private_only=True, mlflow=True),
+      aggregate="max", private_only=True, mlflow=True, abbr="eps cert.", rounding="up"),
     F("effective_event", "privacy", str, "the dp_accounting event of what runs"),
     F("notes", "privacy", str, "the plan's notes"),
     F("extra", "privacy", dict, "the plan's extra facts"),
@@ -175,7 +189,8 @@ FIELDS: tuple[Field, ...] = (
       column="claim_status", header="status", group="core", aggregate="worst", private_only=True),
     # the one-run audit: lower bounds (the largest over seeds), ceiling, cost
     F("epsilon_audited", "privacy", NUM + OPT, "empirical lower bound from the one-run canary audit",
-      column="epsilon_audited", header="eps audited", group="core", aggregate="max", private_only=True, mlflow=True),
+      column="epsilon_audited", header="eps audited", group="core", aggregate="max", private_only=True, mlflow=True,
+      abbr="eps aud.", digits=2, rounding="down"),
     F("epsilon_audited_steinke", "privacy", NUM + OPT, "Steinke et al.'s one-run bound",
       column="epsilon_audited_steinke", aggregate="max", private_only=True, mlflow=True,
       legacy=("audit_epsilon_steinke",)),
@@ -187,15 +202,23 @@ FIELDS: tuple[Field, ...] = (
       private_only=True, legacy=("audit_epsilon_legacy",)),
     F("epsilon_audited_curve", "privacy", NUM + OPT, "lower bound within the certified event's family",
       column="epsilon_audited_curve", header="eps curve", group="audit", aggregate="max", private_only=True,
-      mlflow=True, legacy=("audit_epsilon_curve",)),
+      mlflow=True, legacy=("audit_epsilon_curve",), digits=2, rounding="down"),
     F("epsilon_audited_noise", "privacy", NUM + OPT, "lower bound read off the noise the run added",
       column="epsilon_audited_noise", header="eps noise", group="audit", aggregate="max", private_only=True,
-      mlflow=True, legacy=("audit_epsilon_noise",)),
+      mlflow=True, legacy=("audit_epsilon_noise",), digits=2, rounding="down"),
     F("audit_ceiling", "privacy", NUM + OPT, "what the same analysis reaches on the certified mechanism",
-      column="audit_ceiling", header="ceiling", group="audit", private_only=True, mlflow=True),
+      column="audit_ceiling", header="ceiling", group="audit", private_only=True, mlflow=True, abbr="ceil.",
+      digits=2),
     F("audit_ceiling_steinke", "privacy", NUM + OPT, "the ceiling of Steinke's bound", private_only=True),
     F("audit_ceiling_fdp", "privacy", NUM + OPT, "the ceiling of the f-DP bound", private_only=True),
     F("audit_ceiling_guess_counts", "privacy", list, "guess counts planned on the simulation", private_only=True),
+    F("audit_ceiling_noise", "privacy", NUM + OPT, "how far one run's bound lies above the ceiling by chance (one "
+      "standard deviation of its right guesses)", private_only=True),
+    F("audit_above_ceiling", "privacy", (bool, type(None)), "the audited epsilon exceeds the ceiling by more than "
+      "its noise: the run leaks more than certified, or the audit is not valid", column="audit_above_ceiling",
+      header="> ceiling", group="audit", aggregate="max", private_only=True, sparse=True),
+    F("audit_noise_skipped", "privacy", (str, type(None)), "why no epsilon was read off the measured noise",
+      private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),
@@ -216,7 +239,7 @@ FIELDS: tuple[Field, ...] = (
     F("audit_family_s", "privacy", NUM, "seconds of the family bounds", private_only=True, mlflow=True, unit="s"),
     # black-box membership inference (every trial, non-private included)
     F("mia_auc", "privacy", NUM + OPT, "loss-threshold membership-inference AUC", column="mia_auc",
-      header="MIA AUC", group="audit", mlflow=True),
+      header="MIA AUC", group="audit", mlflow=True, digits=2),
     F("mia_tpr_at_0_1pct_fpr", "privacy", NUM + OPT, "its true-positive rate at 0.1% false positives",
       column="mia_tpr_at_0_1pct_fpr", mlflow=True, legacy=("mia_tpr_at_0.1%_fpr", "mia_tpr_at_0.1pct_fpr")),
     F("mia_tpr_at_1pct_fpr", "privacy", NUM + OPT, "its true-positive rate at 1% false positives", mlflow=True,
@@ -226,7 +249,7 @@ FIELDS: tuple[Field, ...] = (
     F("mia_s", "privacy", NUM, "seconds of the attack", mlflow=True, unit="s"),
     F("audit_s", "privacy", NUM, "seconds of the run-level audits", column="audit_s", mlflow=True, unit="s"),
     F("audit_time_ratio", "privacy", NUM + OPT, "run time with the audits over without", column="audit_time_ratio",
-      header="audit x", group="audit", mlflow=True),
+      header="audit x", group="audit", mlflow=True, unit="x", label="audit time", abbr="audit"),
     # the one-step (mechanism-level) audit
     F("epsilon_audited_step", "privacy", NUM + OPT, "one un-subsampled step's audited epsilon; not comparable "
       "to run epsilons", column="epsilon_audited_step", aggregate="max", private_only=True, mlflow=True),
@@ -266,12 +289,12 @@ FIELDS: tuple[Field, ...] = (
       group="core"),
     F("utility_std", "derived", NUM + OPT, "utility, std over seeds", column="utility_std"),
     F("mu_claimed_audited", "derived", str, "mu claimed / audited of one step", header="mu claimed/audited",
-      group="audit"),
+      group="audit", abbr="mu cl./aud."),
     F("step_time_ratio", "derived", NUM + OPT, "step time over non-private's (same sweep, data, model, batch)",
-      column="step_time_ratio", header="step x", group="core"),
+      column="step_time_ratio", header="step x", group="core", unit="x", label="step time", abbr="step"),
     F("peak_memory_ratio", "derived", NUM + OPT, "peak memory over non-private's (when that is measurable)",
-      column="peak_memory_ratio", header="mem x", group="overhead"),
-    F("n_finished", "derived", int, "finished trials", column="n_finished", header="runs", group="core"),
+      column="peak_memory_ratio", header="mem x", group="overhead", unit="x", label="memory", abbr="mem."),
+    F("n_finished", "derived", int, "finished trials", column="n_finished", header="runs", group="core", abbr="n"),
     F("n_failed", "derived", int, "failed trials", column="n_failed"),
     F("batch_size", "derived", (int, type(None)), "config.train.batch_size", column="batch_size"),
     F("pareto", "derived", bool, "no other row has more utility for less epsilon", column="pareto", header="pareto",
@@ -283,8 +306,8 @@ FIELDS: tuple[Field, ...] = (
 
 DISPLAY_ORDER = (  # the text tables' column order (by header); `--columns all` shows every one
     "dataset", "model", "mechanism", "eps target", "utility", "eps claimed", "eps certified", "eps audited",
-    "eps curve", "eps noise", "ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma", "step x",
-    "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
+    "eps curve", "eps noise", "ceiling", "> ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma",
+    "step x", "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
 )
 
 
@@ -312,6 +335,48 @@ def displayed() -> tuple[Field, ...]:
     """The text tables' columns, in display order."""
     by_header = {f.header: f for f in FIELDS if f.header}
     return tuple(by_header[h] for h in DISPLAY_ORDER)
+
+
+def by_header(header: str) -> Field:
+    """The displayed field of that text-table header."""
+    return next(f for f in displayed() if f.header == header)
+
+
+def utility_field(metric: str) -> Field:
+    """How a utility metric (a `metrics` field, e.g. accuracy) is labelled and shown; a metric the schema does
+    not declare is shown under its own name."""
+    known = {f.key: f for f in FIELDS if f.section == "metrics"}
+    return known.get(metric) or Field(metric, "metrics", NUM + OPT, "a utility metric of the records")
+
+
+MAX_DECIMALS = 3  # a column's numbers never show more (a bound of 0.00001 shows as 0.000)
+_ROUND = {"nearest": decimal.ROUND_HALF_EVEN, "up": decimal.ROUND_CEILING, "down": decimal.ROUND_FLOOR}
+
+
+def decimals(values: Iterable[float | None], f: Field) -> int:
+    """The decimals a column shows all its numbers with (so they align on the decimal point): enough for
+    `f.digits` significant digits of its smallest non-zero magnitude, at most MAX_DECIMALS."""
+    scale = [float(f"{abs(v) * (100 if f.percent else 1):.{f.digits}g}") for v in values
+             if v is not None and math.isfinite(v) and v != 0]  # magnitudes as shown (0.99999 shows as 1.00)
+    if not scale:
+        return 0
+    return max(0, min(MAX_DECIMALS, f.digits - 1 - math.floor(math.log10(min(scale)))))
+
+
+def shown(x: float, f: Field, places: int | None = None) -> str:
+    """`x` as text, rounded the field's way (up for upper bounds, down for lower bounds: a shown epsilon never
+    under-reports): with `places` decimals (a table's column), or `f.digits` significant digits, trailing
+    zeros dropped. Percent fields are scaled by 100 (the caller adds the unit). Large numbers stay whole
+    (15900, not 1.59e+04)."""
+    if math.isinf(x) or math.isnan(x):
+        return str(x)
+    x = x * 100 if f.percent else x
+    strip = places is None
+    if places is None:
+        places = max(0, f.digits - 1 - math.floor(math.log10(abs(x)))) if x else 0
+    rounded = decimal.Decimal(repr(float(x))).quantize(decimal.Decimal(1).scaleb(-places), rounding=_ROUND[f.rounding])
+    text = str(abs(rounded) if rounded == 0 else rounded)  # no "-0.00"
+    return text.rstrip("0").rstrip(".") if strip and "." in text else text
 
 
 def mlflow_metrics(section: str) -> tuple[Field, ...]:

@@ -1,56 +1,149 @@
-"""`leaderboard --format latex`: a booktabs tabular a paper can \\input (structure checked here, compiled
-with pdflatex in the slow test)."""
+"""`leaderboard --format latex`: booktabs tables that fit a venue's width by design (never `\\resizebox`),
+numbers aligned on the decimal point with the schema's digits, a legend for abbreviations, captions and
+labels. Compiled with pdflatex in tests/dashboards/test_latex_fit.py (slow)."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from dashboards.latex import PACKAGES, layout
 from dashboards.leaderboard import rows
 from dashboards.render import latex_escape, render
+from dashboards.venues import VENUES
 from tests.dashboards.test_leaderboard import RECORDS, record
 
+ROOT = Path(__file__).resolve().parents[2]
 BOARD_RECORDS = RECORDS + [record("dp_forward&50%", 1.0, 0, 0.70, certified=None, claimed=1.0, claim="uncertified")]
 
 
-def body_rows(text: str) -> list[str]:
-    lines = text.splitlines()
+def tabulars(text: str) -> list[list[str]]:
+    """The lines of each tabular (outer ones; header cells may nest a one-column tabular)."""
+    out, current = [], None
+    for line in text.splitlines():
+        if line.startswith(r"\begin{tabular}{@{}"):
+            current = []
+        if current is not None:
+            current.append(line)
+        if line == r"\end{tabular}" and current is not None:
+            out.append(current)
+            current = None
+    return out
+
+
+def body_rows(lines: list[str]) -> list[list[str]]:
     start, end = lines.index(r"\midrule"), lines.index(r"\bottomrule")
-    return [ln for ln in lines[start + 1:end] if ln not in (r"\midrule",) and not ln.startswith(r"\multicolumn")]
+    return [ln.removesuffix(r" \\").split(" & ") for ln in lines[start + 1:end]
+            if ln != r"\midrule" and not ln.startswith(r"\multicolumn")]
 
 
-def test_latex_is_booktabs_with_math_utilities_right_aligned_numbers_and_escaped_names():
+def test_latex_is_booktabs_never_resized_and_names_the_one_package_it_needs():
     text = render(rows(BOARD_RECORDS), "latex")
-    assert "±" not in text and "\\toprule" in text and "\\bottomrule" in text
-    spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", text).group(1)
-    # The default columns are the compact core set (a paper column's width); mechanism and status left,
-    # every numeric column right. `--columns all` gives every displayed column.
-    assert spec == "lrrrrlr"
-    wide = render(rows(BOARD_RECORDS), "latex", columns="all")
-    assert re.search(r"\\begin\{tabular\}\{([lrc]+)\}", wide).group(1) == "lrrrrrrrrrrrlrrrrrr"
-    header = text.splitlines()[text.splitlines().index(r"\toprule") + 1]
-    assert header.endswith(r"\\") and header.count("&") == len(spec) - 1
-    body = body_rows(text)
-    assert len(body) == 4
-    for line in body:
-        assert line.endswith(r"\\") and line.count("&") - line.count(r"\&") == len(spec) - 1
-        assert line.count("$") % 2 == 0  # every math span closed
-    assert r"$0.8100 \pm 0.0141$" in text  # dpsgd: 0.80 and 0.82 over two seeds
+    assert "resizebox" not in text and "graphicx" not in text and "±" not in text
+    assert PACKAGES == ("booktabs",)
+    first, second = text.splitlines()[:2]
+    assert first.startswith("% privbench leaderboard for LaTeX's two-column article") and "229.5 pt" in first
+    assert second == r"% Needs \usepackage{booktabs}."
+    (table,) = tabulars(text)  # the core columns fit one column of the default venue
+    spec = re.match(r"\\begin\{tabular\}\{@\{\}(.*)@\{\}\}", table[0]).group(1)
+    assert spec == "lrr@{}lrrlr"  # mechanism, target, mean, +- std, certified, audited, status, step x
+    for cells in body_rows(table):
+        assert len(cells) == 8 and all(c.count("$") % 2 == 0 for c in cells)
     assert r"\texttt{dp\_forward\&50\%}" in text
+    assert r"${}\pm{}$" in text and r"\fontsize{" in text and r"\setlength{\tabcolsep}" in text
 
 
-def test_best_private_utility_per_target_epsilon_is_bold_and_only_it():
+def test_numbers_share_decimals_per_column_and_bounds_round_the_safe_way():
+    """Aligned on the decimal point: every number of a column has its decimals; a certified epsilon of
+    1.0049 shows as 1.01 (never under-reported), an audited lower bound of 0.318 as 0.31."""
+    recs = [record("nonprivate", None, 0, 0.9), record("nonprivate", None, 1, 0.91),
+            record("dpsgd", 1.0, 0, 0.8, certified=1.0049, claimed=1.0),
+            record("dpsgd", 8.0, 0, 0.85, certified=7.9994247, claimed=8.0)]
+    recs[2]["privacy"]["epsilon_audited"] = 0.318
+    recs[3]["privacy"]["epsilon_audited"] = 2.5
+    (table,) = tabulars(render(rows(recs), "latex"))
+    cells = body_rows(table)
+    certified = [r[4] for r in cells if r[4] != "--"]
+    audited = [r[5] for r in cells if r[5] != "--"]
+    assert certified == ["1.01", "8.00"] and audited == ["0.31", "2.50"]
+    assert [r[1] for r in cells] == ["1", "8", "--"]  # the targets as the grid gave them
+    wide = [r for r in rows(recs) if r.mechanism == "dpsgd"]
+    wide = [r.__class__(**{**r.__dict__, "examples_per_s": x}) for r, x in zip(wide, (9230.4, 15912.7), strict=True)]
+    text = render(wide, "latex", columns="overhead", width="double")
+    assert "9230" in text and "15913" in text and "e+0" not in text and r"\times 10" not in text
+
+
+def test_bold_best_utility_keeps_the_decimal_point_aligned():
     text = render(rows(BOARD_RECORDS), "latex")
-    bold = [ln for ln in body_rows(text) if r"\mathbf" in ln]
-    assert len(bold) == 1 and "gredp" in bold[0]  # 0.855 beats dpsgd's 0.81 and dp_forward's 0.70 at eps 1
-    # A lone private mechanism at its epsilon is that epsilon's best (the quickstart's case: docs/commands.md
-    # promises a bold cell per epsilon); the non-private reference never is.
-    alone = body_rows(render(rows([r for r in RECORDS if r["config"]["mechanism"] != "gredp"]), "latex"))
-    assert [("dpsgd" in ln) for ln in alone if r"\mathbf" in ln] == [True]
-    assert not any(r"\mathbf" in ln for ln in alone if "nonprivate" in ln)
+    bold = [ln for ln in text.splitlines() if r"\textbf" in ln]
+    assert len(bold) == 1 and "gredp" in bold[0]  # 85.5 beats dpsgd's 81.0 and dp_forward's 70.0 at eps 1
+    assert r"\textbf{85}\rlap{\textbf{.5}}\phantom{.5}" in bold[0]  # bold figures, normal width after the point
+    alone = render(rows([r for r in RECORDS if r["config"]["mechanism"] != "gredp"]), "latex")
+    assert [("dpsgd" in ln) for ln in alone.splitlines() if r"\textbf" in ln] == [True]
+
+
+def test_abbreviations_are_explained_in_a_legend_line():
+    text = render(rows(BOARD_RECORDS), "latex")
+    legend = next(ln for ln in text.splitlines() if ln.startswith(r"{\raggedright"))
+    header = tabulars(text)[0][2]
+    for short, full in (("mech.", "mechanism"), (r"$\varepsilon$ cert.", r"$\varepsilon$ certified")):
+        if short in header:
+            assert f"{short}: {full}" in legend
+    assert "uncert.: uncertified" in legend and "viol.: violated" in legend
+    assert r"($\times$): relative to non-private" in legend and "bold: best private accuracy" in legend
+
+
+def test_units_go_in_headers():
+    text = render(rows(RECORDS), "latex", columns="overhead", width="double")
+    for unit in (r"(\%)", r"($\times$)", "(MB)", "(ex/s)"):
+        assert unit in text
+
+
+def test_all_columns_split_into_stacked_tables_that_repeat_the_key_columns():
+    board = rows(BOARD_RECORDS)
+    parts = tabulars(render(board, "latex", columns="all"))
+    assert len(parts) > 1
+    for part in parts:
+        head = part[2]
+        assert head.startswith(("mech. & ", "mechanism & ")) and "tgt." in head.split(" & ")[1] + head
+    double = tabulars(render(board, "latex", columns="all", width="double"))
+    assert len(double) < len(parts)  # twice the width, fewer parts
+
+
+def test_float_caption_label_and_width_follow_the_options():
+    board = rows(BOARD_RECORDS)
+    text = render(board, "latex", float_env="table*", caption=r"Accuracy at $\varepsilon$", label="tab:lb")
+    lines = text.splitlines()
+    assert lines[2:6] == [r"\begin{table*}[t]", r"\centering", r"\caption{Accuracy at $\varepsilon$}",
+                          r"\label{tab:lb}"]
+    assert lines[-1] == r"\end{table*}" and "double width 469 pt" in lines[0]
+    assert "single width 229.5 pt" in render(board, "latex", float_env="table").splitlines()[0]
+    assert "252 pt" in render(board, "latex", venue_name="ieee").splitlines()[0]
+    assert "width 300 pt" in render(board, "latex", width=300).splitlines()[0]
+    with pytest.raises(ValueError, match="unknown float"):
+        render(board, "latex", float_env="figure")
+    with pytest.raises(ValueError, match="need a float"):
+        render(board, "latex", caption="x")
+    with pytest.raises(ValueError, match="unknown width"):
+        render(board, "latex", width="triple")
+
+
+def test_layout_prefers_one_table_at_the_largest_size_that_fits():
+    from dashboards.latex import columns
+    from dashboards.render import display
+
+    board = rows(BOARD_RECORDS)
+    headers = [h for h, _ in display(board, "core") if h != "runs"]
+    cols = columns(board, headers, "accuracy", set())
+    wide = layout({False: cols, True: cols}, 2000.0, 10, [])
+    assert (wide.size, wide.abbreviated, wide.separation, len(wide.parts)) == (10, False, 6.0, 1)
+    narrow = layout({False: cols, True: cols}, 150.0, 10, [])
+    assert narrow.size == 8 and len(narrow.parts) > 1
+    assert all(p[0].header == "mechanism" and p[1].header == "eps target" for p in narrow.parts)
 
 
 def test_escape_covers_latex_specials():
@@ -58,31 +151,14 @@ def test_escape_covers_latex_specials():
         r"a\_b\&c\%d\$e\#f\{g\}h\textasciitilde{}i\textasciicircum{}j\textbackslash{}k")
 
 
-def test_float_wraps_the_shrunk_tabular():
-    text = render(rows(BOARD_RECORDS), "latex", float_env="table*")
-    lines = text.splitlines()
-    assert lines[1:3] == [r"\begin{table*}[t]", r"\centering"] and lines[-1] == r"\end{table*}"
-    assert r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%" in lines  # no indent in a float
-    with pytest.raises(ValueError, match="unknown float"):
-        render(rows(BOARD_RECORDS), "latex", float_env="figure")
+def test_glyph_widths_are_what_the_tfm_files_say():
+    """dashboards/tex_metrics.py is generated from TeX's font metrics (scripts/tex_metrics.py)."""
+    done = subprocess.run([sys.executable, "scripts/tex_metrics.py", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("columns", "float_env"), [("core", "none"), ("all", "none"), ("all", "table*"),
-                                                    ("privacy,audit", "table")])
-def test_latex_table_compiles_with_pdflatex_in_a_two_column_paper_without_overfull_boxes(tmp_path, columns,
-                                                                                         float_env):
-    """Debian's texlive-latex-recommended (scripts/setup.sh installs it) provides pdflatex, booktabs and
-    graphicx. The default table, and the widest one, fit a column of a two-column article."""
-    assert shutil.which("pdflatex"), "pdflatex missing: apt-get install texlive-latex-recommended"
-    (tmp_path / "table.tex").write_text(render(rows(BOARD_RECORDS), "latex", columns=columns, float_env=float_env))
-    (tmp_path / "paper.tex").write_text("\\documentclass[twocolumn]{article}\n\\usepackage{booktabs}\n"
-                                        "\\usepackage{graphicx}\n\\begin{document}\nSome text.\n\n"
-                                        "\\input{table}\n\nMore text.\n\\end{document}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert (tmp_path / "paper.pdf").stat().st_size > 1000
-    log = (tmp_path / "paper.log").read_text(errors="replace")
-    assert "Undefined control sequence" not in log and "Missing $" not in log
-    assert "Overfull" not in log, [ln for ln in log.splitlines() if "Overfull" in ln]
+def test_venues_name_their_sizes():
+    assert VENUES["article"].column_pt == 229.5 and VENUES["article"].text_pt == 469.0
+    assert VENUES["acm"].width_in("double") == pytest.approx(7.0, abs=0.01)
+    assert VENUES["ieee"].width_in("single") == pytest.approx(3.49, abs=0.01)

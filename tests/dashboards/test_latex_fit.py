@@ -1,0 +1,94 @@
+"""Every LaTeX table privbench writes, compiled with pdflatex in a two-column paper of each venue, at both
+widths, with every column group, bare and in a float: no Overfull or Underfull box, no text below 8 pt.
+
+Text sizes are read from the PDF itself (uncompressed: each `Tf` operator sets the size of the text after
+it), so a superscript or a table shrunk by any means would show. Slow: about 20 pdflatex runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dashboards.leaderboard import rows
+from dashboards.render import render
+from dashboards.venues import VENUES
+from tests.dashboards.test_latex import BOARD_RECORDS
+from tests.dashboards.test_leaderboard import RECORDS, record
+
+# A two-column document of each venue: the classes themselves where TeX Live has them, else their page
+# geometry (checked below against the venue's numbers) and body size in the standard classes.
+PREAMBLES = {
+    "article": r"\documentclass[twocolumn]{article}",
+    "acm": r"\documentclass[twocolumn,9pt]{extarticle}" "\n"
+           r"\usepackage[letterpaper,textwidth=506.295pt,columnsep=24pt]{geometry}",
+    "ieee": r"\documentclass[twocolumn]{article}" "\n"
+            r"\usepackage[letterpaper,textwidth=516pt,columnsep=12pt]{geometry}",
+}
+COLUMN_SETS = ("core", "privacy", "audit", "overhead", "all")
+TEX_POINTS_PER_PDF_POINT = 72.27 / 72
+
+
+def stress_records() -> list[dict]:
+    """Long names, every status, an infinite bound, large throughputs, two datasets and a failed trial."""
+    recs = list(BOARD_RECORDS)
+    for seed in (0, 1):
+        r = record("shuffled-dpsgd", 8.0, seed, 0.61 + seed / 100, certified=float("inf"), claimed=8.0,
+                   claim="overclaimed")
+        r["metrics"]["examples_per_s"] = 15912.7
+        recs.append(r)
+    other = [dict(r, config=r["config"] | {"dataset": "fashion-mnist", "model": "cnn-small"}) for r in RECORDS]
+    return recs + other
+
+
+def compile_tables(tmp_path: Path, venue: str, width: str, boards: dict[str, list]) -> tuple[str, float]:
+    """pdflatex on one document holding every table of `boards` at `width`; (its log, smallest text in pt)."""
+    assert shutil.which("pdflatex"), "pdflatex missing: apt-get install texlive-latex-recommended"
+    body = []
+    for name, board in boards.items():
+        for columns in COLUMN_SETS:
+            for float_env in ("none", "table*" if width == "double" else "table"):
+                stem = f"{name}-{columns}-{float_env.strip('*')}"
+                table = render(board, "latex", columns=columns, float_env=float_env, width=width, venue_name=venue,
+                               caption=f"{name}, {columns}" if float_env != "none" else None)
+                if float_env == "none" and width == "double":  # a bare table of text width goes in a table*
+                    table = "\\begin{table*}[p]\n" + table + "\\end{table*}\n"
+                (tmp_path / f"{stem}.tex").write_text(table)
+                body.append(f"Text before the table.\n\n\\input{{{stem}}}\n\nText after it.\n\\clearpage")
+    (tmp_path / "paper.tex").write_text(
+        "\\pdfcompresslevel=0\\pdfobjcompresslevel=0\n" + PREAMBLES[venue] + "\n\\usepackage{booktabs}\n"
+        "\\begin{document}\n\\typeout{WIDTHS \\the\\columnwidth\\space\\the\\textwidth}\n"
+        + "\n".join(body) + "\n\\end{document}\n")
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    log = (tmp_path / "paper.log").read_text(errors="replace")
+    assert done.returncode == 0, done.stdout[-3000:]
+    column, text = re.search(r"WIDTHS ([\d.]+)pt ([\d.]+)pt", log).groups()
+    assert (float(column), float(text)) == pytest.approx((VENUES[venue].column_pt, VENUES[venue].text_pt), abs=0.01)
+    sizes = [float(s) for s in re.findall(rb"/F\d+ ([\d.]+) Tf", (tmp_path / "paper.pdf").read_bytes())]
+    return log, min(sizes) * TEX_POINTS_PER_PDF_POINT
+
+
+@pytest.fixture(scope="module")
+def boards(figure_store) -> dict[str, list]:
+    from storage.store import Store
+
+    store = Store(str(figure_store))
+    real = rows(store.records("figs") + store.records("figs-b"))
+    return {"stress": rows(stress_records()), "sweeps": real}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", ["single", "double"])
+@pytest.mark.parametrize("venue", sorted(VENUES))
+def test_every_table_compiles_without_bad_boxes_or_small_text(tmp_path, boards, venue, width, capsys):
+    log, smallest = compile_tables(tmp_path, venue, width, boards)
+    bad = [ln for ln in log.splitlines() if ln.startswith(("Overfull", "Underfull"))]
+    assert not bad, bad
+    assert "Undefined control sequence" not in log and "Missing $" not in log
+    with capsys.disabled():
+        print(f"\n{venue} {width}: {len(COLUMN_SETS) * 2 * len(boards)} tables, smallest text {smallest:.2f} pt")
+    assert smallest >= 8 - 0.01
