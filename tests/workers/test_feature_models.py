@@ -93,13 +93,17 @@ def test_features_are_computed_once_then_read_from_disk(images, cache, monkeypat
     assert calls == [16, 16]
 
 
-def test_a_file_that_does_not_fit_its_key_is_recomputed(images, cache, monkeypatch):
+@pytest.mark.parametrize("damage", ["shape", "truncated"])
+def test_a_file_that_does_not_fit_its_key_is_recomputed(images, cache, monkeypatch, damage):
     x = images.test.inputs
+    path = cache / f"{scatternet.feature_key(x)}.npy"
     cache.mkdir(parents=True)
-    np.save(cache / f"{scatternet.feature_key(x)}.npy", np.zeros((8, 81, 7, 6), np.float32))
+    np.save(path, np.zeros((8, 81, 7, 6 if damage == "shape" else 7), np.float32))
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:1000])
     calls = _counting(monkeypatch)
     assert scatternet.scattering_features(x).shape == (8, 81, 7, 7) and calls == [8]
-    assert np.load(cache / f"{scatternet.feature_key(x)}.npy").shape == (8, 81, 7, 7)
+    assert np.load(path).shape == (8, 81, 7, 7)
 
 
 RACER = """
