@@ -28,7 +28,7 @@ MAX_POINTS = 2e6
 # A span past LARGE_SPAN (sigma below ~0.035) means an epsilon in the hundreds or more, where the rounding of
 # MAX_POINTS_LARGE values per step (<= span / MAX_POINTS_LARGE per step, a relative bias of ~1e-4) is plenty:
 # 2e6 values took 80 s for 46 steps at sigma 0.017, 1e5 take seconds.
-LARGE_SPAN, MAX_POINTS_LARGE = 1e3, 1e5
+LARGE_SPAN, MAX_POINTS_LARGE, MAX_INTERVAL = 1e3, 1e5, 10.0
 SMALL_EPSILON = 3.0  # below this (CLT estimate), refine h to the per-step loss scale
 SCALE_FRACTION = 0.25
 
@@ -59,7 +59,10 @@ def grid_floor(sigma: float) -> float:
     1/sigma^2 + 20/sigma, kept within MAX_POINTS values (MAX_POINTS_LARGE past LARGE_SPAN). Any interval is sound
     (pessimistic grids round losses up, optimistic ones down); this one only bounds the work."""
     span = 1 / sigma**2 + 20 / sigma
-    return span / (MAX_POINTS if span < LARGE_SPAN else MAX_POINTS_LARGE)
+    if span < LARGE_SPAN:
+        return span / MAX_POINTS
+    # at most MAX_INTERVAL wide (dp-accounting's grids take exp of it), unless MAX_POINTS need it wider
+    return min(span / MAX_POINTS_LARGE, max(MAX_INTERVAL, span / MAX_POINTS))
 
 
 def discretization_for(event: dp_accounting.DpEvent, delta: float) -> float:
