@@ -39,6 +39,17 @@ def test_grid_values_at_their_edges_are_one_line(cli, tmp_path, text, said):
     assert not (tmp_path / "store").exists()
 
 
+def test_a_lone_surrogate_in_a_dataset_name_is_one_line_before_the_store_is_made(cli, tmp_path):
+    """Item 17: a dataset name `"hf:\\uD800"` (any `hf:` name passes validation) gave a traceback after the
+    sweep's experiment was created."""
+    path = tmp_path / "g.yaml"
+    path.write_text('name: edge\ngrid: {dataset: ["hf:\\uD800"], model: [bert-tiny], mechanism: [dpsgd], '
+                    'epsilon: [1]}\n')
+    result = cli("sweep", "run", path, "--store", tmp_path / "store")
+    assert result.exit_code == 2 and "lone surrogate" in one_error(result)
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_tiny_sigma_is_refused_in_the_grid(cli, tmp_path):
     path = tmp_path / "g.yaml"
     path.write_text("name: edge\nsigma: 1e-300\ngrid: {dataset: [digits], model: [mlp], mechanism: [dpsgd]}\n")
