@@ -306,6 +306,10 @@ class TrialConfig:
     # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
     # trial computes, so not part of the key
     plugins: tuple[str, ...] = ()
+    # The code of each plugin entry the trial uses (component -> `mechanisms.registry.Provenance` text: its
+    # distribution, version and source hash); part of the key, so an edited plugin runs its trials again and
+    # the record names the code that produced it. {} when every entry is privbench's own.
+    code: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # A candidate of a tuned cell (workers/tuning.py `TuningSetting.to_dict`); {} for an ordinary trial
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # `train.lr`-style names of the settings the grid wrote out (see `_written`); not part of equality
@@ -328,7 +332,7 @@ class TrialConfig:
         for name, cls in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
             if not isinstance(getattr(self, name), cls):
                 problems.append(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        for name in (*OPTION_TABLES, "tuning"):
+        for name in (*OPTION_TABLES, "tuning", "code"):
             if not isinstance(getattr(self, name), Mapping):
                 problems.append(f"{name} must be a mapping, got {shown(getattr(self, name))}")
         if problems:
@@ -345,6 +349,8 @@ class TrialConfig:
                 "sigma": self.sigma}
         if self.tuning:  # only a tuned candidate's key has it (the keys of existing stores stay valid)
             out["tuning"] = dict(self.tuning)
+        if self.code:  # likewise only a trial with a plugin entry
+            out["code"] = dict(self.code)
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
 
     @property

@@ -136,9 +136,16 @@ def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
 
 def _prepare(config: TrialConfig) -> None:
     """What every phase does first, in whichever process runs it: the process-wide settings, and the
-    grid's `plugins:` modules (shipped by the driver), so their names resolve here too."""
+    grid's `plugins:` modules (shipped by the driver), so their names resolve here too; and the plugin code
+    here must be the code the driver keyed the trial by (`TrialConfig.code`, when a grid gave it), or the record
+    would name other code than what ran."""
     configure()
     plugins.load(config.plugins)
+    here = plugins.code_of(config.mechanism, config.model, config.dataset, config.accountant) if config.code else {}
+    if here != dict(config.code):
+        changed = sorted(set(here.items()) ^ set(dict(config.code).items()))
+        raise RuntimeError(f"the plugin code on this worker is not the driver's: {'; '.join(map(': '.join, changed))} "
+                           "(install the same version on every node, or ship it with plugins:)")
 
 
 # phases -----------------------------------------------------------------------------------------------
