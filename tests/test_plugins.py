@@ -180,6 +180,42 @@ def test_the_readme_example_is_the_tested_package():
         assert not line.strip() or line in source, f"README shows {line!r}, not in ext_mech/mechanisms.py"
 
 
+FAILING = {"raises": "raise RuntimeError('plugin exploded at import')\n", "exits": "import sys\nsys.exit(3)\n"}
+
+
+@pytest.mark.parametrize("kind", sorted(FAILING))
+def test_a_plugin_that_fails_at_import_is_one_line_and_exit_2(tmp_path, kind):
+    """Issue 31 #22: a raising plugin crashed validation; one calling sys.exit(3) made privbench exit 3
+    silently. Importing a plugin runs its code: whatever it does is one grid problem, exit 2."""
+    (tmp_path / f"bad_{kind}.py").write_text(FAILING[kind])
+    grid = tmp_path / "g.yaml"
+    grid.write_text(f"name: g\nplugins: [bad_{kind}]\ngrid: {{dataset: [digits], model: [mlp], "
+                    "mechanism: [nonprivate]}\n")
+    result = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--dry-run",
+                             "--store", str(tmp_path / "store")], env=os.environ | {"PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"plugins: bad_{kind}" in lines[0]
+    assert ("plugin exploded at import" if kind == "raises" else "sys.exit(3)") in lines[0]
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_plugin_beside_the_grid_ships_the_modules_it_imports_from_its_folder(tmp_path):
+    """Issue 31 #27: `mine.py` importing `helpers.py` beside it validated, then failed in every trial with
+    "No module named 'helpers'": the workers got the plugin but not what it imports."""
+    shutil.copytree(PLUGIN / "ext_mech", tmp_path / "ext_mech")
+    (tmp_path / "helpers.py").write_text("SCALE = 0.5\n")
+    (tmp_path / "mine.py").write_text("import helpers\nfrom ext_mech.mechanisms import *  # noqa: F403\n")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nplugins: [mine]\ngrid: {dataset: [digits], model: [mlp], "
+                    "mechanism: [dpsgd-tightclip], epsilon: [2]}\n")
+    result = run_python(f"from orchestrator import grid\nfrom workers.plugins import shipped\n"
+                        f"spec = grid.load({str(grid)!r})\nprint(sorted(m.__name__ for m in shipped(spec.plugins)))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['ext_mech', 'helpers', 'mine']"
+
+
 def test_a_trial_key_names_its_plugin_code(installed, tmp_path):
     """An installed plugin's trials carry its distribution, version and source hash (part of the key);
     privbench's own entries carry none, so the keys of built-in trials are what they were."""
