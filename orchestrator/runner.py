@@ -14,6 +14,7 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
