@@ -118,7 +118,8 @@ def test_float_caption_label_and_width_follow_the_options():
     board = rows(BOARD_RECORDS)
     text = render(board, "latex", float_env="table*", caption=r"Accuracy at $\varepsilon$", label="tab:lb")
     lines = text.splitlines()
-    assert lines[2:6] == [r"\begin{table*}[t]", r"\centering", r"\caption{Accuracy at $\varepsilon$}", r"\label{tab:lb}"]
+    assert lines[2:6] == [r"\begin{table*}[t]", r"\centering", r"\caption{Accuracy at $\varepsilon$}",
+                          r"\label{tab:lb}"]
     assert lines[-1] == r"\end{table*}" and "double width 469 pt" in lines[0]
     assert "single width 229.5 pt" in render(board, "latex", float_env="table").splitlines()[0]
     assert "252 pt" in render(board, "latex", venue_name="ieee").splitlines()[0]
