@@ -233,23 +233,32 @@ def plot(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
-    size: Annotated[str | None, typer.Option(help="single (3.3 in wide, one column of a two-column paper) or "
-                                                  "double (7 in); default: the figure's own size.")] = None,
+    size: Annotated[str | None, typer.Option(help="single (one column of the venue's two-column page) or double "
+                                                  "(its text width); default: the figure's own size.")] = None,
+    venue: Annotated[str, typer.Option(help="Whose widths --size takes: article (LaTeX's two-column article: "
+                                            "3.18 / 6.49 in), acm (sigconf: 3.34 / 7.01 in) or ieee (conference: "
+                                            "3.49 / 7.14 in).")] = "article",
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
+    from dashboards.venues import VENUES
 
     if kind not in (*figures.KINDS, figures.TUNING_KIND):
         fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
     if size is not None and size not in figures.SIZES:
         fail(f"unknown size {size!r}; known: {', '.join(figures.SIZES)}")
+    if venue not in VENUES:
+        fail(f"unknown venue {venue!r}; known: {', '.join(VENUES)}")
     fmt = out_file.suffix.lstrip(".").lower()
     if fmt not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
     if fmt == "pgf" and figures.tex_engine() is None:
         fail("--out .pgf needs a TeX engine (xelatex, lualatex or pdflatex) on PATH; use .pdf or .svg otherwise")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
-    fig = figures.build(kind, records, metric, size)
+    try:
+        fig = figures.build(kind, records, metric, size, venue)
+    except figures.NoTunedCells as e:
+        fail(str(e))
     try:
         figures.save(fig, out_file)
     except OSError as e:
