@@ -310,7 +310,7 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
-    from dashboards.ui import UiError, check_bindable, runs_table_url, serve
+    from dashboards.ui import UiError, check_bindable, home_url, runs_table_url, serve
     from orchestrator.sweep_cli import locate
     from storage.mlflow_view import RUNS_VIEW_TAG
 
@@ -323,13 +323,15 @@ def ui(
     with store_errors(st.where):
         sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
-        viewed = {e for _, e in sweeps if RUNS_VIEW_TAG in (st.client.get_experiment(e).tags or {})}
+        views = {e: tags[RUNS_VIEW_TAG] for _, e in sweeps
+                 if RUNS_VIEW_TAG in (tags := st.client.get_experiment(e).tags or {})}
     try:
         check_bindable(host, port)
-        for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            url = runs_table_url(host, port, experiment_id, view=experiment_id in viewed)
+        out.print(f"MLflow UI: {home_url(host, port)}", soft_wrap=True, highlight=False)
+        for name, experiment_id in sweeps:
+            url = runs_table_url(host, port, experiment_id, view=experiment_id in views)
             out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
-        code = serve(location, host, port)
+        code = serve(location, host, port, views)
     except UiError as e:
         fail(str(e))
     raise typer.Exit(code=code)

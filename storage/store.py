@@ -89,7 +89,8 @@ class Store:
         self.where = self.location.display
         self.owner = new_owner()
         self.started = time.time()
-        self.sink = MlflowSink(self.location.tracking_uri, self.where, writer=create)  # the MLflow mirror
+        self.sink = MlflowSink(self.location.tracking_uri, self.where, writer=create,  # the MLflow mirror
+                               artifacts_folder=self.location.artifacts_folder)
         self._identity: dict[str, tuple[str, str]] = {}  # sweep -> (experiment_id, sweep_id)
         self._claimed: set[tuple[str, str]] = set()
         self._renewed = 0.0
