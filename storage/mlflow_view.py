@@ -91,16 +91,13 @@ def display_params(record: Mapping[str, Any]) -> dict[str, str]:
 
 
 def trial_summary(record: Mapping[str, Any]) -> str:
-    """A trial run's description (Markdown): its numbers grouped as the leaderboard groups its columns
-    (privacy, audit, overhead), rounded, above MLflow's flat list of every metric."""
-    cfg = record.get("config") or {}
+    """A trial run's description (Markdown), which MLflow shows first on the run's page: its numbers grouped
+    as the leaderboard groups its columns (utility, privacy, audit, overhead), rounded, one line each, above
+    MLflow's flat list of every metric."""
     values = _fields(record)
-    eps = cfg.get("epsilon")
-    lines = [f"**{cfg.get('mechanism')}** on {cfg.get('dataset')} / {cfg.get('model')}"
-             + (f", target epsilon {eps:g}" if isinstance(eps, int | float) else "") + f", seed {cfg.get('seed')}"
-             + f" ({record.get('status')}; sweep `{record.get('sweep')}`, trial `{record.get('trial_key')}`)", ""]
-    groups = {"privacy": ("eps target", "eps claimed", "eps certified", "eps audited", "status", "sigma"),
-              "utility": ("utility",),
+    lines = []
+    groups = {"utility": ("utility",),
+              "privacy": ("eps target", "eps claimed", "eps certified", "eps audited", "status", "sigma"),
               "audit": tuple(f.header for f in schema.displayed() if f.group == "audit"),
               "overhead": tuple(f.header for f in schema.displayed() if f.group == "overhead")}
     for group, headers in groups.items():
