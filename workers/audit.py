@@ -64,6 +64,8 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
 
     if tensor_sizes and mechanism.audit_per_tensor:
         options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
+    if plan.parts is not None:  # the step's batch: parts whose noise depends on it are audited as they trained
+        options = options | {"batch_size": plan.parts.sampler.batch_size}
 
     audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,
                        seed=seed, workers=workers, options=options, significance=cfg.step_significance)
@@ -140,7 +142,7 @@ class OneRunResult:
     shape: tuple[float, float, int] | None
     plan_s: float = 0.0
     skipped: str | None = None
-    ceiling: tuple[float, float, float] | None = None
+    ceiling: tuple[float, ...] | None = None  # epsilon, Steinke, f-DP, and the noise of one run's bound
     n_params: int = 0
     seed: int = 0
 
@@ -175,7 +177,7 @@ def planned_guesses(result: OneRunResult, cfg: AuditConfig, delta: float) -> One
     plan = white_box.plan_guesses(c.m, steps, rate, sigma, delta, score=cfg.statistic, seed=result.seed,
                                   layout_n=result.n_params or None)
     ceiling = (float(plan.ceiling.epsilon_audited), float(plan.ceiling.epsilon_steinke),
-               float(plan.ceiling.epsilon_fdp))
+               float(plan.ceiling.epsilon_fdp), float(plan.ceiling_noise))
     return dataclasses.replace(result, observations=dataclasses.replace(c, guess_counts=plan.guess_counts),
                                ceiling=ceiling, plan_s=result.plan_s + time.perf_counter() - t0)
 
@@ -211,12 +213,25 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
     if certified:
         out["audit_tightness"] = e.epsilon / certified
     if result.ceiling is not None and cfg.ceiling:
-        ceiling, steinke, fdp = result.ceiling
+        ceiling, steinke, fdp, *noise = result.ceiling
         if certified:
             out["audit_ceiling_tightness"] = ceiling / certified
         out |= {"audit_ceiling": ceiling, "audit_ceiling_steinke": steinke, "audit_ceiling_fdp": fdp,
                 "audit_ceiling_guess_counts": list(c.guess_counts or ())}
+        if noise:  # above the ceiling by more than its noise: the run leaks more than certified, or the audit is wrong
+            out["audit_ceiling_noise"] = noise[0]
+            out["audit_above_ceiling"] = above_ceiling(e.epsilon, ceiling, noise[0])
     return out
+
+
+def above_ceiling(audited: float, ceiling: float, noise: float) -> bool:
+    """Whether an audited epsilon lies above what the same analysis reaches on the certified mechanism by more
+    than the ceiling's noise allows (`white_box.CEILING_FLAG_NOISES` of it, and the claims' tolerance): then
+    either the run leaks more than its certificate says or the audit is not a valid one (a canary larger than
+    any example), and the record says so."""
+    from mechanisms.auditing.white_box import CEILING_FLAG_NOISES
+
+    return audited > ceiling * (1 + REL_TOL) + CEILING_FLAG_NOISES * noise
 
 
 def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: float,
@@ -228,8 +243,11 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     from mechanisms.auditing import white_box
 
     c = result.observations
-    if result.shape is None or c is None:
+    if c is None:
         return {}
+    if result.shape is None:
+        return {"audit_noise_skipped": "the certified event is not T Poisson-subsampled Gaussian steps (what the "
+                                       "curve and noise bounds read the run against)"}
     t0 = time.perf_counter()
     sigma, rate, steps = result.shape
     out: dict[str, Any] = {}
@@ -242,6 +260,9 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     if n is not None:
         out |= {"audit_sigma_measured": n.sigma, "audit_sigma_measured_upper": n.sigma_upper,
                 "audit_noise_kurtosis": n.kurtosis, "epsilon_audited_noise": n.epsilon}
+    why = "audit.family_bounds is off" if not cfg.family_bounds else white_box.noise_check_gap(c.noise_moments)
+    if why is not None:
+        out["audit_noise_skipped"] = why
     claimed = getattr(plan, "epsilon_claimed", None)
     if out and claimed is not None:
         found = [out.get(k) for k in ("epsilon_audited_curve", "epsilon_audited_noise")]

@@ -140,14 +140,18 @@ class DiracCanaries:
     def attach_to(cls, optimizer: Any, m: int, *, sample_rate: float, seed: int = 0,
                   score: str = "residual", statistic: str = "lr",
                   guess_counts: tuple[int, ...] | None = None) -> DiracCanaries:
-        """Canaries over all of `optimizer.params`, clip = its `max_grad_norm`, already attached.
+        """Canaries over all of `optimizer.params`, clip = its `max_grad_norm`, already attached. When the
+        mechanism's state sets the bound (adaptive clipping), each push is the bound in force at that step
+        (`optimizer.bound`, a device scalar) and each observation is read in its units: a canary leaks exactly
+        as much as a worst-case example of that step, never more.
 
         Under Opacus' per-layer clipping `max_grad_norm` is the total norm sqrt(sum_l C_l^2), the
         sensitivity of the sum: against isotropic noise a Dirac canary of that norm leaks exactly as
         much as a worst-case example with norm C_l in every tensor.
         """
         n_params = sum(p.numel() for p in optimizer.params)
-        canaries = cls(n_params, m, clip=float(optimizer.max_grad_norm), sample_rate=sample_rate, seed=seed,
+        canaries = cls(n_params, m, clip=float(getattr(optimizer, "declared_bound", None) or optimizer.max_grad_norm),
+                       sample_rate=sample_rate, seed=seed,
                        score=score, statistic=statistic, guess_counts=guess_counts)
         return canaries.attach(optimizer)
 
@@ -179,6 +183,7 @@ class DiracCanaries:
         first = optimizer.params[self._layout[0][0]]
         rows = int(np.clip(PENDING_VALUES // (2 * self._ids.size), 1, 256))
         self._pending = torch.zeros((rows, 2, self._ids.size), dtype=first.dtype, device=first.device)
+        self._bounds = torch.full((rows,), self.clip, dtype=first.dtype, device=first.device)  # each row's bound
         ends = np.cumsum([local.numel() for _, local in self._layout])
         self._spans = list(zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True))
         self._before = [self._pending[:, 0, start:end] for start, end in self._spans]  # (rows, its canaries)
@@ -215,9 +220,13 @@ class DiracCanaries:
             ids = self._ids
             joins = self.included[ids] & (self._participation.random((len(self._pending), self.m)) <
                                           self.sample_rate)[:, ids]
-            bumps = torch.as_tensor(joins * self.signs[ids] * self.clip, dtype=self._pending.dtype,
-                                    device=self._pending.device)
+            bumps = torch.as_tensor(joins * self.signs[ids], dtype=self._pending.dtype, device=self._pending.device)
             self._bumps = [bumps[:, start:end] for start, end in self._spans]
+        bound = getattr(optimizer, "bound", self.clip)  # the step's clip: a device scalar when the state sets it
+        if isinstance(bound, torch.Tensor):
+            self._bounds[k].copy_(bound)
+        elif bound != self.clip:
+            self._bounds[k] = bound
         for (i, local), before, bump in zip(self._layout, self._before, self._bumps, strict=True):
             p = optimizer.params[i]
             if not p.summed_grad.is_contiguous():
@@ -225,7 +234,7 @@ class DiracCanaries:
             flat = p.summed_grad.view(-1)
             if self.score_kind == "residual":
                 torch.index_select(flat.detach(), 0, local, out=before[k])  # a copy, taken before the push
-            flat.index_add_(0, local, bump[k])  # shared coordinates add
+            flat.index_add_(0, local, bump[k] * self._bounds[k])  # shared coordinates add
 
     def _read(self, optimizer: Any) -> None:
         import torch
@@ -240,10 +249,11 @@ class DiracCanaries:
             return
         t0 = time.perf_counter()
         block = self._pending[: self._rows].detach().double().cpu().numpy()
+        bounds = self._bounds[: self._rows].detach().double().cpu().numpy()[:, None]
         released = block[:, 1] - block[:, 0] if self.score_kind == "residual" else block[:, 1]
         ids = self._ids
         observed = np.empty((self._rows, self.m))
-        observed[:, ids] = released * self.signs[ids] / self.clip
+        observed[:, ids] = released * self.signs[ids] / bounds
         self._scores += observed.sum(axis=0)
         self._lr.add(observed)
         out = observed[:, ~self.included]

@@ -30,11 +30,13 @@ PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k
 
 
 def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None, clip: float = 1.0,
-              options: Mapping[str, Any] | None = None) -> PrivacySpec:
-    """ONE un-subsampled step (sample_rate 1, steps 1): the scope of every mechanism-level number."""
+              options: Mapping[str, Any] | None = None, batch_size: int | None = None) -> PrivacySpec:
+    """ONE un-subsampled step (sample_rate 1, steps 1) on a batch of the trial's expected size (1 by default):
+    the scope of every mechanism-level number."""
     from mechanisms.parts.plan import PrivacySpec
 
-    return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=1, batch_size=1, epochs=1, clip=clip,
+    batch = int(batch_size or 1)
+    return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=batch, batch_size=batch, epochs=1, clip=clip,
                        sigma=sigma, options=dict(options or {}))
 
 
@@ -43,28 +45,31 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
     """The mechanism's own plan for one step: claimed and certified epsilon, or sigma for `epsilon`.
 
     Only the options the mechanism declares reach its plan (audits pass auditor-side keys such as
-    `tensor_sizes` to `privatize_step`).
+    `tensor_sizes` to `privatize_step`); `batch_size` among them sets the step's batch (`step_spec`).
 
     Cached per (mechanism, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
     from mechanisms.mechanism import plan_for
 
+    batch = (options or {}).get("batch_size")
     options = mechanism.audit_options(dict(options or {}))
     items = tuple(sorted(options.items()))
     try:
         hash(items)
     except TypeError:
-        return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=options))
-    return _cached_plan(mechanism, sigma, delta, epsilon, clip, items)
+        return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=options,
+                                             batch_size=batch))
+    return _cached_plan(mechanism, sigma, delta, epsilon, clip, items, batch)
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_plan(mechanism: Mechanism, sigma: float | None, delta: float, epsilon: float | None, clip: float,
-                 items: tuple[tuple[str, Any], ...]) -> PrivacyPlan:
+                 items: tuple[tuple[str, Any], ...], batch_size: int | None = None) -> PrivacyPlan:
     from mechanisms.mechanism import plan_for
 
-    return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=dict(items)))
+    return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=dict(items),
+                                         batch_size=batch_size))
 
 
 def claimed_step_tradeoff(mechanism: Mechanism, sigma: float, *, clip: float = 1.0,
@@ -102,7 +107,7 @@ def audit_cases(mechanism: Mechanism, dim: int, clip: float, seed: int,
     parts = None
     if sigma is not None and mechanism.private:
         parts = mechanism.audit_parts(sigma, clip, dim, mechanism.audit_options(options),
-                                      tensor_sizes=options.get("tensor_sizes"))
+                                      tensor_sizes=options.get("tensor_sizes"), batch_size=options.get("batch_size"))
     norm, blocks = _gradient_canary(parts, clip, options.get("tensor_sizes"))
     cases = [dirac_case(dim, norm, rng, block_bounds=blocks)]
     cases.extend(mechanism.audit_cases(dim=dim, clip=clip, rng=rng, **options))
@@ -124,7 +129,7 @@ def _gradient_canary(parts: Parts | None, clip: float, tensor_sizes: Sequence[in
     clipper = parts.clipper
     if isinstance(clipper, PerLayerClipping) and tensor_sizes and len(tensor_sizes) == len(clipper.clips):
         return clipper.bound, tuple(zip(tensor_sizes, clipper.clips, strict=True))
-    return clipper.max_bound, None
+    return parts.audit_bound, None
 
 
 def with_releases(case: AuditCase, parts: Parts, sigma: float) -> AuditCase:

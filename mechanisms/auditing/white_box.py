@@ -43,6 +43,7 @@ from mechanisms.auditing import one_run
 from mechanisms.auditing.canary import CanaryScoreAuditor, Explicit
 
 SCORES = ("lr", "sum")
+CEILING_FLAG_NOISES = 4.0  # an audited epsilon this many ceiling noises above the ceiling is flagged
 SEARCH_DISCRETIZATION = 1e-3  # the PLD grid of the curve search's profiles and of a first epsilon pass
 MAD_TO_STD = 1.482602218505602  # 1 / Phi^-1(3/4): the median absolute deviation of N(0, 1) is 1 / this
 
@@ -263,12 +264,49 @@ def best_guess_count(fractions: np.ndarray, precision: np.ndarray, m: int, delta
 
 @dataclasses.dataclass(frozen=True)
 class AuditPlan:
-    """Decided before training: how many canaries, which guess counts, and the ceiling they allow."""
+    """Decided before training: how many canaries, which guess counts, and the ceiling they allow (with the
+    spread one run's bound has around it, `ceiling_noise`)."""
 
     canaries: int
     guess_counts: tuple[int, ...]
     ceiling: OneRunBounds
     score: str
+    ceiling_noise: float = 0.0
+
+
+def ceiling_noise(scores: np.ndarray, included: np.ndarray, guess_counts: Sequence[int], delta: float,
+                  significance: float = 0.05) -> float:
+    """How far one run's bound may lie above the ceiling by chance: the bound at one standard deviation more
+    right guesses, minus the bound, on the ceiling's own simulated run.
+
+    At each guess count r the number of right guesses c is close to Binomial(r, p) with p the simulated
+    precision (taken as (c + 1/2) / (r + 1), so that a perfect simulated precision still has a spread); the
+    bound is evaluated at c + sd (interpolated between whole counts, at most r) exactly as `one_run_bounds`
+    evaluates it, and the largest over r is compared with the bound at the simulated counts. The ceiling is
+    one draw too, so a run of a mechanism exactly as private as certified is flagged only beyond
+    `CEILING_FLAG_NOISES` of these (benchmarks/audit_soundness.py measures how often that happens).
+    """
+    from mechanisms.auditing import one_run
+
+    scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
+    m, k, half = scores.size, len(guess_counts), significance / 2
+    hits = np.cumsum(included[np.argsort(-scores)])
+
+    def bound(r: int, c: float) -> float:
+        def at(whole: int) -> float:
+            whole = min(r, max(0, whole))
+            return max(one_run.epsilon_one_run(m, r, whole, half / k, delta),
+                       one_run.epsilon_one_run_fdp(m, r, whole, half / k, delta, family="approx-dp"))
+        low = math.floor(c)
+        return at(low) if c == low else at(low) + (c - low) * (at(low + 1) - at(low))
+
+    base = upper = 0.0
+    for r in guess_counts:
+        r = int(min(r, m))
+        c = int(hits[r - 1])
+        p = (c + 0.5) / (r + 1)
+        base, upper = max(base, bound(r, c)), max(upper, bound(r, min(r, c + math.sqrt(r * p * (1 - p)))))
+    return max(0.0, upper - base)
 
 
 def plan_guesses(m: int, steps: int, sample_rate: float, sigma: float, delta: float, *,
@@ -292,7 +330,8 @@ def plan_guesses(m: int, steps: int, sample_rate: float, sigma: float, delta: fl
     layout = CanaryLayout.draw(n, m, rng) if m > n else None
     scores, included = simulate_scores(m, steps, sample_rate, sigma, rng, score=score, layout=layout)
     return AuditPlan(m, counts, one_run_bounds(scores, included, delta, significance=significance,
-                                               guess_counts=counts), score)
+                                               guess_counts=counts), score,
+                     ceiling_noise(scores, included, counts, delta, significance))
 
 
 def choose_canaries(n_params: int, steps: int, sample_rate: float, sigma: float, delta: float, *,
@@ -478,6 +517,26 @@ def _optimistic_epsilon(sigma: float, sample_rate: float, steps: int, delta: flo
     return epsilon_for_delta(gaussian_pld(sigma, sample_rate, grid, pessimistic=False).self_compose(steps), delta)
 
 
+TOO_FEW = "fewer than 1,000 observations of the noise (residuals of excluded canaries over steps)"
+NO_NOISE = "the excluded canaries' residuals are all zero: no noise was observed where the canaries sit"
+
+
+def noise_check_gap(moments: Sequence[float], kurtosis_tol: float = 0.1) -> str | None:
+    """Why `noise_bound` reads no epsilon off these moments (count, sum of squares, sum of fourth powers), or
+    None when it does: too few observations, no noise at all, or noise whose kurtosis is not a Gaussian's (the
+    bound rests on the Gaussian model, so it is not read off such noise)."""
+    n, ss, s4 = (float(x) for x in moments)
+    if n < 1000:
+        return TOO_FEW
+    if ss <= 0:
+        return NO_NOISE
+    kurtosis = (s4 / n) / (ss / n) ** 2
+    if abs(kurtosis - 3.0) > kurtosis_tol:
+        return (f"the measured noise is not Gaussian (kurtosis {kurtosis:.3g}, a Gaussian's is 3 within "
+                f"{kurtosis_tol}): the noise bound rests on the Gaussian model, so no epsilon is read off it")
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class NoiseBound:
     """The white-box noise measurement (see `noise_bound`)."""
@@ -512,7 +571,7 @@ def noise_bound(moments: Sequence[float], sample_rate: float, steps: int, delta:
     import scipy.stats
 
     n, ss, s4 = (float(x) for x in moments)
-    if n < 1000 or ss <= 0:
+    if noise_check_gap(moments, kurtosis_tol) in (TOO_FEW, NO_NOISE):
         return None
     sigma = math.sqrt(ss / n)
     kurtosis = (s4 / n) / (ss / n) ** 2

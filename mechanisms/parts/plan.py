@@ -123,6 +123,12 @@ class Parts:
             return dp_accounting.NeighboringRelation.REPLACE_ONE
         return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
+    @property
+    def audit_bound(self) -> float:
+        """The largest norm one example's clipped gradient can have at the noise the parts declare: the declared
+        bound when the noise follows the bound in force (their ratio is fixed), else the largest bound."""
+        return self.clipper.bound if getattr(self.noise, "follows_bound", False) else self.clipper.max_bound
+
     def release_multipliers(self, sigma: float) -> dict[str, float]:
         """Each release's own Gaussian multiplier (std over sensitivity), in the units of the accounting
         relation: the gradient sum under `GRADIENT`, the others under their names."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import yaml
 
 from orchestrator import grid
 from tests.conftest import TINY
+from workers.config import TrainConfig, TrialConfig
 
 
 def parse(overrides: dict) -> grid.GridSpec:
@@ -153,7 +156,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 def test_trials_are_typed_configs_that_round_trip_through_the_ledger_form():
     import pickle
 
-    from workers.config import AuditConfig, TrainConfig, TrialConfig
+    from workers.config import AuditConfig
 
     spec = parse({"seeds": [0, 1], "audit": {"mode": "step", "samples": 100}})
     for t in spec.trials:
@@ -286,3 +289,136 @@ def test_validating_a_grid_imports_no_heavy_library(example):
             "heavy = [m for m in ('torch', 'opacus', 'transformers', 'ray', 'mlflow') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# per-dataset settings and paired axes ------------------------------------------------------------------
+def _cross_product(raw: dict) -> list[TrialConfig]:
+    """The trials of a grid without `pairs` or `dataset_train`, built directly as the cross product (the
+    expansion before paired axes existed), to hold the new expansion to it whatever the key formula is."""
+    from workers.config import AuditConfig, Resources
+
+    base = raw.get("train", {})
+    out = []
+    g = raw["grid"]
+    for d, m, mech, seed in itertools.product(g["dataset"], g["model"], g["mechanism"], raw["seeds"]):
+        settings = base | raw.get("model_train", {}).get(m, {}) | raw.get("mechanism_train", {}).get(mech, {})
+        private = mech != "nonprivate"
+        for eps in g.get("epsilon", []) if private and g.get("epsilon") else [None]:
+            out.append(TrialConfig(
+                sweep=raw["name"], dataset=d, model=m, mechanism=mech, epsilon=eps, seed=seed,
+                sigma=raw.get("sigma") if private and eps is None else None, delta=raw["delta"],
+                train=TrainConfig(**settings), audit=AuditConfig(), resources=Resources(**raw["resources"]),
+                written=frozenset(f"train.{k}" for k in settings)))
+    return out
+
+
+WIDE = {"seeds": [0, 1], "sigma": None,
+        "grid": {"dataset": ["digits", "synthetic"], "model": ["mlp", "cnn-small"],
+                 "mechanism": ["nonprivate", "dpsgd"], "epsilon": [1, 8]},
+        "model_train": {"cnn-small": {"lr": 0.05}}, "mechanism_train": {"dpsgd": {"batch_size": 32}}}
+
+
+def test_a_grid_without_the_new_keys_expands_to_the_cross_product_as_before():
+    raw = TINY | WIDE
+    spec = parse(WIDE)
+    assert [t.trial_key for t in spec.trials] == [t.trial_key for t in _cross_product(raw)]
+    assert len(spec.trials) == 2 * 2 * (1 + 2) * 2
+    # an empty per-dataset table and pairs listing the whole product in its order change no key
+    pairs = [{"dataset": d, "model": m} for d, m in itertools.product(WIDE["grid"]["dataset"], WIDE["grid"]["model"])]
+    paired = parse(WIDE | {"dataset_train": {}, "grid": {"pairs": pairs, "mechanism": ["nonprivate", "dpsgd"],
+                                                         "epsilon": [1, 8]}})
+    assert [t.trial_key for t in paired.trials] == [t.trial_key for t in spec.trials]
+
+
+def test_pairs_expand_only_the_listed_pairs():
+    spec = parse({"grid": {"pairs": [{"dataset": "digits", "model": "cnn-small"},
+                                     {"dataset": "breast-cancer", "model": "mlp"}],
+                           "mechanism": ["nonprivate", "dpsgd"]}, "seeds": [0, 1]})
+    got = [(t.dataset, t.model, t.mechanism, t.seed) for t in spec.trials]
+    assert got == [(d, m, mech, s) for d, m in (("digits", "cnn-small"), ("breast-cancer", "mlp"))
+                   for mech in ("nonprivate", "dpsgd") for s in (0, 1)]
+    # options are checked against the names the pairs use
+    with pytest.raises(grid.GridError, match=r"model_options: 'linear' is not in grid.model"):
+        parse({"grid": {"pairs": [{"dataset": "digits", "model": "mlp"}], "mechanism": ["dpsgd"]},
+               "model_options": {"linear": {}}})
+
+
+def test_pairs_count_toward_max_trials_without_expanding():
+    pairs = [{"dataset": "synthetic", "model": m} for m in ("mlp", "cnn-small", "linear")]
+    with pytest.raises(grid.GridError, match=r"grid: 12 trials is more than the limit of 11"):
+        parse({"grid": {"pairs": pairs, "mechanism": ["nonprivate", "dpsgd"]}, "seeds": [0, 1], "max_trials": 11})
+    assert len(parse({"grid": {"pairs": pairs, "mechanism": ["nonprivate", "dpsgd"]}, "seeds": [0, 1],
+                      "max_trials": 12}).trials) == 12
+
+
+def test_train_precedence_dataset_then_model_then_pair_then_mechanism():
+    """train < dataset_train < model_train < grid.pairs[i].train < mechanism_train, key by key."""
+    spec = parse({
+        "train": {"epochs": 1, "batch_size": 64, "lr": 0.5, "clip": 1.0, "momentum": 0.0},
+        "dataset_train": {"synthetic": {"epochs": 3, "batch_size": 128, "lr": 0.4, "clip": 0.2}},
+        "model_train": {"cnn-small": {"lr": 0.3, "batch_size": 256}},
+        "mechanism_train": {"dpsgd": {"lr": 0.1}},
+        "grid": {"pairs": [{"dataset": "digits", "model": "mlp"},
+                           {"dataset": "synthetic", "model": "mlp"},
+                           {"dataset": "synthetic", "model": "cnn-small", "train": {"batch_size": 512, "clip": 0.1,
+                                                                                   "lr": 0.2}}],
+                 "mechanism": ["nonprivate", "dpsgd"]}})
+    got = {(t.dataset, t.model, t.mechanism): (t.train.epochs, t.train.batch_size, t.train.lr, t.train.clip)
+           for t in spec.trials}
+    assert got == {
+        ("digits", "mlp", "nonprivate"): (1, 64, 0.5, 1.0), ("digits", "mlp", "dpsgd"): (1, 64, 0.1, 1.0),
+        ("synthetic", "mlp", "nonprivate"): (3, 128, 0.4, 0.2), ("synthetic", "mlp", "dpsgd"): (3, 128, 0.1, 0.2),
+        ("synthetic", "cnn-small", "nonprivate"): (3, 512, 0.2, 0.1),
+        ("synthetic", "cnn-small", "dpsgd"): (3, 512, 0.1, 0.1)}
+    # a setting made by any table is written, so it enters the trial key
+    written = {(t.dataset, t.model): t.written for t in spec.trials if t.mechanism == "nonprivate"}
+    assert "train.clip" in written["synthetic", "mlp"] and "train.epochs" in written["synthetic", "mlp"]
+    assert "train.clip" in written["digits", "mlp"]  # from `train`
+
+
+def test_dataset_train_changes_only_that_datasets_trials_and_their_keys():
+    plain = parse({"grid": TINY["grid"] | {"dataset": ["digits", "synthetic"]}})
+    tuned = parse({"grid": TINY["grid"] | {"dataset": ["digits", "synthetic"]},
+                   "dataset_train": {"synthetic": {"epochs": 2}}})
+    for a, b in zip(plain.trials, tuned.trials, strict=True):
+        assert (a.trial_key == b.trial_key) == (a.dataset == "digits")
+        assert b.train.epochs == (2 if b.dataset == "synthetic" else 1)
+
+
+def test_tabular_data_goes_only_to_models_that_take_it():
+    spec = parse({"grid": TINY["grid"] | {"dataset": ["breast-cancer"], "model": ["mlp", "linear"]}})
+    assert {t.model for t in spec.trials} == {"mlp", "linear"}
+    with pytest.raises(grid.GridError) as e:
+        parse({"grid": TINY["grid"] | {"dataset": ["breast-cancer"], "model": ["cnn-tanh", "bert-tiny"]}})
+    assert e.value.problems == ["grid: model 'cnn-tanh' does not take tabular data (dataset 'breast-cancer')",
+                                "grid: model 'bert-tiny' does not take tabular data (dataset 'breast-cancer')"]
+    with pytest.raises(grid.GridError, match=r"model 'scatternet-linear' does not take tabular data"):
+        parse({"grid": {"pairs": [{"dataset": "digits", "model": "scatternet-linear"},
+                                  {"dataset": "breast-cancer", "model": "scatternet-linear"}],
+                        "mechanism": ["dpsgd"]}})
+
+
+PAIR = {"dataset": "digits", "model": "mlp"}
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"grid": TINY["grid"] | {"pairs": [PAIR]}}, "grid.pairs replaces grid.dataset and grid.model"),
+    ({"grid": {"pairs": [], "mechanism": ["dpsgd"]}}, "grid.pairs: must be a non-empty list"),
+    ({"grid": {"pairs": PAIR, "mechanism": ["dpsgd"]}}, "grid.pairs: must be a non-empty list"),
+    ({"grid": {"pairs": ["digits"], "mechanism": ["dpsgd"]}}, "grid.pairs[0]: must be a mapping"),
+    ({"grid": {"pairs": [{"dataset": "digits"}], "mechanism": ["dpsgd"]}}, "grid.pairs[0]: needs model"),
+    ({"grid": {"pairs": [PAIR | {"seed": 1}], "mechanism": ["dpsgd"]}}, "grid.pairs[0]: unknown keys ['seed']"),
+    ({"grid": {"pairs": [PAIR, {"dataset": "cifar-99", "model": "mlp"}], "mechanism": ["dpsgd"]}},
+     "grid.pairs[1].dataset: unknown dataset 'cifar-99'"),
+    ({"grid": {"pairs": [PAIR, PAIR], "mechanism": ["dpsgd"]}},
+     "grid.pairs[1]: the pair (digits, mlp) is listed twice"),
+    ({"grid": {"pairs": [PAIR | {"train": {"lr": 0}}], "mechanism": ["dpsgd"]}}, "grid.pairs[0].train: lr must be > 0"),
+    ({"grid": {"pairs": [PAIR | {"train": [1]}], "mechanism": ["dpsgd"]}}, "grid.pairs[0].train: must be a mapping"),
+    ({"dataset_train": {"cifar-99": {"lr": 1}}}, "dataset_train: unknown dataset 'cifar-99'"),
+    ({"dataset_train": {"digits": {"epochs": 0}}}, "dataset_train.digits: epochs must be >= 1"),
+    ({"dataset_train": {"digits": {"bogus": 1}}}, "dataset_train.digits: unknown option(s) bogus"),
+])
+def test_bad_pairs_and_dataset_train_name_the_problem(overrides, fragment):
+    with pytest.raises(grid.GridError) as e:
+        parse(overrides)
+    assert any(fragment in p for p in e.value.problems), e.value.problems

@@ -16,7 +16,8 @@ from workers.datasets.base import Splits
 from workers.datasets.text import AttributedSplit
 
 SMALL = {"synthetic": {"n_train": 200, "n_test": 50}, "synthetic-text": {"n_train": 200, "n_test": 50}}
-FIXED = ["digits", "fashion-mnist", "mnist-5k", "rotten-tomatoes", "synthetic", "synthetic-text"]
+FIXED = ["breast-cancer", "digits", "fashion-mnist", "mnist", "mnist-5k", "rotten-tomatoes", "synthetic",
+         "synthetic-text"]
 
 
 def keys(split, kind: str) -> list[bytes]:
@@ -36,6 +37,7 @@ def test_every_fixed_entry_is_registered_and_listed():
     assert set(FIXED) <= set(listed) and "hf:<name>" in listed
     kinds = {row[0]: row[1] for row in datasets.describe()}
     assert kinds["rotten-tomatoes"] == "text" and kinds["mnist-5k"] == "image" and kinds["synthetic-text"] == "text"
+    assert kinds["breast-cancer"] == "tabular" and kinds["mnist"] == "image"
 
 
 @pytest.mark.parametrize("name", FIXED)
@@ -68,6 +70,57 @@ def test_mnist_5k_is_balanced_real_digits(loaded):
     allY = np.concatenate([s.train.labels, s.test.labels])
     assert np.bincount(allY).tolist() == [500] * 10
     assert -1.0 <= s.train.inputs.min() and s.train.inputs.max() <= 1.0 and s.train.inputs.std() > 0.3
+
+
+def test_mnist_is_the_full_original_mnist(loaded):
+    """The 60k/10k sets in the IDX files' order: their well-known class counts, and every `mnist-5k` digit
+    (read from another package) among them byte for byte, so the pixels are the original ones."""
+    s = loaded["mnist"]
+    assert s.sizes() == {"train": 60000, "val": 0, "test": 10000} and s.input_shape == (1, 28, 28)
+    assert np.bincount(s.train.labels).tolist() == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+    assert np.bincount(s.test.labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    found = {x.tobytes(): y for split in (s.train, s.test) for x, y in zip(split.inputs, split.labels, strict=True)}
+    small = loaded["mnist-5k"]
+    pairs = [(x.tobytes(), y) for split in (small.train, small.test) for x, y in zip(split.inputs, split.labels,
+                                                                                      strict=True)]
+    assert all(found.get(x) == y for x, y in pairs)
+
+
+def test_mnist_pickle_may_build_arrays_only(tmp_path, monkeypatch):
+    """The pickle is data: a global other than numpy's array builders is refused, not called."""
+    import gzip
+    import os
+    import pickle
+
+    from workers.datasets import mnist
+
+    path = tmp_path / "mnist.pkl.gz"
+    with gzip.open(path, "wb") as fh:
+        pickle.dump((os.system, ("echo pwned",)), fh)  # a callable global, as a malicious file would hold
+    monkeypatch.setattr(mnist, "mnist_path", lambda: path)
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load posix.system"):
+        mnist.read_mnist()
+
+
+@pytest.mark.parametrize("name", ["fashion-mnist", "mnist"])
+def test_image_scaling_is_fixed_unit_or_symmetric(name):
+    """`scaling: unit` is torchvision's ToTensor ([0, 1]); the default maps the same pixels to [-1, 1]."""
+    unit, symmetric = (datasets.load(name, {"scaling": s}) for s in ("unit", "symmetric"))
+    assert unit.test.inputs.min() == 0.0 and unit.test.inputs.max() == 1.0
+    assert np.allclose(symmetric.test.inputs, 2 * unit.test.inputs - 1, atol=1e-6)
+    assert datasets.option_problems(name, {"scaling": "standard"})  # a fixed list, checked by the grid
+
+
+def test_breast_cancer_is_tabular_and_scaled_without_reading_the_data(loaded):
+    from sklearn.datasets import load_breast_cancer
+
+    s = loaded["breast-cancer"]
+    assert s.kind == "tabular" and s.input_shape == (30,) and s.num_classes == 2
+    assert s.sizes() == {"train": 455, "val": 0, "test": 114}
+    raw = datasets.load("breast-cancer", {"scaling": "none"})
+    assert np.allclose(s.train.inputs, np.log1p(raw.train.inputs))
+    everything = load_breast_cancer().data.astype(np.float32)
+    assert {x.tobytes() for x in raw.train.inputs} <= {x.tobytes() for x in everything}
 
 
 @pytest.mark.parametrize("name", FIXED)

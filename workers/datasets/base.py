@@ -13,12 +13,13 @@ import numpy as np
 from mechanisms.options import from_signature, problems
 from mechanisms.registry import Registry
 
-KINDS = ("image", "text")
+KINDS = ("image", "text", "tabular")
 
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """Inputs and integer labels of one split: images as float32 (N, C, H, W), texts as list[str]."""
+    """Inputs and integer labels of one split: images as float32 (N, C, H, W), texts as list[str], tabular
+    feature vectors as float32 (N, F)."""
 
     inputs: Any
     labels: np.ndarray
@@ -42,7 +43,7 @@ class Splits:
     train: Split
     val: Split
     test: Split
-    input_shape: tuple[int, ...] | None = None  # (C, H, W) for images
+    input_shape: tuple[int, ...] | None = None  # (C, H, W) for images, (F,) for tabular
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
@@ -107,9 +108,11 @@ def _dataset_name(obj: Any) -> str:
 
 
 DATASETS: Registry[Dataset] = Registry("dataset", {
+    "breast-cancer": "workers.datasets.tabular:breast_cancer",
     "digits": "workers.datasets.images:digits",
     "fashion-mnist": "workers.datasets.images:fashion_mnist",
     "hf": "workers.datasets.hf:hf_dataset",
+    "mnist": "workers.datasets.mnist:mnist",
     "mnist-5k": "workers.datasets.mnist5k:mnist_5k",
     "rotten-tomatoes": "workers.datasets.text:rotten_tomatoes",
     "synthetic": "workers.datasets.images:synthetic",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -20,15 +21,19 @@ def _read_idx_gz(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-def _as_images(pixels: np.ndarray, scale: float) -> np.ndarray:
-    """uint8 (N, H, W) -> float32 (N, 1, H, W), standardised with fixed constants (no data peeking)."""
+Scaling = Literal["symmetric", "unit"]
+
+
+def as_images(pixels: np.ndarray, scale: float, scaling: Scaling = "symmetric") -> np.ndarray:
+    """uint8 (N, H, W) -> float32 (N, 1, H, W), scaled with fixed constants (no data peeking): `symmetric`
+    to [-1, 1], `unit` to [0, 1] (torchvision's `ToTensor`, what published MNIST code usually feeds)."""
     x = pixels.astype(np.float32)[:, None] / scale
-    return (x - 0.5) / 0.5
+    return x if scaling == "unit" else (x - 0.5) / 0.5
 
 
 @dataset("fashion-mnist", "image", "Zalando Fashion-MNIST, 60k train / 10k test, 28x28 grey, 10 classes "
           "(Debian package dataset-fashion-mnist)")
-def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
+def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0, scaling: Scaling = "symmetric") -> Splits:
     root = FASHION_MNIST_DIR
     files = {s: (root / f"{s}-images-idx3-ubyte.gz", root / f"{s}-labels-idx1-ubyte.gz")
              for s in ("train", "t10k")}
@@ -38,8 +43,8 @@ def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
             f"Fashion-MNIST not found ({missing[0]}); install it with "
             "`apt-get update && apt-get install -y dataset-fashion-mnist` or set PRIVBENCH_FASHION_MNIST")
     (xi, yi), (ti, tl) = ((_read_idx_gz(a), _read_idx_gz(b)) for a, b in files.values())
-    train, val = split_off(Split(_as_images(xi, 255.0), yi.astype(np.int64)), val_fraction, split_seed)
-    test = Split(_as_images(ti, 255.0), tl.astype(np.int64))
+    train, val = split_off(Split(as_images(xi, 255.0, scaling), yi.astype(np.int64)), val_fraction, split_seed)
+    test = Split(as_images(ti, 255.0, scaling), tl.astype(np.int64))
     return Splits("fashion-mnist", "image", 10, train, val, test, (1, 28, 28))
 
 
@@ -48,7 +53,7 @@ def digits(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: in
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    x = _as_images(d.images.astype(np.float32), 16.0)
+    x = as_images(d.images.astype(np.float32), 16.0)
     train, val, test = three_way(x, d.target.astype(np.int64), test_fraction=test_fraction,
                                  val_fraction=val_fraction, seed=split_seed)
     return Splits("digits", "image", 10, train, val, test, (1, 8, 8))

@@ -73,8 +73,9 @@ def _model_name(obj: Any) -> str:
 
 MODELS: Registry[Model] = Registry("model", {
     name: f"workers.models.catalog:{attr}" for name, attr in (
-        ("mlp", "MLP"), ("cnn-small", "CNN_SMALL"), ("minilm", "MINILM"), ("bert-tiny", "BERT_TINY"),
-        ("gpt2-tiny", "GPT2_TINY"), ("vit-tiny", "VIT_TINY"), ("hf", "HF_MODEL"))
+        ("mlp", "MLP"), ("linear", "LINEAR"), ("cnn-small", "CNN_SMALL"), ("cnn-tanh", "CNN_TANH"),
+        ("scatternet-linear", "SCATTERNET_LINEAR"), ("scatternet-cnn", "SCATTERNET_CNN"), ("minilm", "MINILM"),
+        ("bert-tiny", "BERT_TINY"), ("gpt2-tiny", "GPT2_TINY"), ("vit-tiny", "VIT_TINY"), ("hf", "HF_MODEL"))
 }, _model_name)
 
 

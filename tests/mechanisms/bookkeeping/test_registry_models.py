@@ -1,6 +1,7 @@
 """The engine against Opacus' hooks on every model of the registry: per-sample norms and clipped sums
 within 1e-5 relative, at batch sizes 1 and 64, all parameters trainable and with frozen layers, on padded
-text batches; flat and per-layer clipping. Models are built with dropout off so both see one function."""
+text batches, on tabular feature vectors and on cached scattering features; flat and per-layer clipping.
+Models are built with dropout off so both see one function."""
 
 from __future__ import annotations
 
@@ -23,12 +24,24 @@ CASES = {
     "gpt2-tiny-head": ("gpt2-tiny", "synthetic-text", {"max_length": 32, "trainable": "head"}, 64),
     "minilm-top-2": ("minilm", "synthetic-text", {"max_length": 32, "trainable": "top-2"}, 64),
     "minilm-all": ("minilm", "synthetic-text", {"max_length": 32, "trainable": "all"}, 4),
+    "cnn-tanh": ("cnn-tanh", "synthetic", {}, 64),
+    "scatternet-linear": ("scatternet-linear", "synthetic", {}, 64),
+    "scatternet-cnn": ("scatternet-cnn", "synthetic", {}, 64),
+    "linear-tabular": ("linear", "breast-cancer", {}, 64),
+    "mlp-tabular": ("mlp", "breast-cancer", {"hidden": 32}, 64),
 }
+DATASET_OPTIONS = {"synthetic-text": {"n_train": 96, "n_test": 8, "num_classes": 3},
+                   "synthetic": {"side": 28, "n_train": 96, "n_test": 8, "num_classes": 10}}
 SLOW = {("minilm-all", 64), ("minilm-top-2", 64)}
 
 
+@pytest.fixture(autouse=True)
+def feature_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVBENCH_CACHE_DIR", str(tmp_path))  # the scatternet models' scattering features
+
+
 def _splits(name: str):
-    return datasets.load(name, {"n_train": 96, "n_test": 8, "num_classes": 3} if name == "synthetic-text" else None)
+    return datasets.load(name, DATASET_OPTIONS.get(name))
 
 
 def _case(case: str, batch: int):
@@ -57,7 +70,8 @@ def test_matches_opacus_hooks(case, batch):
     assert (expected[0] > bound).any()  # the clip really cut something
 
 
-@pytest.mark.parametrize("case", ["cnn-small", "vit-tiny-top-2", "bert-tiny-top-1", "gpt2-tiny-head"])
+@pytest.mark.parametrize("case", ["cnn-small", "vit-tiny-top-2", "bert-tiny-top-1", "gpt2-tiny-head", "cnn-tanh",
+                                  "scatternet-cnn"])
 def test_per_layer_clipping_matches_opacus_hooks(case):
     module, inputs, y, chunk = _case(case, 16)
     n = sum(1 for p in module.parameters() if p.requires_grad)
