@@ -32,7 +32,8 @@ SEPARATIONS = (6.0, 4.0, 3.0)  # \tabcolsep: LaTeX's default, then tighter
 LINE_SPACING = 1.2
 STATUS_ABBR = {"overclaimed": "over.", "uncertified": "uncert.", "violated": "viol."}
 SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+            "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}  # OT1 would set ¡ ¿ —
 GREEK = {"eps": "varepsilon", "sigma": "sigma", "mu": "mu"}  # words of schema labels set as Greek letters
 UNITS = {"x": r"$\times$", "%": r"\%"}
 MEDIUM_SPACE = 8 / 18  # \medmuskip on both sides of a binary operator (4 mu each), in em
@@ -188,7 +189,7 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
                         for i, r in enumerate(board))
             align = "r@{}l"
         elif header == "status":
-            cells, align = tuple(text(r.claim_status or "--") for r in board), "l"
+            cells, align = tuple(text(status(r)) for r in board), "l"
         elif header == "runs":
             cells = tuple(text(f"{r.n_finished}" + (f" ({r.n_failed} failed)" if r.n_failed else "")) for r in board)
         elif header == "mu claimed/audited":
@@ -197,6 +198,9 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
             a_cells = _formatted([r.mu_audited for r in board], audited)
             cells = tuple(NONE if r.mu_audited is None else c + text("/") + a
                           for r, c, a in zip(board, c_cells, a_cells, strict=True))
+        elif bool in (f.type if isinstance(f.type, tuple) else (f.type,)):  # a flag
+            cells = tuple(NONE if v is None else text("yes" if v else "no") for v in (getattr(r, f.column)
+                                                                                      for r in board))
         else:
             cells = _formatted([getattr(r, f.column) for r in board], f)
         out.append(Column(header, words(label), words(short), unit, align, cells, std))
@@ -291,6 +295,8 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
         notes += [f"{c.label(True)}: {c.label(False)}" for c in dict.fromkeys(shown) if c.short != c.full]
         used = sorted({r.claim_status for r in board if r.claim_status in STATUS_ABBR})
         notes += [f"{STATUS_ABBR[s]}: {s}" for s in used]
+    if any(c.header == "status" for c in shown) and any(r.audit_above_ceiling for r in board):
+        notes.append(r"!: the audited $\varepsilon$ lies above its ceiling beyond its noise")
     if any(c.unit == "x" for c in shown):
         notes.append(r"($\times$): relative to non-private")
     if best:
@@ -298,9 +304,15 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
     return "; ".join(notes) + ("." if notes else "")
 
 
+def status(r: LeaderboardRow, abbreviated: bool = False) -> str:
+    """The claim status, `!` after it when the audited epsilon lies above its ceiling beyond its noise."""
+    name = r.claim_status or "--"
+    return (STATUS_ABBR.get(name, name) if abbreviated else name) + ("!" if r.audit_above_ceiling else "")
+
+
 def _abbreviate_statuses(cols: Sequence[Column], board: Sequence[LeaderboardRow]) -> list[Column]:
-    return [dataclasses.replace(c, cells=tuple(text(STATUS_ABBR.get(r.claim_status or "", r.claim_status or "--"))
-                                               for r in board)) if c.header == "status" else c for c in cols]
+    return [dataclasses.replace(c, cells=tuple(text(status(r, True)) for r in board)) if c.header == "status" else c
+            for c in cols]
 
 
 def best_utility(board: Sequence[LeaderboardRow]) -> set[int]:

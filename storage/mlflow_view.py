@@ -62,7 +62,9 @@ def runs_view(trial_key_tag: str) -> str:
 
 
 def _shown(value: Any, f: schema.Field) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, int | float):
         return "-" if value is None else str(value)
     return "inf" if math.isinf(value) else schema.shown(float(value), f)
 
