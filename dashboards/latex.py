@@ -94,8 +94,8 @@ def words(label: str) -> tuple[Tex, ...]:
 
 
 def number(digits: str, bold: bool = False) -> Tex:
-    """A number as text (`--` for none). Bold keeps the width of the normal figures to the right of its
-    decimal point (`\\rlap` over a `\\phantom`), so a bold number stays aligned on the decimal point."""
+    """A shown number as text. Bold keeps the width of the normal figures to the right of its decimal point
+    (`\\rlap` over a `\\phantom`), so a bold number stays aligned on the decimal point."""
     if digits in ("inf", "-inf"):
         return Tex(r"$\infty$", (("cmsy", "infty"),))
     if not bold or "." not in digits:
@@ -156,10 +156,10 @@ def _places(values: Sequence[float | None], f: schema.Field) -> int:
     return schema.decimals([v for v in values if v is not None], f)
 
 
-def _formatted(values: Sequence[float | None], f: schema.Field, bold: Sequence[bool] = ()) -> tuple[Tex, ...]:
+def _formatted(values: Sequence[float | None], f: schema.Field) -> tuple[Tex, ...]:
+    """A column's numbers with its common decimals (`--` for none)."""
     places = _places(values, f)
-    return tuple(NONE if v is None else number(schema.shown(v, f, places), bool(bold and bold[i]))
-                 for i, v in enumerate(values))
+    return tuple(NONE if v is None else number(schema.shown(v, f, places)) for v in values)
 
 
 def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str,
@@ -361,29 +361,35 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     cols = columns(board, headers, metric, best)
     lay = layout({False: cols, True: _abbreviate_statuses(cols, board)}, points, venue.font_pt, titles)
     what = f"{width} width" if isinstance(width, str) and width in WIDTHS else "width"
+    parts = len(lay.parts)
+    floats = f", one {float_env} each" if float_env != "none" and parts > 1 else ""
     lines = [f"% privbench leaderboard for {venue.description}: {what} {points:g} pt, set in {lay.size} pt"
-             f" ({len(lay.parts)} part{'s' if len(lay.parts) > 1 else ''}).",
+             f" ({parts} part{'s' if parts > 1 else ''}{floats}).",
              "% Needs " + " and ".join(rf"\usepackage{{{p}}}" for p in PACKAGES) + "."]
-    if float_env != "none":
-        lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
-        if caption:  # the user's LaTeX, as written (it may hold math)
-            lines.append(rf"\caption{{{caption}}}")
-        if label:
-            lines.append(rf"\label{{{label}}}")
-        if caption or label:
-            lines.append(r"\smallskip")
-    lines.append(rf"\begingroup\fontsize{{{lay.size}}}{{{lay.size * LINE_SPACING:g}}}\selectfont"
-                 rf"\setlength{{\tabcolsep}}{{{lay.separation:g}pt}}%")
+    font = (rf"\begingroup\fontsize{{{lay.size}}}{{{lay.size * LINE_SPACING:g}}}\selectfont"
+            rf"\setlength{{\tabcolsep}}{{{lay.separation:g}pt}}%")
+    legend = _legend(lay, metric, board, best)
     for n, part in enumerate(lay.parts):
-        if n:
+        if float_env != "none":  # each part its own float: a stack of parts may be taller than a page
+            lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
+            if n == 0 and caption:  # the user's LaTeX, as written (it may hold math)
+                lines.append(rf"\caption{{{caption}}}")
+            if n == 0 and label:
+                lines.append(rf"\label{{{label}}}")
+            if n == 0 and (caption or label):
+                lines.append(r"\smallskip")
+            lines.append(font)
+        elif n == 0:
+            lines.append(font)
+        else:
             lines.append(r"\par\medskip")
         if float_env == "none":
             lines.append(r"\noindent")
         lines += _tabular(part, lay, board, group_of, order)
-    legend = _legend(lay, metric, board, best)
-    if legend:
-        lines += [r"\par\smallskip", r"{\raggedright " + legend + r"\par}"]
-    lines.append(r"\par\endgroup")
-    if float_env != "none":
-        lines.append(rf"\end{{{float_env}}}")
+        if n == parts - 1 and legend:
+            lines += [r"\par\smallskip", r"{\raggedright " + legend + r"\par}"]
+        if float_env != "none":
+            lines += [r"\par\endgroup", rf"\end{{{float_env}}}"]
+    if float_env == "none":
+        lines.append(r"\par\endgroup")
     return "\n".join(lines) + "\n"
