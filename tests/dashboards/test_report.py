@@ -104,10 +104,13 @@ def test_report_fits_1400_pixels_and_figures_keep_their_own_size(figure_store, t
     assert found, dom.stdout[:500]
     layout = json.loads(found.group(1).replace("&quot;", '"'))
     assert layout["page"] <= 1400 and layout["table"] <= 1400, layout
-    assert len(layout["svgs"]) == 4 and len({round(w) for w in layout["svgs"]}) == 4, layout  # own widths
     page = out.read_text()
-    for svg in re.findall(r"<svg[^>]*>", page):  # matplotlib's own size, in points, kept on the element
-        assert re.search(r'width="[\d.]+pt"', svg) and re.search(r'viewBox="', svg)
+    own = [float(re.search(r'width="([\d.]+)pt"', svg).group(1)) * 96 / 72 for svg in re.findall(r"<svg[^>]*>", page)]
+    assert len(layout["svgs"]) == len(own) == 4, layout
+    for drawn, width in zip(layout["svgs"], own, strict=True):  # matplotlib's own size (points), not stretched
+        assert drawn == pytest.approx(width, abs=1), (layout, own)
+    for svg in re.findall(r"<svg[^>]*>", page):
+        assert re.search(r'viewBox="', svg)
 
     shot = tmp_path / "report.png"
     done = chromium(tmp_path, "--window-size=1400,2400", f"--screenshot={shot}", out.as_uri())
