@@ -62,6 +62,51 @@ FINAL = ("options", "option_problems", "plan", "certified_sigma", "make_private"
 
 
 @dataclasses.dataclass(frozen=True)
+class Hook:
+    """One hook of the contract: what a mechanism may write, who calls it, and the guarantee it must keep."""
+
+    name: str
+    used_by: str
+    guarantee: str
+
+
+# Every hook a mechanism may fill, with its guarantee (`privbench list mechanisms --hooks` and docs/plugins.md
+# show this table; a test keeps the docs equal to it).
+HOOKS = (
+    Hook("ID, Options", "grid, registry", "ID is the grid's name; Options a frozen dataclass of the grid's "
+         "options, parsed strictly by privbench"),
+    Hook("private", "grid, trial", "False only for a reference run: no parts, no noise, no epsilon axis"),
+    Hook("parts(spec, options)", "plan, training, audit", "the releases one step makes on its sample, built "
+         "from privbench's part classes; the event they add up to is the certified event"),
+    Hook("claimed_sigma(spec, options, parts)", "plan", "the sigma the paper's analysis picks for the target "
+         "(default: the certified one); may return Calibrated with the options it runs at"),
+    Hook("claim(sigma, spec, options, parts, certified)", "plan", "the paper's epsilon at sigma (default: the "
+         "certified one); a claim, not a bound: the audits test it"),
+    Hook("certification_gap(spec, options)", "plan", "why no sound analysis of what runs is known (None: the "
+         "parts certify); a gap makes the trial uncertified"),
+    Hook("initial_state(plan, options)", "training", "the state the first step starts from (default: the "
+         "declared bound of a clipper whose bound the state sets)"),
+    Hook("update_state(state, released, plan, options)", "training", "the next state from the state and what "
+         "the step released (noised values) only: post-processing, computed on the device"),
+    Hook("after_step(module, plan, options, generator)", "training", "post-processing of the updated model that "
+         "reads no data"),
+    Hook("claimed_step_tradeoff(sigma, **options)", "audit", "the claim for one un-subsampled step as a "
+         "trade-off curve (default: the parts' Gaussian curve, or the claim's profile)"),
+    Hook("audit_cases(dim, clip, rng, **options)", "audit", "extra worst-case neighbours, each side a valid "
+         "clipped sum, one example apart"),
+    Hook("audit_coordinatewise, audit_per_tensor", "audit", "the release treats coordinates (tensors) "
+         "independently"),
+)
+
+
+def filled_hooks(mechanism: Mechanism) -> list[str]:
+    """The hooks `mechanism`'s class writes itself (beside ID and Options), for `privbench list mechanisms`."""
+    names = ("parts", "claimed_sigma", "claim", "certification_gap", "initial_state", "update_state", "after_step",
+             "claimed_step_tradeoff", "audit_cases")
+    return [n for n in names if getattr(type(mechanism), n) is not getattr(Mechanism, n)]
+
+
+@dataclasses.dataclass(frozen=True)
 class NoOptions:
     """A mechanism without options."""
 
@@ -461,5 +506,5 @@ def clipping_for(clipping: str, clip: float, n_tensors: int | None, owner: str) 
     return PerLayerClipping.splitting(clip, n_tensors)
 
 
-__all__ = ["CLIPPINGS", "FINAL", "AfterStepPart", "Calibrated", "Claim", "Mechanism", "NoOptions", "clipping_for",
-           "contract_problems", "is_own", "plan_for", "uncertified"]
+__all__ = ["CLIPPINGS", "FINAL", "HOOKS", "AfterStepPart", "Calibrated", "Claim", "Hook", "Mechanism", "NoOptions",
+           "clipping_for", "contract_problems", "filled_hooks", "is_own", "plan_for", "uncertified"]

@@ -59,7 +59,7 @@ class PrivateOptimizerMixin:
     every other release of the parts from the examples' norms, hands all of them (`Released`) to the
     observers and to the state update, and nothing else; `after_step(optimizer)` runs after every parameter
     update (e.g. a weight permutation); `steps_taken` counts real updates and may never exceed
-    `planned_steps`. `state` holds the mechanism's state as device tensors, updated in place so that the
+    `planned_steps`. `mechanism_state` holds the mechanism's state as device tensors, updated in place so that the
     clipping engine and the noise read the bound in force without a host synchronisation.
     """
 
@@ -71,7 +71,7 @@ class PrivateOptimizerMixin:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
         self.after_step, self.noise_map = after_step, noise_map
-        self.releases, self.state, self.update_state = releases, state or {}, update_state
+        self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
         self.bound_key, self.declared_bound = bound_key, declared_bound
         self.example_weights: torch.Tensor | None = None  # 0 on padding rows of the batch in flight
         self.last_released: Released | None = None
@@ -79,7 +79,7 @@ class PrivateOptimizerMixin:
         self.observers: list[ReleaseObserver] = []
         self.update_applied = False
         if bound_key is not None:
-            self.max_grad_norm = self.state[bound_key]  # type: ignore[has-type]
+            self.max_grad_norm = self.mechanism_state[bound_key]  # type: ignore[has-type]
 
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
@@ -117,8 +117,8 @@ class PrivateOptimizerMixin:
         for observer in self.observers:
             observer.after_noise(self)
         if self.update_state is not None:
-            for name, value in self.update_state(self.state, self.last_released).items():
-                self.state[name].copy_(value)  # in place: the engine and the noise hold these tensors
+            for name, value in self.update_state(self.mechanism_state, self.last_released).items():
+                self.mechanism_state[name].copy_(value)  # in place: the engine and the noise hold these tensors
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]

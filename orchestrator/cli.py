@@ -338,14 +338,30 @@ def ui(
 
 
 @app.command("list")
-def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")]) -> None:
+def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")],
+               hooks: Annotated[bool, typer.Option("--hooks", help="With `mechanisms`: the contract, every hook "
+                                                   "a mechanism may write with the guarantee it must keep")] = False,
+               ) -> None:
     """List the names a grid file can use: privbench's and installed plugins' (entry points)."""
     from mechanisms.accountants.accountant import described
+    from mechanisms.mechanism import FINAL, HOOKS, filled_hooks
     from mechanisms.registry import ACCOUNTANTS, MECHANISMS
     from workers import datasets, models
 
+    if hooks and what != "mechanisms":
+        fail("--hooks goes with `privbench list mechanisms`")
+    if hooks:
+        table = Table(title="the mechanism contract (docs/plugins.md)")
+        for name in ("hook", "used by", "guarantee"):
+            table.add_column(name, overflow="fold")
+        for hook in HOOKS:
+            table.add_row(hook.name, hook.used_by, hook.guarantee)
+        out.print(table)
+        out.print(f"privbench runs {', '.join(FINAL)} itself: a plugin that overrides one is uncertified.")
+        return
     if what == "mechanisms":
-        rows = [(n, m.description) for n, m in MECHANISMS.items()]
+        rows = [(n, m.description + (f" (hooks: {', '.join(h)})" if (h := filled_hooks(m)) else ""))
+                for n, m in MECHANISMS.items()]
         broken = MECHANISMS.broken()
     elif what == "datasets":
         rows = [(n, f"{kind}: {desc}") for n, kind, desc in datasets.describe()]

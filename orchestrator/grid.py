@@ -140,9 +140,9 @@ class Axes:
     seeds: list[int]
     private: frozenset[str]  # the mechanisms that add noise (they take an epsilon or a sigma)
     # the (dataset, model) pairs trained: `grid.pairs` as listed, else the cross product of the two axes
-    pairs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    pairs: list[tuple[str, str]]
     # a pair's own `train` settings, with where they were given (`grid.pairs[3].train`)
-    pair_train: dict[tuple[str, str], tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    pair_train: dict[tuple[str, str], tuple[str, dict[str, Any]]]
 
     def count(self) -> int:
         """Trials the grid expands to, counted without expanding it."""
@@ -202,7 +202,8 @@ def _plugins(raw: dict[str, Any], source: str, problems: list[str]) -> tuple[str
     return tuple(str(n) for n in names)
 
 
-def _pairs(value: Any, problems: list[str]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], Any]]:
+def _pairs(value: Any,
+           problems: list[str]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], tuple[str, dict[str, Any]]]]:
     """`grid.pairs`: a list of {dataset, model} mappings (each with an optional `train` of its own), both
     names known and each pair listed once."""
     if not isinstance(value, list) or not value:

@@ -64,8 +64,9 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
 
     if tensor_sizes and mechanism.audit_per_tensor:
         options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
-    if plan.parts is not None:  # the step's batch: parts whose noise depends on it are audited as they trained
-        options = options | {"batch_size": plan.parts.sampler.batch_size}
+    parts = getattr(plan, "parts", None)
+    if parts is not None:  # the step's batch: parts whose noise depends on it are audited as they trained
+        options = options | {"batch_size": parts.sampler.batch_size}
 
     audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,
                        seed=seed, workers=workers, options=options, significance=cfg.step_significance)
@@ -117,7 +118,10 @@ class OneRun:
 
         t0 = time.perf_counter()
         self.n_params = sum(p.numel() for p in optimizer.params)
-        self.shape = dpsgd_shape(self.plan.effective_event)
+        # The canaries join each step with probability q, as an example of a Poisson-sampled run does: the run is
+        # then read within the certified family (T Poisson-subsampled Gaussian steps). A shuffled or fixed-size
+        # run is not that process, so no bound leans on its event's shape (it would not be a lower bound).
+        self.shape = dpsgd_shape(self.plan.effective_event) if self.plan.sampler == "poisson" else None
         m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
         self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
                                                 statistic=self.cfg.statistic)
@@ -246,8 +250,8 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     if c is None:
         return {}
     if result.shape is None:
-        return {"audit_noise_skipped": "the certified event is not T Poisson-subsampled Gaussian steps (what the "
-                                       "curve and noise bounds read the run against)"}
+        return {"audit_noise_skipped": "the run is not T Poisson-subsampled Gaussian steps (its certified event "
+                                       "or its sampler), the family the curve and noise bounds read it against"}
     t0 = time.perf_counter()
     sigma, rate, steps = result.shape
     out: dict[str, Any] = {}

@@ -34,7 +34,6 @@ EventFamily = Callable[[float], dp_accounting.DpEvent]
 MAX_LEVEL = 6  # grid refinements for epsilon slack: the finest step is rel_tol / 64
 SIGMA_MIN, SIGMA_MAX = 1e-4, 1e6
 DEFAULT_SLOPE = -2.0  # d log(eps) / d log(sigma) when nothing better is known (DP-SGD: -1 to -5)
-BRACKETED_BY = {"pld": "rdp", "prv": "pld"}  # cheaper accountant that brackets the search
 COARSE_REL_TOL = 1e-2
 
 
@@ -240,9 +239,11 @@ def calibrate_sigma(
     guess, slope, level = 1.0, DEFAULT_SLOPE, 0
     # The cheap bracket is only asked about families accounted under add-or-remove-one: dp-accounting's RDP
     # reads replace-one Gaussians at another sensitivity than PLD (reference.py), so it is not used for them.
+    from mechanisms.registry import ACCOUNTANTS
+
     add_or_remove = accounting_relation(events) == dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    if accountant in BRACKETED_BY and (add_or_remove or BRACKETED_BY[accountant] != "rdp"):
-        cheap = BRACKETED_BY[accountant]
+    cheap = ACCOUNTANTS.get(accountant).bracket  # a cheaper accountant that brackets the search
+    if cheap is not None and (add_or_remove or cheap != "rdp"):
         if cheap == "rdp":
             coarse = calibrate_sigma(_AsPldSees(events), epsilon, delta, cheap, COARSE_REL_TOL)
         else:

@@ -1,27 +1,28 @@
 """Every accountant, sound and claimed, for one DP-SGD setting: epsilon for a sigma, sigma for a target.
 
-Backs `privbench privacy epsilon|sigma` and the README's epsilon-by-accountant table. Sound accountants
-(the registry's, `sound()`) work on the setting's DpEvent, built from the same sampler and parts as a
-trial's plan; claimed ones (`CLAIMED`) are the seed papers' own analyses of the same noise, as functions
-of (sigma, q, T, ...). Each answer carries its provenance and caveats.
+Backs `privbench privacy epsilon|sigma` and the README's epsilon-by-accountant table. Every accountant is
+asked through the one contract (`Accountant.supports` / `report`): a sound one about the setting's DpEvent,
+built from the same sampler and parts as a trial's plan; a claimed one (a seed paper's own analysis) about
+the setting itself (`events.DpsgdRun`). Each answer carries its provenance and caveats.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from mechanisms.accountants import fenton_wilkinson, gdp, moments_accountant
+from dp_accounting import DpEvent
+
+from mechanisms.accountants import fenton_wilkinson
 from mechanisms.accountants.accountant import described
 from mechanisms.accountants.calibration import Calibration, calibrate, calibrate_sigma
-from mechanisms.accountants.reference import EpsilonReport, epsilon_report
+from mechanisms.accountants.events import DpsgdRun
+from mechanisms.accountants.reference import EpsilonReport
 from mechanisms.accountants.validation import require_delta, require_fraction, require_positive
 from mechanisms.parts.batch_selection import BatchSelection, PoissonRate, batch_selection, relation_name
 from mechanisms.parts.clipping import FlatClipping
 from mechanisms.parts.noise_addition import GaussianNoise
 from mechanisms.parts.plan import Parts
 from mechanisms.registry import ACCOUNTANTS as REGISTRY
-
-CLAIMED = ("gdp", "ma_classic", "fenton_wilkinson")  # the seed papers' analyses this module computes
 
 
 def accountants() -> tuple[str, ...]:
@@ -105,52 +106,37 @@ class DpsgdSetting:
         """DP-SGD's parts on this sampler at unit clip: the trial's certified event, sigma -> DpEvent."""
         return Parts(self.selection, FlatClipping(1.0), GaussianNoise(1.0))  # type: ignore[arg-type]
 
-    def gdp_sampler(self) -> str:
-        return "poisson" if self.sampler == "poisson" else "uniform"
+    def run(self, sigma: float) -> DpsgdRun:
+        """The setting at `sigma` as the claimed analyses read it."""
+        return DpsgdRun(sigma, self.sample_rate, self.steps, "poisson" if self.sampler == "poisson" else "uniform",
+                        self.dim, self.batch_clip_ratio, self.batch_size, self.delta_split)
+
+    def event(self, sigma: float, accountant: str) -> DpEvent:
+        """What `accountant` is asked about: the parts' event (sound), the setting (claimed)."""
+        return self.parts().dp_event(sigma) if REGISTRY.get(accountant).sound else self.run(sigma)
 
 
 def applicable(setting: DpsgdSetting) -> tuple[str, ...]:
-    """Accountants that can speak about this setting (the FW claim needs d and c'/c or a batch size)."""
-    names = list(sound()) + ["gdp"]
-    if setting.sampler == "poisson":
-        names.append("ma_classic")
-    if setting.dim is not None and (setting.batch_clip_ratio is not None or setting.batch_size is not None):
-        names.append("fenton_wilkinson")
-    return tuple(names)
+    """Accountants that can speak about this setting (each one's `supports`), sound ones first."""
+    parts = setting.parts()
+    return tuple(name for name in accountants()
+                 if REGISTRY.get(name).supports(setting.event(1.0, name), parts.accounting_relation))
 
 
 def _check_name(setting: DpsgdSetting, accountant: str) -> None:
     if accountant not in accountants():
         raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(accountants())}, all")
     if accountant not in applicable(setting):
-        need = ("--dim and --batch-clip-ratio or --batch-size" if accountant == "fenton_wilkinson"
-                else "the poisson sampler")
-        raise ValueError(f"accountant {accountant!r} needs {need}")
-
-
-def _claimed_epsilon(setting: DpsgdSetting, sigma: float, accountant: str) -> float:
-    s = setting
-    if accountant == "gdp":
-        return gdp.epsilon(sigma, s.sample_rate, s.steps, s.delta, s.gdp_sampler())
-    if accountant == "ma_classic":
-        return moments_accountant.epsilon_classic(sigma, s.sample_rate, s.steps, s.delta)
-    return fenton_wilkinson.epsilon(sigma, s.sample_rate, s.steps, s.delta, s.dim,
-                                    batch_clip_ratio=s.batch_clip_ratio, batch_size=s.batch_size,
-                                    delta_split=s.delta_split)
+        acc = REGISTRY.get(accountant)
+        raise ValueError(f"accountant {accountant!r}: {acc.unsupported_note(setting.event(1.0, accountant), None)}")
 
 
 def epsilon_of(setting: DpsgdSetting, sigma: float, accountant: str = "pld") -> EpsilonReport:
     """Epsilon of T DP-SGD steps at noise multiplier sigma under one accountant, with provenance."""
     require_positive("sigma", sigma)
     _check_name(setting, accountant)
-    if accountant in sound():
-        parts = setting.parts()
-        return epsilon_report(parts.dp_event(sigma), setting.delta, accountant, parts.accounting_relation)
-    value = _claimed_epsilon(setting, sigma, accountant)
-    note = ""
-    if accountant == "fenton_wilkinson" and value == 0:
-        note = "Theorem 6 holds at every per-step epsilon: the claim is epsilon 0 (not a bound)"
-    return EpsilonReport(value, accountant, accountant, note)
+    return REGISTRY.get(accountant).report(setting.event(sigma, accountant), setting.delta,
+                                          setting.parts().accounting_relation)
 
 
 def epsilons(setting: DpsgdSetting, sigma: float,
@@ -171,24 +157,8 @@ def sigma_for(setting: DpsgdSetting, epsilon: float, accountant: str = "pld",
     _check_name(setting, accountant)
     if accountant in sound():
         return calibrate_sigma(setting.parts(), epsilon, setting.delta, accountant, rel_tol)
-    s = setting
-    guess = 1.0
-    if accountant in ("gdp", "ma_classic"):  # the CLT's closed form is a good start for the MA too
-        guess = gdp.sigma_for_epsilon(epsilon, s.delta, s.sample_rate, s.steps, s.gdp_sampler())
-    elif accountant == "fenton_wilkinson":
-        guess = fenton_wilkinson.sigma_for_epsilon(
-            epsilon, s.delta, s.sample_rate, s.steps, s.dim, batch_clip_ratio=s.batch_clip_ratio,
-            batch_size=s.batch_size, delta_split=s.delta_split)
-    result = calibrate(lambda sigma: _claimed_epsilon(s, sigma, accountant), epsilon, rel_tol=rel_tol,
-                       guess=guess)
-    if accountant == "fenton_wilkinson":
-        plain = fenton_wilkinson.sigma_for_epsilon(
-            epsilon, s.delta, s.sample_rate, s.steps, 1, batch_clip_ratio=s.batch_clip_ratio,
-            batch_size=s.batch_size, delta_split=s.delta_split)
-        if plain < result.sigma:
-            note = (f"Algorithm 1 falls back to plain DP-SGD: the unshuffled sigma {plain:.6g} is smaller "
-                    "than the shuffled one")
-        else:
-            note = f"unshuffled (d = 1) sigma for the same target: {plain:.6g}"
-        result = dataclasses.replace(result, note="; ".join(n for n in (result.note, note) if n))
-    return result
+    acc = REGISTRY.get(accountant)
+    result = calibrate(lambda sigma: acc.report(setting.run(sigma), setting.delta).epsilon, epsilon,
+                       rel_tol=rel_tol, guess=acc.sigma_guess(setting.run(1.0), epsilon, setting.delta))
+    note = acc.calibration_note(setting.run(result.sigma), epsilon, setting.delta)
+    return dataclasses.replace(result, note="; ".join(n for n in (result.note, note) if n))

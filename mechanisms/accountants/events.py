@@ -1,4 +1,5 @@
-"""The sampling wrappers of a DpEvent: how one step's release composes over a run.
+"""The sampling wrappers of a DpEvent (how one step's release composes over a run), and `DpsgdRun`, the
+setting the papers' own analyses are stated for.
 
 `mechanisms.parts.batch_selection` is the only caller: each sampler states its run's event through one of
 these, and every event in privbench (trial plans, `privbench privacy`, claimed analyses) is built from a
@@ -6,6 +7,8 @@ sampler and the parts (`mechanisms.parts.plan.Parts`), so one setting has one ev
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import dp_accounting
 
@@ -24,4 +27,25 @@ def sampled_without_replacement(
     return dp_accounting.SelfComposedDpEvent(sampled, steps)
 
 
-__all__ = ["poisson_sampled", "sampled_without_replacement"]
+@dataclasses.dataclass(frozen=True)
+class DpsgdRun(dp_accounting.DpEvent):
+    """`steps` DP-SGD steps at noise multiplier `noise_multiplier`, each on a batch the sampler draws at rate
+    `sampling_probability` (`poisson`, or `uniform`: fixed-size or shuffled batches of that share).
+
+    A new event for a new meaning (dp-accounting's rule): the seed papers' claimed analyses (the GDP CLT, the
+    classic moments accountant, Fenton-Wilkinson) are functions of this setting, not of an event algebra, so
+    the claimed accountants read it; no sound accountant supports it. `dim`, `batch_clip_ratio`,
+    `batch_size` and `delta_split` are what shuffled DP-SGD's Theorem 6 also takes (d, c'/c, B, the share of
+    delta given to advanced composition's slack)."""
+
+    noise_multiplier: float
+    sampling_probability: float
+    steps: int
+    sampler: str = "poisson"
+    dim: float | None = None
+    batch_clip_ratio: float | None = None
+    batch_size: int | None = None
+    delta_split: float = 0.5
+
+
+__all__ = ["DpsgdRun", "poisson_sampled", "sampled_without_replacement"]

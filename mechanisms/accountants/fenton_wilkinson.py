@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 from scipy import optimize, special
 
@@ -47,6 +48,9 @@ from mechanisms.accountants.validation import (
 
 SIGMA_MIN, SIGMA_MAX = 1e-3, 1e6
 
+
+if TYPE_CHECKING:
+    from mechanisms.accountants.events import DpsgdRun
 
 def _logaddexp0(x: float) -> float:
     """log(1 + e^x) without overflow."""
@@ -213,3 +217,10 @@ def calibrate(epsilon: float, delta: float, sample_rate: float, steps: int, dim:
     shuffled = sigma_for_epsilon(epsilon, delta, sample_rate, steps, dim, **kwargs)
     plain = sigma_for_epsilon(epsilon, delta, sample_rate, steps, 1, **kwargs)
     return ShuffledCalibration(min(shuffled, plain), shuffled, plain, shuffled < plain)
+
+
+def run_epsilon(run: DpsgdRun, delta: float) -> float:
+    """Theorem 6 + advanced composition for a DP-SGD run carrying d and c'/c (or B): what
+    `accountant.FENTON_WILKINSON` reports."""
+    return epsilon(run.noise_multiplier, run.sampling_probability, run.steps, delta, run.dim,
+                   batch_clip_ratio=run.batch_clip_ratio, batch_size=run.batch_size, delta_split=run.delta_split)

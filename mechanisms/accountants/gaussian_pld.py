@@ -25,12 +25,16 @@ SPARSE_BUCKETS = 1000  # dp-accounting's `pld_pmf._MAX_PMF_SPARSE_SIZE`: at most
 def gaussian_pld(sigma: float, sampling_prob: float, discretization: float, *, pessimistic: bool) -> Any:
     """`from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=h,
     pessimistic_estimate=p, use_connect_dots=p)`: connect-the-dots when pessimistic (every delta an upper
-    bound), privacy buckets rounded down when not (every delta a lower bound)."""
+    bound), privacy buckets rounded down when not (every delta a lower bound). h is at least `grid_floor(sigma)`
+    (the work a tiny sigma's loss range would otherwise take: minutes at sigma 0.017)."""
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
 
+    from mechanisms.accountants.adaptive_pld import grid_floor
+
     if not (sigma > 0 and 0 < sampling_prob <= 1 and discretization > 0):
         raise ValueError(f"need sigma > 0, 0 < q <= 1 and a grid > 0, got {sigma}, {sampling_prob}, {discretization}")
+    discretization = max(discretization, grid_floor(sigma))  # a tiny sigma's loss spans thousands of units
     build = _connect_dots if pessimistic else _optimistic_buckets
     remove = build(_loss(sigma, sampling_prob, AdjacencyType.REMOVE, pessimistic), discretization)
     if sampling_prob == 1.0:
@@ -182,8 +186,10 @@ def _dense_arrays(pmf: Any) -> tuple[np.ndarray, np.ndarray, float] | None:
 def _dense_hockey_stick(losses: np.ndarray, probs: np.ndarray, infinity_mass: float, eps: np.ndarray) -> np.ndarray:
     above = np.searchsorted(losses, eps, side="right")  # the losses strictly above each epsilon start here
     upper = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-    lower = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
+    # e^-loss overflows for very negative losses (a tiny sigma): only suffix sums starting there, which no
+    # epsilon >= the smallest loss reads, become inf or nan
     with np.errstate(over="ignore", invalid="ignore"):
+        lower = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
         deltas = infinity_mass + upper[above] - np.exp(eps) * lower[above]
     return np.where(np.isposinf(eps), infinity_mass, deltas)
 
@@ -206,8 +212,8 @@ def _dense_epsilon(losses: np.ndarray, probs: np.ndarray, infinity_mass: float, 
         return math.inf
     down, p = losses[::-1], probs[::-1]
     upper = np.concatenate([[infinity_mass], infinity_mass + np.cumsum(p)])  # np.cumsum adds in order
-    lower = np.concatenate([[0.0], np.cumsum(np.exp(-down) * p)])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # an overflow is an infinite epsilon
+        lower = np.concatenate([[0.0], np.cumsum(np.exp(-down) * p)])
         reached = (upper[:-1] > delta) & (lower[:-1] > 0) & (np.log((upper[:-1] - delta) / lower[:-1]) >= down)
     unseen = (upper[1:] >= delta) & (lower[1:] == 0)  # losses so large that e^-loss is 0: the loss itself
     stop, top = np.flatnonzero(reached), np.flatnonzero(unseen)

@@ -15,6 +15,7 @@ The dual is the analytic-Gaussian curve with ratio mu, so conversions reuse `ana
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from scipy import optimize
 from scipy.stats import norm
@@ -26,6 +27,9 @@ from mechanisms.accountants.validation import (
     require_sample_rate,
     require_steps,
 )
+
+if TYPE_CHECKING:
+    from mechanisms.accountants.events import DpsgdRun
 
 SAMPLERS = ("poisson", "uniform")
 
@@ -133,3 +137,9 @@ def sigma_for_epsilon(epsilon: float, delta: float, sample_rate: float, steps: i
             log_sigma += 1e-14
         return math.exp(log_sigma)
     raise ValueError(f"unknown GDP sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
+
+
+def run_epsilon(run: DpsgdRun, delta: float) -> float:
+    """The CLT's epsilon of a DP-SGD run (`events.DpsgdRun`): what `accountant.GDP` reports."""
+    sampler = "poisson" if run.sampler == "poisson" else "uniform"
+    return epsilon(run.noise_multiplier, run.sampling_probability, run.steps, delta, sampler)

@@ -10,6 +10,8 @@ RDP values come from Opacus' public `compute_rdp`, an implementation independent
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mechanisms.accountants.validation import (
@@ -21,6 +23,9 @@ from mechanisms.accountants.validation import (
 
 TF_PRIVACY_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
 
+
+if TYPE_CHECKING:
+    from mechanisms.accountants.events import DpsgdRun
 
 def epsilon_classic(sigma: float, sample_rate: float, steps: int, delta: float,
                     orders: tuple[float, ...] = TF_PRIVACY_ORDERS) -> float:
@@ -34,3 +39,9 @@ def epsilon_classic(sigma: float, sample_rate: float, steps: int, delta: float,
     order_array = np.asarray(orders, dtype=np.float64)
     rdp = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=sigma, steps=steps, orders=list(orders)))
     return float(np.min(rdp + np.log(1 / delta) / (order_array - 1)))
+
+
+def run_epsilon(run: DpsgdRun, delta: float) -> float:
+    """The classic moments accountant's epsilon of a Poisson-sampled DP-SGD run: what `accountant.MA_CLASSIC`
+    reports."""
+    return epsilon_classic(run.noise_multiplier, run.sampling_probability, run.steps, delta)

@@ -125,83 +125,99 @@ class EpsilonReport:
     note: str = ""
 
 
-def _replace_one(accountant: str) -> dp_accounting.PrivacyAccountant | None:
-    """A fresh accountant under replace-one adjacency (PRV has none: PLD answers for it).
-
-    None for RDP: dp-accounting's RDP accountant reads a `GaussianDpEvent` under REPLACE_ONE at unit
-    distance while its PLD accountant shifts both sides by the sensitivity (distance 2). privbench's
-    replace-one events follow PLD, so RDP would under-report them: it is not asked.
-    """
-    if accountant == "rdp":
-        return None
+def _replace_one_pld() -> dp_accounting.PrivacyAccountant:
+    """A fresh PLD accountant under replace-one adjacency (dp-accounting doubles a Gaussian's unit sensitivity)."""
     return dp_accounting.pld.PLDAccountant(NeighborRel.REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION)
+
+
+def _pld_event(event: dp_accounting.DpEvent) -> tuple[dp_accounting.DpEvent, str]:
+    """The event PLD (and PRV) analyse, and the note saying so: fixed-size batches become their Poisson
+    dominating pair."""
+    if _contains_without_replacement(event):
+        return poisson_dominating(event), "fixed-size batches: Poisson dominating pair at rate b/n (replace-one)"
+    return event, ""
+
+
+def pld_supports(event: dp_accounting.DpEvent, relation: NeighborRel) -> bool:
+    if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
+        return _replace_one_pld().supports(event)
+    if relation not in (NeighborRel.ADD_OR_REMOVE_ONE, NeighborRel.REPLACE_ONE):
+        return False
+    return dp_accounting.pld.PLDAccountant().supports(_pld_event(event)[0])
+
+
+def pld_report(event: dp_accounting.DpEvent, delta: float, relation: NeighborRel, name: str = "pld") -> EpsilonReport:
+    """PLD's epsilon: exact for a composition of unsubsampled Gaussians, replace-one events in dp-accounting's
+    replace-one PLD, fixed-size batches by their dominating pair, the rest by the adaptive-grid PLD."""
+    ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
+    if ratio is not None:
+        return EpsilonReport(gaussian_epsilon(ratio, delta), name, "exact",
+                             "composition of Gaussians: exact analytic curve")
+    if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
+        return EpsilonReport(float(_replace_one_pld().compose(event).get_epsilon(delta)), name, "pld", "replace-one")
+    event, note = _pld_event(event)
+    return EpsilonReport(_pld_epsilon(event, delta), name, "pld", note)
+
+
+def rdp_supports(event: dp_accounting.DpEvent, relation: NeighborRel) -> bool:
+    """Add-or-remove events, and fixed-size batches (analysed under replace-one whatever the relation)."""
+    if relation != NeighborRel.ADD_OR_REMOVE_ONE and not _contains_without_replacement(event):
+        return False
+    return _rdp_for(event).supports(event)
+
+
+def _rdp_for(event: dp_accounting.DpEvent) -> dp_accounting.PrivacyAccountant:
+    """RDP under replace-one for fixed-size batches (Wang, Balle, Kasiviswanathan 2019), add-or-remove otherwise."""
+    if _contains_without_replacement(event):
+        return rdp_accountant(NeighborRel.REPLACE_ONE)
+    return rdp_accountant()
+
+
+def rdp_report(event: dp_accounting.DpEvent, delta: float) -> EpsilonReport:
+    note = "fixed-size batches: RDP of sampling without replacement (replace-one)" \
+        if _contains_without_replacement(event) else ""
+    with _quiet_absl():
+        value = float(_rdp_for(event).compose(event).get_epsilon(delta))
+    return EpsilonReport(value, "rdp", "rdp", note)
+
+
+def prv_supports(event: dp_accounting.DpEvent, relation: NeighborRel) -> bool:
+    """PRV's own support (Gaussians, Poisson-subsampled or not); replace-one events are PLD's to answer."""
+    if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
+        return _replace_one_pld().supports(event)
+    return relation == NeighborRel.ADD_OR_REMOVE_ONE and prv_accountant().supports(_pld_event(event)[0])
+
+
+def prv_report(event: dp_accounting.DpEvent, delta: float, relation: NeighborRel) -> EpsilonReport:
+    """PRV's epsilon; PLD answers under replace-one (PRV has no such adjacency) and where PRV is known to fail."""
+    if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
+        return dataclasses.replace(pld_report(event, delta, relation, "prv"), computed_by="pld")
+    ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
+    if ratio is not None:
+        return EpsilonReport(gaussian_epsilon(ratio, delta), "prv", "exact",
+                             "composition of Gaussians: exact analytic curve")
+    event, note = _pld_event(event)
+    acc = prv_accountant()
+    value = float(acc.compose(event).get_epsilon(delta))
+    notes = [n for n in (note, acc.note) if n]
+    return EpsilonReport(value, "prv", "pld" if acc.note else "prv", "; ".join(notes))
 
 
 def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",
                    relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> EpsilonReport:
-    """Epsilon at `delta` for `event` with provenance (see `epsilon`).
+    """Epsilon at `delta` for `event` from the sound accountant named `accountant` (its `report`), with
+    provenance; None when it does not support the event (see `epsilon`).
 
     `relation` is the neighbouring relation the event's Gaussians are scaled for. Events that mix in a
     replace-one-only release (randomized response) need `REPLACE_ONE`; Gaussian compositions are the same
     under both (the multiplier already carries the relation's sensitivity).
     """
+    from mechanisms.registry import ACCOUNTANTS
+
     require_delta(delta)
     if accountant not in sound_accountants():
         raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(sound_accountants())}")
-    if isinstance(event, dp_accounting.NonPrivateDpEvent):
-        return EpsilonReport(math.inf, accountant, accountant, "non-private")
-    if isinstance(event, dp_accounting.UnsupportedDpEvent):
-        return EpsilonReport(None, accountant, accountant, "no sound analysis is known for this event")
-    if accountant not in FRESH:
-        return _plugin_report(event, delta, accountant, relation)
-    ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
-    if ratio is not None and accountant in ("pld", "prv"):
-        return EpsilonReport(gaussian_epsilon(ratio, delta), accountant, "exact",
-                             "composition of Gaussians: exact analytic curve")
-    notes = []
-    if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
-        acc = _replace_one(accountant)
-        if acc is None:
-            return EpsilonReport(None, accountant, accountant, "dp-accounting's RDP reads replace-one Gaussians "
-                                 "at a different sensitivity than PLD: not used for replace-one events")
-        if not acc.supports(event):
-            return EpsilonReport(None, accountant, accountant, f"{accountant} does not support this event")
-        with _quiet_absl():
-            value = float(acc.compose(event).get_epsilon(delta))
-        return EpsilonReport(value, accountant, "pld" if accountant == "prv" else accountant, "replace-one")
-    if _contains_without_replacement(event):
-        if accountant == "rdp":
-            acc = rdp_accountant(NeighborRel.REPLACE_ONE)
-            notes.append("fixed-size batches: RDP of sampling without replacement (replace-one)")
-        else:
-            event = poisson_dominating(event)
-            acc = FRESH[accountant]()
-            notes.append("fixed-size batches: Poisson dominating pair at rate b/n (replace-one)")
-    else:
-        acc = FRESH[accountant]()
-    if not acc.supports(event):
-        return EpsilonReport(None, accountant, accountant, f"{accountant} does not support this event")
-    with _quiet_absl():
-        value = float(acc.compose(event).get_epsilon(delta))
-    computed_by = accountant
-    if isinstance(acc, PrvAccountant) and acc.note:
-        notes.append(acc.note)
-        computed_by = "pld"
-    return EpsilonReport(value, accountant, computed_by, "; ".join(notes))
-
-
-def _plugin_report(event: dp_accounting.DpEvent, delta: float, accountant: str,
-                   relation: NeighborRel) -> EpsilonReport:
-    """A plugin accountant's epsilon: its own `PrivacyAccountant`, asked only about events it supports,
-    under add-or-remove-one (the relation its contract states; other relations get None)."""
-    from mechanisms.registry import ACCOUNTANTS
-
-    if relation != NeighborRel.ADD_OR_REMOVE_ONE:
-        return EpsilonReport(None, accountant, accountant, "plugin accountants answer add-or-remove-one only")
-    acc = ACCOUNTANTS.get(accountant).make()
-    if not acc.supports(event):
-        return EpsilonReport(None, accountant, accountant, f"{accountant} does not support this event")
-    return EpsilonReport(float(acc.compose(event).get_epsilon(delta)), accountant, accountant)
+    return ACCOUNTANTS.get(accountant).report(event, delta, relation)
 
 
 def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",

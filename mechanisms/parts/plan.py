@@ -144,9 +144,11 @@ class Parts:
     def noise_multiplier(self, sigma: float) -> float:
         """The step's one Gaussian multiplier: (sum_r z_r^-2)^-1/2 over its releases; 0 when one leaves a
         direction without noise."""
-        multipliers = self.release_multipliers(sigma).values()
+        multipliers = list(self.release_multipliers(sigma).values())
         if any(not z > 0 for z in multipliers):
             return 0.0
+        if len(multipliers) == 1:  # the gradient alone: its multiplier as it is (no round trip through 1/z^2)
+            return multipliers[0]
         return 1.0 / math.sqrt(sum(1.0 / (z * z) for z in multipliers))
 
     def certification_gap(self) -> str | None:

@@ -53,7 +53,7 @@ def ours(mode: str, seed: int = 7) -> tuple[list[float], list[torch.Tensor], nn.
     for _ in range(plan.steps // len(private.loader)):
         for x, y in private.loader:
             batches.append((x, y))
-            clips.append(float(private.optimizer.state["clip"]))
+            clips.append(float(private.optimizer.mechanism_state["clip"]))
             private.optimizer.zero_grad(set_to_none=True)
             private.criterion(private.module(x), y).backward()
             private.optimizer.step()

@@ -93,13 +93,17 @@ def test_features_are_computed_once_then_read_from_disk(images, cache, monkeypat
     assert calls == [16, 16]
 
 
-def test_a_file_that_does_not_fit_its_key_is_recomputed(images, cache, monkeypatch):
+@pytest.mark.parametrize("damage", ["shape", "truncated"])
+def test_a_file_that_does_not_fit_its_key_is_recomputed(images, cache, monkeypatch, damage):
     x = images.test.inputs
+    path = cache / f"{scatternet.feature_key(x)}.npy"
     cache.mkdir(parents=True)
-    np.save(cache / f"{scatternet.feature_key(x)}.npy", np.zeros((8, 81, 7, 6), np.float32))
+    np.save(path, np.zeros((8, 81, 7, 6 if damage == "shape" else 7), np.float32))
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:1000])
     calls = _counting(monkeypatch)
     assert scatternet.scattering_features(x).shape == (8, 81, 7, 7) and calls == [8]
-    assert np.load(cache / f"{scatternet.feature_key(x)}.npy").shape == (8, 81, 7, 7)
+    assert np.load(path).shape == (8, 81, 7, 7)
 
 
 RACER = """
@@ -167,7 +171,19 @@ def test_a_private_trial_of_each_model_runs_with_the_bookkeeping_engine(dataset,
 
     record = run_trial({"sweep": "t", "dataset": dataset, "model": model, "mechanism": "dpsgd", "sigma": 1.0,
                         "dataset_options": options, "audit": {"mode": "off", "mia": "off"},
-                        "train": {"epochs": 2, "batch_size": 32, "lr": 0.5, "clip": 0.1, "momentum": 0.9}})
+                        "train": {"epochs": 2, "batch_size": 32, "lr": 0.5, "clip": 0.1}})
     assert record["status"] == "finished", record.get("error")
     assert record["privacy"]["grad_sample_mode"] == "bk" and record["privacy"]["bk_fallback"] is None
     assert len(record["curves"]["test_accuracy"]) == 2
+
+
+@pytest.mark.parametrize("optimizer", [{"momentum": 0.9}, {"optimizer": "adam", "lr": 0.01}])
+def test_their_optimizer_with_state_trains_privately(optimizer):
+    """Tramèr & Boneh train with SGD and momentum 0.9: an optimizer that keeps per-parameter state (momentum
+    buffers, Adam's moments) must run under DP-SGD as it does without it."""
+    from workers.trial import run_trial
+
+    record = run_trial({"sweep": "t", "dataset": "breast-cancer", "model": "linear", "mechanism": "dpsgd",
+                        "sigma": 1.0, "audit": {"mode": "off", "mia": "off"},
+                        "train": {"epochs": 1, "batch_size": 32, "lr": 0.5, "clip": 0.1} | optimizer})
+    assert record["status"] == "finished", record.get("error")

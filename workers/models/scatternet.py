@@ -79,12 +79,13 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _read(path: Path, shape: tuple[int, ...]) -> np.ndarray | None:
-    if not path.exists():
+    """The cached features, or None when there are none that fit (a file that does not load or has another
+    shape is not trusted: it is recomputed and replaced)."""
+    try:
+        features = np.load(path)
+    except (OSError, ValueError, EOFError):
         return None
-    features = np.load(path)
-    if features.shape != shape or features.dtype != np.float32:  # not ours (or a bug): recompute, never trust
-        return None
-    return features
+    return features if features.shape == shape and features.dtype == np.float32 else None
 
 
 def _transform(images: np.ndarray) -> np.ndarray:
@@ -123,9 +124,13 @@ def scattering_features(images: np.ndarray) -> np.ndarray:
             return cached
         features = _transform(images)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{key}.", suffix=".tmp", delete=False) as tmp:
-            np.save(tmp, features)
-            tmp.flush()
-            os.fsync(tmp.fileno())
+            try:
+                np.save(tmp, features)
+                tmp.flush()
+                os.fsync(tmp.fileno())
+            except BaseException:
+                os.unlink(tmp.name)  # a disk that filled up leaves no partial file behind
+                raise
         os.chmod(tmp.name, 0o644)  # as a plain file would be (a temporary file is private to its owner)
         os.replace(tmp.name, path)
     return features

@@ -1,0 +1,76 @@
+"""The broken-mechanism suite: six plugins whose analysis is wrong, each caught, beside correct ones.
+
+Each broken mechanism is written through the public contract as a researcher's plugin would be
+(tests/plugins/broken_mechs/broken_mechs.py says what is wrong with each). The default test reaches each
+verdict from the trial's plan (claimed and certified epsilons, the contract check) and its one-step audit, as
+a trial does; the slow test runs the whole sweep on real Ray through `plugins:` (training, in-run canaries,
+the sweep's Holm correction) and reads the leaderboard. No broken mechanism may be `ok`, no correct one anything
+but `ok`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def own_ray():
+    """No Ray running: the sweep starts its own local instance, which ships the grid's `plugins:` module (found
+    beside the grid file) to its workers; it is shut down after."""
+    import ray
+
+    ray.shutdown()
+    yield
+    ray.shutdown()
+
+PLUGIN = Path(__file__).parents[1] / "plugins" / "broken_mechs"
+GRID = PLUGIN / "broken.yaml"
+EXPECTED = {
+    "dpsgd": "ok", "dpsgd-adaclip": "ok",
+    "broken-half-noise": "violated", "broken-batch-scaled-twice": "violated",
+    "broken-ignores-release": "overclaimed", "broken-shuffle-as-poisson": "overclaimed",
+    "broken-noise-outside": "uncertified", "broken-clip": "uncertified",
+}
+
+
+def test_each_verdict_from_the_plan_and_the_step_audit(monkeypatch):
+    import mechanisms
+    from mechanisms.claims import claim_status
+    from mechanisms.mechanism import plan_for
+    from mechanisms.parts.plan import PrivacySpec
+    from workers import plugins
+    from workers.audit import step_audit
+    from workers.config import AuditConfig
+
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    plugins.load(["broken_mechs"])
+    spec = PrivacySpec(epsilon=2.0, delta=1e-5, dataset_size=1437, batch_size=64, epochs=2, n_tensors=4,
+                       model_dim=1000, tensor_sizes=(640, 10, 340, 10))
+    verdicts = {}
+    for name in EXPECTED:
+        mechanism = mechanisms.get(name)
+        plan = plan_for(mechanism, spec)
+        audit = step_audit(mechanism, plan, spec.clip, AuditConfig(samples=20_000), {}, seed=0, workers=2)
+        verdicts[name] = claim_status(plan.epsilon_claimed, plan.epsilon_certified, None,
+                                      audit_violated=audit["audit_step_violated"])
+    assert verdicts == EXPECTED
+
+
+@pytest.mark.slow
+def test_every_broken_mechanism_is_caught_in_a_sweep_and_the_correct_ones_stay_ok(tmp_path, own_ray):
+    from dashboards.leaderboard import rows
+    from privbench import Sweep
+
+    sweep = Sweep(GRID, store=tmp_path / "store")
+    summary = sweep.run()
+    assert not summary.failures, [f.get("error") for f in summary.failures]
+    board = {row.mechanism: row for row in rows(sweep.records())}
+    assert {name: row.claim_status for name, row in board.items()} == EXPECTED
+    for name in ("broken-noise-outside", "broken-clip"):  # the reason says what stepped outside
+        assert board[name].epsilon_certified is None and board[name].uncertified_reason, name
+    assert "make_private" in board["broken-noise-outside"].uncertified_reason
+    assert "DeclaredClip" in board["broken-clip"].uncertified_reason
+    for row in board.values():  # no audited epsilon above its ceiling goes unflagged: none is, here
+        assert not row.audit_above_ceiling, row.mechanism
