@@ -32,6 +32,5 @@ def summary(records: Sequence[Mapping[str, Any]], board: list) -> str:
     sweeps = sorted({str(r.get("sweep")) for r in records if r.get("sweep")})
     name = ", ".join(sweeps) or "sweep"
     finished = sum(r.get("status") == "finished" for r in records)
-    return (f"**{name}**: {len(records)} trials, {finished} finished. The runs below are its trials; the grid, "
-            f"leaderboard and figures are on the run `{name} (sweep)`, which the trials' search leaves out.\n\n"
-            + render(board, "markdown"))
+    return (f"**{name}**: {len(records)} trials, {finished} finished. Grid, leaderboard and figures: the run "
+            f"`{name} (sweep)`, left out of this list.\n\n" + render(board, "markdown"))

@@ -114,6 +114,11 @@ class _Front(http.server.ThreadingHTTPServer):
         super().__init__(address, _Passage)
         self.backend, self.script, self.alive = backend, script, alive
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # the browser closed the page: nothing to say
+            return
+        super().handle_error(request, client_address)
+
 
 class _Passage(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

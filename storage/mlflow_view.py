@@ -33,8 +33,8 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's description of a run or an experime
 UTILITY = "accuracy"  # the utility a trial run's display params show (the leaderboard's default metric)
 # The core leaderboard columns a single trial has (its runs count and step ratio are the sweep's).
 DISPLAY_HEADERS = ("eps target", "utility", "eps certified", "eps audited", "status")
-# The utility as the terminal leaderboard shows it: a fraction with four significant digits.
-UTILITY_FIELD = dataclasses.replace(schema.utility_field(UTILITY), percent=False, digits=4)
+# The utility as the terminal leaderboard shows it: a fraction, four decimals.
+UTILITY_FIELD = dataclasses.replace(schema.utility_field(UTILITY), percent=False)
 
 
 def _display_name(header: str) -> str:
@@ -66,7 +66,8 @@ def _shown(value: Any, f: schema.Field) -> str:
         return "yes" if value else "no"
     if not isinstance(value, int | float):
         return "-" if value is None else str(value)
-    return "inf" if math.isinf(value) else schema.shown(float(value), f)
+    places = 4 if f is UTILITY_FIELD else None  # 0.8430, as the terminal leaderboard prints a utility
+    return "inf" if math.isinf(value) else schema.shown(float(value), f, places)
 
 
 def _fields(record: Mapping[str, Any]) -> dict[str, tuple[Any, schema.Field]]:
