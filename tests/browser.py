@@ -1,5 +1,5 @@
 """Headless Chromium driven through the DevTools protocol over a pipe (`--remote-debugging-pipe`): no
-WebDriver, no websocket library. Used by the UI tests and scripts/ui_screenshot.py to click, read what a
+WebDriver, no websocket library. Used by the UI tests and scripts/doc_figures.py to click, read what a
 page shows and where, and take screenshots, as a person would at a given window width."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Browser:
         self.proc = subprocess.Popen([binary, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self._profile}",
                                       f"--window-size={width},{height}", "about:blank"],
                                      close_fds=False, preexec_fn=wire, stdout=subprocess.DEVNULL,
-                                     stderr=open("/tmp/wt30-chr.log","w"), start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
         for fd in (to_browser, from_browser, high_in, high_out):
             os.close(fd)
         self._reader = os.fdopen(self._answers, "rb", buffering=0)
