@@ -23,6 +23,10 @@ class BrowserError(RuntimeError):
     pass
 
 
+class ScriptError(BrowserError):
+    """The page's JavaScript threw (not the browser failing)."""
+
+
 class Browser:
     """One headless Chromium with one page of `width` x `height` CSS pixels and a fresh profile."""
 
@@ -83,21 +87,28 @@ class Browser:
         result = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
                            awaitPromise=True)
         if "exceptionDetails" in result:
-            raise BrowserError(f"{expression[:80]}: {result['exceptionDetails']}")
+            raise ScriptError(f"{expression[:80]}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
     def open(self, url: str) -> None:
         self.call("Page.navigate", session=True, url=url)
 
     def wait_for(self, expression: str, timeout: float = 60.0) -> Any:
-        """Poll a JavaScript condition until it is truthy (the page renders asynchronously); its value."""
+        """Poll a JavaScript condition until it is truthy (the page renders asynchronously); its value. An
+        expression that throws counts as not yet (just after `open` the new page may have no body); the
+        timeout's error names its last exception."""
         deadline = time.monotonic() + timeout
+        error: ScriptError | None = None
         while True:
-            value = self.evaluate(expression)
+            try:
+                value, error = self.evaluate(expression), None
+            except ScriptError as exc:
+                value, error = None, exc
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise BrowserError(f"timed out after {timeout:.0f} s waiting for {expression[:200]}")
+                raise BrowserError(f"timed out after {timeout:.0f} s waiting for {expression[:200]}"
+                                   + (f" (last: {error})" if error else ""))
             time.sleep(0.2)
 
     def text(self) -> str:
