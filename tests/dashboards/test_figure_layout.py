@@ -81,12 +81,31 @@ def test_hand_made_records_with_several_datasets_lay_out_too():
             assert not layout_problems(figures.build(kind, records, size=size)), (kind, size)
 
 
+def tuned_records() -> list[dict]:
+    """A tuned DP-SGD and a tuned DP-SGD-GDP cell on each of two datasets: `--kind tuning` has two panels."""
+    from tests.dashboards.test_tuning_view import record
+
+    return [dict(r, config=r["config"] | {"dataset": dataset, "model": model})
+            for dataset, model in (("digits", "mlp"), ("fashion-mnist", "cnn-small"))
+            for r in (record(0, 0.7, 0.80, runs=1, eps_tuned=2.5, cell=f"g-{dataset}"),
+                      record(0, 0.6, 0.70, runs=1, cell=f"d-{dataset}", mechanism="dpsgd-gdp"))]
+
+
+@pytest.mark.parametrize("size", ["single", "double"])
+def test_the_tuning_figure_fits_its_width_with_no_clipped_or_overlapping_text(size):
+    for venue in VENUES.values():
+        fig = figures.build(figures.TUNING_KIND, tuned_records(), size=size, venue_name=venue.name)
+        assert fig.get_size_inches()[0] == pytest.approx(venue.width_in(size))
+        assert len(fig.axes) == 2 and not layout_problems(fig), (venue.name, layout_problems(fig))
+
+
 def test_pdf_figures_embed_truetype_fonts_only(sweeps, tmp_path):
     assert shutil.which("pdffonts"), "pdffonts missing: scripts/setup.sh installs poppler-utils"
-    for kind in figures.KINDS:
+    for kind in (*figures.KINDS, figures.TUNING_KIND):
+        records = tuned_records() if kind == figures.TUNING_KIND else sweeps["one sweep"]
         for size in ("single", "double"):
             out = tmp_path / f"{kind}-{size}.pdf"
-            figures.save(figures.build(kind, sweeps["one sweep"], size=size), out)
+            figures.save(figures.build(kind, records, size=size), out)
             fonts = subprocess.run(["pdffonts", str(out)], capture_output=True, text=True, check=True).stdout
             rows = fonts.splitlines()[2:]
             assert rows and all("TrueType" in r for r in rows) and not any("Type 3" in r for r in rows), fonts
