@@ -155,8 +155,8 @@ FIELDS: tuple[Field, ...] = (
     F("accelerator_s", "metrics", NUM, "time on the accelerator (training and evaluation)", column="accelerator_s",
       header="accel s", group="overhead", mlflow=True, unit="s", sparse=True, label="accelerator", abbr="accel."),
     F("analysis_s", "metrics", NUM, "time of the analyses after training (audits, MIA)", column="analysis_s",
-      header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True, label="analysis",
-      abbr="anal."),
+      header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True,
+      label="post-training analysis", abbr="post"),
     F("n_train", "metrics", NUM, "training examples used", mlflow=True),
 
     # curves: one value per epoch (MLflow: the metric's history, step = epoch)
