@@ -22,7 +22,6 @@ grid too long for one sitting, run in parts into the same store), and says how m
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -30,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "docs" / "results.md", ROOT / "README.md"]
@@ -81,10 +81,10 @@ def timing(ran: int, total: int, wall: float, previous: str | None, where: str) 
             "sweep only resumes")
 
 
-@dataclasses.dataclass(frozen=True)
-class Comparison:
+class Comparison(NamedTuple):
     """A published table an example grid reproduces: the paper's cells, and what each mechanism of the grid
-    stands for (its label, in the order shown; the first is the way that reproduces the paper's setting)."""
+    stands for (its label, in the order shown; the first is the way that reproduces the paper's setting).
+    A NamedTuple, not a dataclass: tests load this script by path, outside `sys.modules`."""
 
     reference: str
     published: dict[tuple[str, str], float]  # (dataset, model) -> the paper's test accuracy
