@@ -288,6 +288,7 @@ MECHANISMS: Registry[Mechanism] = Registry("mechanism", {
     "gredp": "mechanisms.gredp:mechanism",
     "shuffled-dpsgd": "mechanisms.shuffled_dpsgd:mechanism",
     "dp-forward": "mechanisms.dp_forward:mechanism",
+    "dpsgd-shuffle-rdp": "mechanisms.dpsgd_shuffle_rdp:mechanism",
 }, _mechanism_id)
 
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant", {

@@ -150,6 +150,7 @@ class TrainConfig:
     weight_decay: float = bounded(0.0, ge=0, most=1_000)
     clip: float = bounded(1.0, gt=0, most=1e6)
     max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
+    max_test_examples: int | None = bounded(None, ge=1, most=1_000_000_000)  # a smoke run's evaluation
     eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
     # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
     grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)

@@ -120,14 +120,19 @@ def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
 
 
 def _workload(config: TrialConfig) -> tuple[Any, Any, Any]:
-    """The trial's data splits, its training split (at most `max_train_examples`, the same subset in
-    every phase) and its model."""
+    """The trial's data splits (the test split at most `max_test_examples`), its training split (at most
+    `max_train_examples`), each the same subset in every phase, and its model."""
     splits = datasets.load(config.dataset, dict(config.dataset_options))
-    train_split, most = splits.train, config.train.max_train_examples
-    if most and most < len(train_split):
-        keep = np.random.default_rng(0).permutation(len(train_split))[:most]
-        train_split = train_split.subset(np.sort(keep))
+    train_split = _at_most(splits.train, config.train.max_train_examples)
+    splits = dataclasses.replace(splits, test=_at_most(splits.test, config.train.max_test_examples))
     return splits, train_split, models.build(config.model, splits, dict(config.model_options))
+
+
+def _at_most(split: Any, most: int | None) -> Any:
+    """`split`, or a fixed random subset of `most` of its examples (in their order)."""
+    if not most or most >= len(split):
+        return split
+    return split.subset(np.sort(np.random.default_rng(0).permutation(len(split))[:most]))
 
 
 def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
