@@ -14,7 +14,6 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,7 +143,7 @@ def locate(store: str | Path | StoreLocation | None, ledger: str | None = None,
         raise SweepError(str(e)) from None
 
 
-def code_changes(rows: Iterable[Mapping[str, Any]], trials: Iterable[TrialConfig]) -> list[str]:
+def code_changes(rows: Iterable[Any], trials: Iterable[TrialConfig]) -> list[str]:
     """One line per plugin whose code differs from the code that produced the sweep's recorded trials
     (`TrialConfig.code`): those trials have new keys, so they run again and the earlier ones are superseded."""
     def split(text: str) -> tuple[str, str, str]:  # "entry: dist [version] sha256:hash" -> entry, dist, short code
@@ -154,9 +153,9 @@ def code_changes(rows: Iterable[Mapping[str, Any]], trials: Iterable[TrialConfig
         return entry, package, f"{version}sha256:{digest[:12]}"
 
     before: dict[str, set[str]] = {}
-    for row in rows:
-        if row.get("status") in ("finished", "failed") and row.get("config_json"):
-            for text in (json.loads(row["config_json"]).get("code") or {}).values():
+    for row in rows:  # storage.store.TrialRow
+        if row.status in ("finished", "failed") and row.record:
+            for text in ((row.record.get("config") or {}).get("code") or {}).values():
                 _, package, code = split(text)
                 before.setdefault(package, set()).add(code)
     now: dict[str, tuple[str, set[str], set[str]]] = {}
@@ -240,7 +239,7 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
 
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
-        for line in code_changes(st.ledger.trials(spec.name), spec.trials):
+        for line in code_changes(st.trials(spec.name), spec.trials):
             cb.on_warning(line)
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
         if steal_leases:
