@@ -235,23 +235,32 @@ def plot(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
-    size: Annotated[str | None, typer.Option(help="single (3.3 in wide, one column of a two-column paper) or "
-                                                  "double (7 in); default: the figure's own size.")] = None,
+    size: Annotated[str | None, typer.Option(help="single (one column of the venue's two-column page) or double "
+                                                  "(its text width); default: the figure's own size.")] = None,
+    venue: Annotated[str, typer.Option(help="Whose widths --size takes: article (LaTeX's two-column article: "
+                                            "3.18 / 6.49 in), acm (sigconf: 3.34 / 7.01 in) or ieee (conference: "
+                                            "3.49 / 7.14 in).")] = "article",
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
+    from dashboards.venues import VENUES
 
     if kind not in (*figures.KINDS, figures.TUNING_KIND):
         fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
     if size is not None and size not in figures.SIZES:
         fail(f"unknown size {size!r}; known: {', '.join(figures.SIZES)}")
+    if venue not in VENUES:
+        fail(f"unknown venue {venue!r}; known: {', '.join(VENUES)}")
     fmt = out_file.suffix.lstrip(".").lower()
     if fmt not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
     if fmt == "pgf" and figures.tex_engine() is None:
         fail("--out .pgf needs a TeX engine (xelatex, lualatex or pdflatex) on PATH; use .pdf or .svg otherwise")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
-    fig = figures.build(kind, records, metric, size)
+    try:
+        fig = figures.build(kind, records, metric, size, venue)
+    except figures.NoTunedCells as e:
+        fail(str(e))
     image = io.BytesIO()  # drawn in memory, then written: a full disk is an OSError here, not matplotlib's
     try:
         figures.save(fig, image, fmt)
@@ -302,7 +311,7 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
-    from dashboards.ui import UiError, check_bindable, runs_table_url, serve
+    from dashboards.ui import UiError, check_bindable, home_url, runs_table_url, serve
     from orchestrator.sweep_cli import locate
     from storage.mlflow_view import RUNS_VIEW_TAG
 
@@ -314,13 +323,16 @@ def ui(
     st = _open_store(location)
     with store_errors(st.where):
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
-        sweeps = [(name, e, RUNS_VIEW_TAG in tags) for name, e, tags in st.experiments()]
+        found = st.experiments()
+        sweeps = [(name, e) for name, e, _ in found]
+        views = {e: tags[RUNS_VIEW_TAG] for _, e, tags in found if RUNS_VIEW_TAG in tags}
     try:
         check_bindable(host, port)
-        for name, experiment_id, viewed in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            url = runs_table_url(host, port, experiment_id, view=viewed)
+        out.print(f"MLflow UI: {home_url(host, port)}", soft_wrap=True, highlight=False)
+        for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
+            url = runs_table_url(host, port, experiment_id, view=experiment_id in views)
             out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
-        code = serve(location, host, port)
+        code = serve(location, host, port, views)
     except UiError as e:
         fail(str(e))
     raise typer.Exit(code=code)

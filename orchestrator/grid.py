@@ -22,6 +22,7 @@ import mechanisms
 from mechanisms.registry import UnknownName
 from orchestrator import grid_yaml
 from workers import datasets, models
+from workers import plugins as plugins_lib
 from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, TrainConfig, TrialConfig, section, shown
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
@@ -189,8 +190,6 @@ def mechanism_private(name: str) -> bool:
 def _plugins(raw: dict[str, Any], source: str, problems: list[str]) -> tuple[str, ...]:
     """`plugins:` modules, imported and registered now (so the grid validates their names like built-ins);
     a module not installed is looked for beside the grid file."""
-    from workers import plugins as plugins_lib
-
     value = raw.get("plugins")
     names = _as_list(value) if value is not None else []
     folder = [Path(source).parent] if Path(source).is_file() else []
@@ -447,7 +446,8 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, s
                 secure_rng=shared.secure_rng, train=train_cfg, audit=shared.audit, resources=shared.resources,
                 mechanism_options=options["mechanism_options"].get(mech, {}),
                 model_options=options["model_options"].get(m, {}),
-                dataset_options=options["dataset_options"].get(d, {}), plugins=plugins)
+                dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
+                code=plugins_lib.code_of(mech, m, d, shared.accountant))
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:

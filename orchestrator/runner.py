@@ -143,6 +143,34 @@ def locate(store: str | Path | StoreLocation | None, ledger: str | None = None,
         raise SweepError(str(e)) from None
 
 
+def code_changes(rows: Iterable[Any], trials: Iterable[TrialConfig]) -> list[str]:
+    """One line per plugin whose code differs from the code that produced the sweep's recorded trials
+    (`TrialConfig.code`): those trials have new keys, so they run again and the earlier ones are superseded."""
+    def split(text: str) -> tuple[str, str, str]:  # "entry: dist [version] sha256:hash" -> entry, dist, short code
+        entry, _, where = text.partition(": ")
+        package, _, rest = where.partition(" ")
+        version, _, digest = rest.rpartition("sha256:")
+        return entry, package, f"{version}sha256:{digest[:12]}"
+
+    before: dict[str, set[str]] = {}
+    for row in rows:  # storage.store.TrialRow
+        if row.status in ("finished", "failed") and row.record:
+            for text in ((row.record.get("config") or {}).get("code") or {}).values():
+                _, package, code = split(text)
+                before.setdefault(package, set()).add(code)
+    now: dict[str, tuple[str, set[str], set[str]]] = {}
+    for t in trials:
+        for kind, text in t.code.items():
+            entry, package, code = split(text)
+            _, entries, keys = now.setdefault(package, (code, set(), set()))
+            entries.add(f"{kind} {entry}")
+            keys.add(t.trial_key)
+    return [f"plugin {package} changed ({', '.join(old)} -> {code}; {', '.join(sorted(entries))}): {len(keys)} "
+            "trials run again, the earlier results are kept as superseded"
+            for package, (code, entries, keys) in sorted(now.items())
+            if (old := sorted(before.get(package, set()) - {code}))]
+
+
 def _store_error(e: Exception, code: int = 2) -> SweepError:
     """A store problem: 2 before anything was written, 1 mid-sweep (what was recorded is kept)."""
     return SweepError(str(e), code=code)
@@ -211,6 +239,8 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
 
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
+        for line in code_changes(st.trials(spec.name), spec.trials):
+            cb.on_warning(line)
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
         if steal_leases:
             st.steal_leases(spec.name)

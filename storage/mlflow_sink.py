@@ -24,7 +24,8 @@ from storage import schema
 from storage.errors import translated
 from storage.faults import fault
 from storage.ledger import write_like_the_driver
-from storage.mlflow_view import RUNS_VIEW_TAG, runs_view
+from storage.location import RELATIVE_ARTIFACTS
+from storage.mlflow_view import NOTE_TAG, RUNS_VIEW_TAG, display_params, runs_view, trial_summary
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
@@ -35,9 +36,10 @@ RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mi
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
 SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's parent run (not nested, see write_run)
-# MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
-# The runs view (storage/mlflow_view.py) gives that table its columns when the link names it.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view()}
+# A model-training experiment (MLflow's own UI switch decides which page opens: `privbench ui` sets it, see
+# dashboards/ui.py), and the runs view (storage/mlflow_view.py) that gives its runs table the trials' columns.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view(TRIAL_KEY_TAG)}
+SUMMARY_FILE = "summary.md"  # a sweep file that is also the experiment's description (the sweep's summary)
 MAX_PARAM_LEN = 6000
 
 
@@ -72,10 +74,11 @@ class MlflowSink:
     """The store's MLflow side at `tracking_uri` (`where` names it in messages). `writer=True` (the
     driver) writes MLflow's SQLite file as the driver writes the ledger; readers never write it."""
 
-    def __init__(self, tracking_uri: str, where: str, *, writer: bool) -> None:
+    def __init__(self, tracking_uri: str, where: str, *, writer: bool, artifacts_folder: Path | None = None) -> None:
         self.tracking_uri = tracking_uri
         self.where = where
         self.writer = writer
+        self.artifacts_folder = artifacts_folder  # where the store's relative artifact URIs resolve
         self._client: Any = None
         self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
 
@@ -172,23 +175,40 @@ class MlflowSink:
             run_id = self.client.create_run(experiment_id, run_name=f"{sweep} (sweep)",
                                             tags={SWEEP_RUN_TAG: "true", SWEEP_TAG: sweep} | _source_tags()).info.run_id
         if grid_yaml is not None:
-            self.client.log_text(run_id, grid_yaml, "grid.yaml")
+            self.put_artifacts(run_id, {"grid.yaml": grid_yaml})
         self._parents[sweep] = run_id
         return run_id
 
     def log_sweep_files(self, sweep: str, experiment_id: str, files: Mapping[str, str | bytes]) -> str:
-        """Store summary files (path -> content) on the sweep's parent run and mark it finished."""
-        import tempfile
-
+        """Store summary files (path -> content) on the sweep's parent run and mark it finished; `summary.md`
+        is also the experiment's description."""
         run_id = self.sweep_run(sweep, experiment_id)
-        with tempfile.TemporaryDirectory() as tmp:
-            for rel, content in files.items():
-                path = Path(tmp) / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(content.encode() if isinstance(content, str) else content)
-            self.client.log_artifacts(run_id, tmp)
+        self.put_artifacts(run_id, files)
+        if SUMMARY_FILE in files:
+            summary = files[SUMMARY_FILE]
+            self.client.set_experiment_tag(experiment_id, NOTE_TAG,
+                                           summary.decode() if isinstance(summary, bytes) else summary)
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
+
+    def put_artifacts(self, run_id: str, files: Mapping[str, str | bytes], artifact_uri: str | None = None) -> None:
+        """Write files (relative path -> content) as the run's artifacts. A run of this store's own artifacts
+        (RELATIVE_ARTIFACTS) gets them under its folder's `artifacts/`; any other location (a folder or
+        bucket given with --artifacts, a tracking server's) through MLflow."""
+        import tempfile
+
+        uri = artifact_uri or self.client.get_run(run_id).info.artifact_uri
+        if uri.startswith(RELATIVE_ARTIFACTS) and self.artifacts_folder is not None:
+            root: Path | None = self.artifacts_folder / uri.removeprefix(RELATIVE_ARTIFACTS).lstrip("/")
+        else:
+            root = None
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel, content in files.items():
+                path = (root or Path(tmp)) / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content.encode() if isinstance(content, str) else content)
+            if root is None:
+                self.client.log_artifacts(run_id, tmp)
 
     def tag_quietly(self, run_id: str, key: str, value: str) -> None:
         from mlflow.exceptions import MlflowException
@@ -263,6 +283,7 @@ class MlflowSink:
         now = ended or int(time.time() * 1000)
         privacy = record.get("privacy") or {}
         params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
+        params |= display_params(record)  # the runs view's rounded columns
         params |= {f"privacy.{k}": privacy.get(k) for k in
                    ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by", "grad_sample_mode")}
         metrics = dict(record.get("metrics") or {})
@@ -271,6 +292,7 @@ class MlflowSink:
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
                 "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
         tags |= {f"version.{k}": v for k, v in (env.get("versions") or {}).items()}
+        tags[NOTE_TAG] = trial_summary(record)  # the run page's description: its numbers, grouped and rounded
         # Few round trips per run (each is a database transaction): every tag at creation, the
         # artifacts, then metrics, params and the `recorded` mark in one batch, then the end.
         run = self.client.create_run(
@@ -282,9 +304,9 @@ class MlflowSink:
         run_id = run.info.run_id
         fault("after_create_run")
         self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
-        self.client.log_dict(run_id, dict(record), "result.json")
-        if record.get("traceback"):
-            self.client.log_text(run_id, record["traceback"], "traceback.txt")
+        self.put_artifacts(run_id, {"result.json": json.dumps(dict(record), indent=2)}
+                           | ({"traceback.txt": record["traceback"]} if record.get("traceback") else {}),
+                           run.info.artifact_uri)
         self.client.log_batch(
             run_id,
             metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if _is_number(v)]

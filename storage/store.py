@@ -221,7 +221,9 @@ class Store:
         self.location = location if isinstance(location, StoreLocation) else resolve(location)
         self.where = self.location.display
         self.owner = new_owner()
-        self.sink = MlflowSink(self.location.tracking_uri, self.where, writer=create)  # the MLflow mirror
+        self.started = time.time()
+        self.sink = MlflowSink(self.location.tracking_uri, self.where, writer=create,  # the MLflow mirror
+                               artifacts_folder=self.location.artifacts_folder)
         self._identity: dict[str, tuple[str, str]] = {}  # sweep -> (experiment_id, sweep_id)
         self._claimed: set[tuple[str, str]] = set()
         self._renewed = 0.0

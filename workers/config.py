@@ -150,6 +150,7 @@ class TrainConfig:
     weight_decay: float = bounded(0.0, ge=0, most=1_000)
     clip: float = bounded(1.0, gt=0, most=1e6)
     max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
+    max_test_examples: int | None = bounded(None, ge=1, most=1_000_000_000)  # a smoke run's evaluation
     eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
     # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
     grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)
@@ -327,6 +328,10 @@ class TrialConfig:
     # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
     # trial computes, so not part of the key
     plugins: tuple[str, ...] = ()
+    # The code of each plugin entry the trial uses (component -> `mechanisms.registry.Provenance` text: its
+    # distribution, version and source hash); part of the key, so an edited plugin runs its trials again and
+    # the record names the code that produced it. {} when every entry is privbench's own.
+    code: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # A candidate of a tuned cell (workers/tuning.py `TuningSetting.to_dict`); {} for an ordinary trial
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     trial_key: str = dataclasses.field(init=False, compare=False)
@@ -349,7 +354,7 @@ class TrialConfig:
         for name, cls in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
             if not isinstance(getattr(self, name), cls):
                 problems.append(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        for name in (*OPTION_TABLES, "tuning"):
+        for name in (*OPTION_TABLES, "tuning", "code"):
             if not isinstance(getattr(self, name), Mapping):
                 problems.append(f"{name} must be a mapping, got {shown(getattr(self, name))}")
         if problems:
@@ -371,6 +376,8 @@ class TrialConfig:
                 "seed": self.seed, "sigma": self.sigma}
         if self.tuning:  # only a tuned candidate's key has it (the keys of existing stores stay valid)
             out["tuning"] = dict(self.tuning)
+        if self.code:  # likewise only a trial with a plugin entry
+            out["code"] = dict(self.code)
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
 
     @property

@@ -119,4 +119,13 @@ def _folder(module: ModuleType) -> Path | None:
     return None if any(folder == p or p in folder.parents for p in installed) else folder
 
 
-__all__ = ["import_plugin", "load", "register_module", "shipped"]
+__all__ = ["code_of", "import_plugin", "load", "register_module", "shipped"]
+
+
+def code_of(mechanism: str, model: str, dataset: str, accountant: str) -> dict[str, str]:
+    """The provenance (`mechanisms.registry.Provenance`) of each plugin entry a trial uses, by component:
+    `TrialConfig.code`, computed by the driver and checked again by the worker that runs the trial."""
+    entries = (("mechanism", MECHANISMS, mechanism), ("model", MODELS, model), ("dataset", DATASETS, dataset),
+               ("accountant", ACCOUNTANTS, accountant))
+    return {kind: f"{name}: {p}" for kind, registry, name in entries if (p := registry.provenance(name))}
+

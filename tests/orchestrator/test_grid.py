@@ -463,12 +463,16 @@ def test_every_example_grid_validates(example):
     assert grid.load(ROOT / "examples" / f"{example}.yaml").trials
 
 
-def test_the_tramer_boneh_draft_pairs_each_dataset_with_its_models_and_their_settings():
+def test_the_tramer_boneh_preset_pairs_each_dataset_with_its_models_and_their_settings():
     spec = grid.load(ROOT / "examples" / "tramer_boneh.yaml")
     got = {(t.dataset, t.model): (t.train.batch_size, t.train.lr, t.train.epochs, t.train.momentum, t.train.clip)
            for t in spec.trials}
     assert got[("fashion-mnist", "cnn-tanh")] == (2048, 4, 40, 0.9, 0.1)
     assert got[("fashion-mnist", "scatternet-linear")] == (8192, 16, 40, 0.9, 0.1)
+    assert got[("fashion-mnist", "scatternet-cnn")] == (2048, 4, 40, 0.9, 0.1)
     assert got[("mnist", "cnn-tanh")] == (512, 0.5, 40, 0.9, 0.1)
-    assert len(got) == 6 and len(spec.trials) == 6 * 3
-    assert all(t.dataset_options == {"scaling": "unit"} for t in spec.trials)
+    assert got[("mnist", "scatternet-linear")] == (4096, 8, 40, 0.9, 0.1)
+    assert got[("mnist", "scatternet-cnn")] == (1024, 1, 40, 0.9, 0.1)
+    assert len(got) == 6 and len(spec.trials) == 6 * 2 * 3
+    assert {t.mechanism for t in spec.trials} == {"dpsgd", "dpsgd-shuffle-rdp"}
+    assert all(t.dataset_options == {"scaling": "unit"} and t.epsilon == 3 for t in spec.trials)

@@ -249,10 +249,12 @@ def test_locations_mask_passwords_and_keep_artifacts_next_to_the_store(tmp_path,
     assert pg.tracking_uri.startswith("postgresql+psycopg://") and pg.ledger_uri == pg.tracking_uri
     assert "hunter2" not in pg.display and "alice:***@" in pg.display
     assert mask("could not connect to postgresql://u:p%40ss@h/db") == "could not connect to postgresql://u:***@h/db"
-    folder = resolve(tmp_path / "st")
-    assert folder.artifact_root == (tmp_path / "st" / "artifacts").as_uri()
+    folder = resolve(tmp_path / "st")  # artifacts named relative to the store, kept in its own folder
+    assert folder.artifact_root == "mlflow-artifacts:" and folder.artifacts_folder == tmp_path / "st" / "artifacts"
     lite = resolve(f"sqlite:///{tmp_path / 'x' / 'mlflow.db'}")
-    assert lite.artifact_root == (tmp_path / "x" / "artifacts").as_uri()
+    assert lite.artifact_root == "mlflow-artifacts:" and lite.artifacts_folder == tmp_path / "x" / "artifacts"
+    given = resolve(tmp_path / "st", artifacts=str(tmp_path / "elsewhere"))
+    assert given.artifact_root == (tmp_path / "elsewhere").as_uri()
     server = resolve("http://127.0.0.1:5000", ledger="postgresql://u:pw@h/ledger")
     assert server.ledger_uri.startswith("postgresql+psycopg://") and server.artifact_root is None
     assert not resolve("http://h:1").ledger_uri.startswith(f"sqlite:///{tmp_path}")  # never the working folder
