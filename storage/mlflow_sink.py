@@ -197,11 +197,7 @@ class MlflowSink:
         bucket given with --artifacts, a tracking server's) through MLflow."""
         import tempfile
 
-        uri = artifact_uri or self.client.get_run(run_id).info.artifact_uri
-        if uri.startswith(RELATIVE_ARTIFACTS) and self.artifacts_folder is not None:
-            root: Path | None = self.artifacts_folder / uri.removeprefix(RELATIVE_ARTIFACTS).lstrip("/")
-        else:
-            root = None
+        root = self._own_artifacts(artifact_uri or self.client.get_run(run_id).info.artifact_uri)
         with tempfile.TemporaryDirectory() as tmp:
             for rel, content in files.items():
                 path = (root or Path(tmp)) / rel
@@ -209,6 +205,12 @@ class MlflowSink:
                 path.write_bytes(content.encode() if isinstance(content, str) else content)
             if root is None:
                 self.client.log_artifacts(run_id, tmp)
+
+    def _own_artifacts(self, uri: str) -> Path | None:
+        """The folder of a run whose artifacts are this store's own (RELATIVE_ARTIFACTS), else None."""
+        if uri.startswith(RELATIVE_ARTIFACTS) and self.artifacts_folder is not None:
+            return self.artifacts_folder / uri.removeprefix(RELATIVE_ARTIFACTS).lstrip("/")
+        return None
 
     def tag_quietly(self, run_id: str, key: str, value: str) -> None:
         from mlflow.exceptions import MlflowException
@@ -249,11 +251,14 @@ class MlflowSink:
 
         from mlflow.exceptions import MlflowException
 
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
+        try:
+            root = self._own_artifacts(self.client.get_run(run_id).info.artifact_uri)
+            if root is not None:  # written by put_artifacts under the store's folder, read from there
+                return (root / path).read_text()
+            with tempfile.TemporaryDirectory() as tmp:
                 return Path(self.client.download_artifacts(run_id, path, tmp)).read_text()
-            except (MlflowException, OSError, ValueError):
-                return None
+        except (MlflowException, OSError, ValueError):
+            return None
 
     def read_record(self, run_id: str) -> dict[str, Any] | None:
         """The result record a complete run stored (`result.json`), or None when it cannot be read."""

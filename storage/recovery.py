@@ -109,7 +109,8 @@ def rebuild_ledger(location: StoreLocation, *, force: bool = False) -> Rebuilt:
         if sound and not force:
             raise StoreError(f"{path} passes SQLite's integrity check: nothing to rebuild (pass --force to "
                              "rebuild it from MLflow anyway, losing its pending trials and leases)")
-        sink = MlflowSink(location.tracking_uri, location.display, writer=True)
+        sink = MlflowSink(location.tracking_uri, location.display, writer=True,
+                          artifacts_folder=location.artifacts_folder)
         experiments = _experiments(sink, _ledger_id_of(path) if path.exists() else None)
         kept = _set_aside(path)
         ledger = Ledger(location.ledger_uri, create=True)
@@ -181,7 +182,8 @@ def rebuild_mirror(location: StoreLocation) -> Rebuilt:
                              "MLflow runs cannot be rebuilt from it; rebuild the ledger from them instead")
         kept = _set_aside(tracking)
         ledger = Ledger(location.ledger_uri)
-        sink = MlflowSink(location.tracking_uri, location.display, writer=True)
+        sink = MlflowSink(location.tracking_uri, location.display, writer=True,
+                          artifacts_folder=location.artifacts_folder)
         try:
             ledger.migrate()
             sink.connect(new_file=True)
