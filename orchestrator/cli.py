@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from orchestrator import audit_cli, privacy_cli, sweep_cli
+from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
 from orchestrator.console import fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
@@ -29,6 +30,7 @@ def _entry() -> None:
 
 app.add_typer(sweep_cli.app, name="sweep")
 app.add_typer(privacy_cli.app, name="privacy")
+app.add_typer(store_cli.app, name="store")
 app.command("audit")(audit_cli.audit)
 
 
@@ -183,11 +185,11 @@ def _writable_parent(path: Path | None) -> None:
         fail(f"--out {path} is a folder; give a file name")
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, content: str | bytes) -> None:
     try:
-        path.write_text(text)
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     except OSError as e:
-        fail(f"cannot write {path}: {e.strerror}")
+        fail(f"cannot write {path}: {e.strerror or e}")
     _wrote(path)
 
 
@@ -220,7 +222,7 @@ def report(
 
     st, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     with store_errors(st.where):
-        grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
+        grids = {n: st.grid_yaml(n) for n in names}
     _write(out_file, build_report(records, names, grids, metric=metric))
 
 
@@ -259,15 +261,14 @@ def plot(
         fig = figures.build(kind, records, metric, size, venue)
     except figures.NoTunedCells as e:
         fail(str(e))
+    image = io.BytesIO()  # drawn in memory, then written: a full disk is an OSError here, not matplotlib's
     try:
-        figures.save(fig, out_file)
-    except OSError as e:
-        fail(f"cannot write {out_file}: {e.strerror or e}")
+        figures.save(fig, image, fmt)
     except Exception as e:  # matplotlib's LatexError: the TeX engine is there but could not typeset
         if type(e).__name__ != "LatexError":
             raise
         fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
-    _wrote(out_file)
+    _write(out_file, image.getvalue())
 
 
 @app.command("export")
@@ -321,14 +322,14 @@ def ui(
         fail(f"no privbench store at {location.display}")
     st = _open_store(location)
     with store_errors(st.where):
-        sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
-        views = {e: tags[RUNS_VIEW_TAG] for _, e in sweeps
-                 if RUNS_VIEW_TAG in (tags := st.client.get_experiment(e).tags or {})}
+        found = st.experiments()
+        sweeps = [(name, e) for name, e, _ in found]
+        views = {e: tags[RUNS_VIEW_TAG] for _, e, tags in found if RUNS_VIEW_TAG in tags}
     try:
         check_bindable(host, port)
         out.print(f"MLflow UI: {home_url(host, port)}", soft_wrap=True, highlight=False)
-        for name, experiment_id in sweeps:
+        for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
             url = runs_table_url(host, port, experiment_id, view=experiment_id in views)
             out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
         code = serve(location, host, port, views)

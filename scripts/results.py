@@ -10,7 +10,13 @@ A wall time is written only for trials that ran in this call: a rerun on a store
 whole sweep runs nothing, so the block keeps the time it has (and without one, nothing is written); a
 resume that ran some trials says how many.
 
-    python scripts/results.py [--store DIR] [quickstart gredp ...]   # default: every block in the docs
+A grid that reproduces a published table (`COMPARISONS`) gets that table beside the leaderboard: the
+paper's cell, ours (mean +- std over the seeds the store holds), the difference, and each way's sigma,
+claimed, certified and audited epsilon, verdict and time, with every cell the store does not hold marked
+`not measured`. `--no-run` writes the blocks from what the store holds without running the grids (for a
+grid too long for one sitting, run in parts into the same store), and says how many trials that is.
+
+    python scripts/results.py [--store DIR] [--no-run] [--print] [quickstart gredp ...]   # default: every block
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "docs" / "results.md", ROOT / "README.md"]
@@ -74,20 +81,129 @@ def timing(ran: int, total: int, wall: float, previous: str | None, where: str) 
             "sweep only resumes")
 
 
-def block(name: str, store: str, previous: str | None) -> str:
+class Comparison(NamedTuple):
+    """A published table an example grid reproduces: the paper's cells, and what each mechanism of the grid
+    stands for (its label, in the order shown; the first is the way that reproduces the paper's setting).
+    A NamedTuple, not a dataclass: tests load this script by path, outside `sys.modules`."""
+
+    reference: str
+    published: dict[tuple[str, str], float]  # (dataset, model) -> the paper's test accuracy
+    ways: dict[str, str]  # mechanism -> label
+
+
+COMPARISONS = {
+    "tramer_boneh": Comparison(
+        "Tramèr & Boneh, ICLR 2021 (arXiv 2011.11660), test accuracy at (3, 1e-5)",
+        {("mnist", "cnn-tanh"): 0.981, ("mnist", "scatternet-linear"): 0.987, ("mnist", "scatternet-cnn"): 0.987,
+         ("fashion-mnist", "cnn-tanh"): 0.860, ("fashion-mnist", "scatternet-linear"): 0.897,
+         ("fashion-mnist", "scatternet-cnn"): 0.890},
+        {"dpsgd-shuffle-rdp": "as published", "dpsgd": "as certified"}),
+}
+NOT_MEASURED = "not measured"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def comparison(comp: Comparison, board: list[dict]) -> str:
+    """The paper's table beside ours (accuracy in points), then each way's privacy and time, from the rows of
+    `privbench leaderboard --format json` (with `per_trial`'s means); a cell without a finished trial is
+    `not measured`. The last column is what a stopping rule reading the test set reports (not a result: the
+    paper's code selected its epoch that way)."""
+    rows = {(r["dataset"], r["model"], r["mechanism"]): r for r in board if r.get("n_finished")}
+    ways = list(comp.ways)
+    head = "| dataset | model | paper | " + " | ".join(f"{comp.ways[w]} (`{w}`) | difference" for w in ways) + \
+        f" | {comp.ways[ways[0]]}, best epoch by test accuracy |"
+    lines = [head, "|" + "---|" * (4 + 2 * len(ways))]
+    for (dataset, model), paper in comp.published.items():
+        cells = [dataset, model, f"{100 * paper:.1f}"]
+        for way in ways:
+            row = rows.get((dataset, model, way))
+            if row is None:
+                cells += [NOT_MEASURED, "-"]
+                continue
+            n = row["n_finished"]
+            spread = f" ± {100 * row['utility_std']:.2f} ({n} seeds)" if n > 1 else " (1 seed)"
+            cells += [f"{100 * row['utility_mean']:.2f}{spread}",
+                      f"{100 * (row['utility_mean'] - paper):+.2f}"]
+        best = rows.get((dataset, model, ways[0]), {}).get("best_epoch_accuracy")
+        cells.append(NOT_MEASURED if best is None else f"{100 * best:.2f} ({100 * (best - paper):+.2f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| dataset | model | way | sampler | sigma | eps claimed | eps certified | eps audited (one step) | "
+              "mu claimed/audited (one step) | verdict | trial s | training share |", "|" + "---|" * 12]
+    for dataset, model in comp.published:
+        for way in ways:
+            row = rows.get((dataset, model, way))
+            if row is None:
+                lines.append(f"| {dataset} | {model} | {comp.ways[way]} | {NOT_MEASURED} |" + " - |" * 9)
+                continue
+            trial_s = sum(row.get(k) or 0.0 for k in ("plan_s", "accelerator_s", "analysis_s"))
+            share = f"{row['train_s'] / trial_s:.0%}" if row.get("train_s") and trial_s else "-"
+            mu = f"{_num(row.get('mu_claimed'))}/{_num(row.get('mu_audited'))}"
+            lines.append(f"| {dataset} | {model} | {comp.ways[way]} | {row.get('sampler') or '-'} | "
+                         f"{_num(row['sigma'], 4)} | {_num(row['epsilon_claimed'])} | {_num(row['epsilon_certified'])} "
+                         f"| {_num(row.get('epsilon_audited_step'))} | {mu} | {row.get('claim_status') or '-'} | "
+                         f"{trial_s:.0f} | {share} |")
+    return "\n".join(lines) + "\n"
+
+
+def per_trial(sweep: str, store: str) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Means over the finished trials per (dataset, model, mechanism) of what the leaderboard does not carry,
+    from `privbench export`: the training seconds (`train_s`) and the best epoch's test accuracy (what a
+    stopping rule that reads the test set, as Tramèr & Boneh's code did, would report)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "export.json"
+        privbench("export", sweep, "--store", store, "--format", "json", "--out", str(out), capture=True)
+        records = json.loads(out.read_text())
+    found: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for r in records:
+        if r.get("status") != "finished":
+            continue
+        c, cell = r["config"], {}
+        if (r.get("metrics") or {}).get("train_s") is not None:
+            cell["train_s"] = r["metrics"]["train_s"]
+        if (r.get("curves") or {}).get("test_accuracy"):
+            cell["best_epoch_accuracy"] = max(r["curves"]["test_accuracy"])
+        for name, value in cell.items():
+            found.setdefault((c["dataset"], c["model"], c["mechanism"]), {}).setdefault(name, []).append(value)
+    return {key: {name: sum(v) / len(v) for name, v in values.items()} for key, values in found.items()}
+
+
+def grid_size(grid: str) -> int:
+    sys.path.insert(0, str(ROOT))
+    from orchestrator import grid as grid_lib
+
+    return len(grid_lib.load(ROOT / grid).trials)
+
+
+def block(name: str, store: str, previous: str | None, run: bool = True) -> str:
     import yaml
 
     grid = f"examples/{name}.yaml"
     sweep = yaml.safe_load((ROOT / grid).read_text())["name"]
     before, _ = finished(sweep, store)
-    start = time.monotonic()
-    privbench("sweep", "run", grid, "--store", store)
-    wall = time.monotonic() - start
-    after, total = finished(sweep, store)
-    when = timing(after - before, total, wall, previous, machine())
+    if run:
+        start = time.monotonic()
+        privbench("sweep", "run", grid, "--store", store)
+        wall = time.monotonic() - start
+        after, total = finished(sweep, store)
+        when = timing(after - before, total, wall, previous, machine())
+    else:
+        when = (f"not run to the end here: the store holds {before} of its {grid_size(grid)} trials, the rest are "
+                "`not measured`; each trial's seconds are below")
     table = privbench("leaderboard", sweep, *LEADERBOARD_ARGS, "--store", store, capture=True)
     text = (f"`privbench sweep run {grid}` ({when}), then `privbench leaderboard {sweep} "
             f"{' '.join(LEADERBOARD_ARGS)}`:\n\n{table.strip()}\n")
+    if name in COMPARISONS:
+        comp = COMPARISONS[name]
+        board = json.loads(privbench("leaderboard", sweep, "--format", "json", "--store", store, capture=True))
+        extra = per_trial(sweep, store)
+        board = [r | extra.get((r["dataset"], r["model"], r["mechanism"]), {}) for r in board]
+        text += (f"\nBeside {comp.reference} (accuracy in points; `privbench leaderboard {sweep} --format json` and "
+                 f"`privbench export {sweep}`):\n\n{comparison(comp, board)}")
     if "tune" in yaml.safe_load((ROOT / grid).read_text()):  # a tuned grid: its selections too
         tuned = privbench("leaderboard", sweep, "--view", "tuned", "--format", "markdown", "--store", store,
                           capture=True)
@@ -109,6 +225,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="blocks to regenerate (default: all)")
     parser.add_argument("--store", default=str(ROOT / "privbench-store"), help="store the sweeps run in")
+    parser.add_argument("--no-run", action="store_true", help="write what the store holds; run no grid")
+    parser.add_argument("--print", action="store_true", help="print the blocks; leave the docs as they are")
     args = parser.parse_args()
     known = {m[2] for page in PAGES for m in BLOCK.finditer(page.read_text())}
     unknown = set(args.names) - known
@@ -116,7 +234,10 @@ def main() -> None:
         raise SystemExit(f"no result block named {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     made: dict[str, str] = {}
     for name in args.names or sorted(known):
-        made[name] = block(name, args.store, previous_timing(name))
+        made[name] = block(name, args.store, previous_timing(name), run=not args.no_run)
+        if args.print:
+            print(made[name])
+            continue
         for page in PAGES:  # written after each sweep, into the page as it is now: nothing done is lost
             page.write_text(BLOCK.sub(lambda m: m[1] + made[m[2]] + m[4] if m[2] in made else m[0],
                                       page.read_text()))

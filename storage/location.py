@@ -141,8 +141,11 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
             artifacts = artifacts or RELATIVE_ARTIFACTS
         return StoreLocation(uri, ledger or uri, artifacts, path.parent if path else None, "database", own)
     if raw.startswith(("http://", "https://")):
+        # The password is percent-escaped for MLflow's client (requests decodes it): a `#`, `/` or `?` in
+        # it would end the URL's host part for a URL parser, and MLflow would read the rest as a port.
+        server = join_credentials(*split_credentials(raw.rstrip("/")))
         remember_secret(split_credentials(raw)[2])
-        return StoreLocation(raw.rstrip("/"), ledger or _server_ledger(raw), artifacts, None, "server")
+        return StoreLocation(server, ledger or _server_ledger(server), artifacts, None, "server")
     if "://" in raw:
         raise _unsupported(raw)
     folder = Path(raw).expanduser().resolve()

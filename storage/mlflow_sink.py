@@ -50,6 +50,9 @@ def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     # A benchmark of private training reports nothing home unless its user opts in (false turns it back on).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow prints "View run ... at: <server URL>" on stdout for every run of a tracking server: the URL
+    # holds the store's credentials, and stdout is for results (`--json`).
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
     for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
@@ -79,9 +82,33 @@ class MlflowSink:
         self._client: Any = None
         self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
 
-    def connect(self) -> None:
-        """Make the client now (the driver does it under the ledger's lock: MLflow creates its schema here)."""
+    def connect(self, *, new_file: bool = False) -> None:
+        """Make the client now (the driver does it under the ledger's lock: MLflow creates its schema here).
+        `new_file`: the database file was replaced in this process (a rebuilt mirror); MLflow keeps one
+        store and engine per URI for the process, which still believe the old file's schema is there."""
+        if new_file:
+            _forget_store(self.tracking_uri)
         self._client = self._make_client()
+
+    def create_file(self, path: Path) -> None:
+        """Create MLflow's SQLite database at `path` whole or not at all: its schema is made in a file beside
+        it, renamed into place when complete. A disk that fills during MLflow's migrations leaves only that
+        file (removed by the next attempt), never a half-migrated `mlflow.db` that every later run refuses
+        ("table _alembic_tmp_experiments already exists")."""
+        from mlflow.tracking import MlflowClient
+
+        _quiet_mlflow()
+        partial = path.with_name(path.name + ".creating")
+        for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm", "-journal"))):
+            leftover.unlink(missing_ok=True)  # an earlier attempt's, privbench's own
+        uri = f"sqlite:///{partial}"
+        _forget_store(uri)  # an earlier attempt's engine still holds the removed file open
+        with translated(self.where):
+            try:
+                _mlflow_engine(MlflowClient(tracking_uri=uri))  # MLflow migrates the new file here
+            finally:
+                _forget_store(uri)
+            os.replace(partial, path)
 
     def _make_client(self) -> Any:
         _quiet_mlflow()
@@ -207,6 +234,35 @@ class MlflowSink:
     def delete_run(self, run_id: str) -> None:
         self.client.delete_run(run_id)
 
+    def restore_run(self, run_id: str) -> None:
+        self.client.restore_run(run_id)
+
+    def trial_runs(self, experiment_id: str, trial_key: str) -> list[str]:
+        """The ids of the active runs of one trial (every attempt's, whoever wrote them)."""
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{TRIAL_KEY_TAG}` = '{trial_key}'",
+                                        max_results=1000)
+        return [r.info.run_id for r in found]
+
+    def read_text(self, run_id: str, path: str) -> str | None:
+        """A text artifact of a run (`result.json`, the parent run's `grid.yaml`), or None when it cannot be read."""
+        import tempfile
+
+        from mlflow.exceptions import MlflowException
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                return Path(self.client.download_artifacts(run_id, path, tmp)).read_text()
+            except (MlflowException, OSError, ValueError):
+                return None
+
+    def read_record(self, run_id: str) -> dict[str, Any] | None:
+        """The result record a complete run stored (`result.json`), or None when it cannot be read."""
+        try:
+            record = json.loads(self.read_text(run_id, "result.json") or "null")
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
     def delete_quietly(self, run_id: str) -> None:
         from mlflow.exceptions import MlflowException
 
@@ -269,6 +325,18 @@ def _mlflow_engine(client: Any) -> Any:
     """MLflow's SQLAlchemy engine behind a client, None for a tracking server. MLflow has no public hook
     for its database connections, so this is the one place that reaches through the client for it."""
     return getattr(getattr(client._tracking_client, "store", None), "engine", None)
+
+
+def _forget_store(tracking_uri: str) -> None:
+    """Drop MLflow's cached store and engine for a URI (the other place that reaches into MLflow, see
+    `_mlflow_engine`): the next client checks, and creates, the schema of the file that is there now."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    _tracking_store_registry._get_store_with_resolved_uri.cache_clear()
+    engine = SqlAlchemyStore._engine_map.pop(tracking_uri, None)
+    if engine is not None:
+        engine.dispose()
 
 
 def _ms(seconds: Any) -> int | None:
