@@ -9,6 +9,11 @@ the HTML report.
 Every figure takes the plain result records that `Store.records()` returns (one per trial, several
 sweeps may be mixed: their lines are labelled `mechanism (sweep)`), so error bars are computed over
 the seeds that really ran.
+
+Each figure is laid out for the width it is made at (`width`, inches; `build` takes a venue's `single` or
+`double` width, dashboards/venues.py): narrower than NARROW_IN, its panels stack in one column, share
+their x axis, and the legend goes below; wider, panels sit side by side with the legend at the right.
+Panel titles name the dataset / model only, and axis labels the quantity, so no title outgrows a column.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter
 
 from dashboards.leaderboard import LeaderboardRow, rows
+from dashboards.venues import DEFAULT_VENUE, WIDTHS, venue
 from storage import schema
 
 KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
@@ -42,11 +49,13 @@ STATUS_TEXT = {
     "violated": "violated: an audit measured more privacy loss than claimed",
     "uncertified": "uncertified: no sound analysis of what the code does is known",
 }
-# Type 42 (TrueType) fonts in PDF and PS: IEEE's and ACM's submission checks reject Type 3.
-RC = {"font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
-      "xtick.labelsize": 8, "ytick.labelsize": 8, "svg.hashsalt": "privbench",
+# Type 42 (TrueType) fonts in PDF and PS: IEEE's and ACM's submission checks reject Type 3. No text is
+# smaller than 8 pt (a figure at its width is printed at 100%).
+RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 8,
+      "xtick.labelsize": 8, "ytick.labelsize": 8, "legend.title_fontsize": 8, "svg.hashsalt": "privbench",
       "pdf.fonttype": 42, "ps.fonttype": 42}
-SIZES = {"single": 3.3, "double": 7.0}  # inches: one column and the full text width of a two-column paper
+SIZES = WIDTHS  # single: one column of a two-column paper; double: both (the venue says how wide)
+NARROW_IN = 4.0  # narrower figures stack their panels and put the legend below
 LINESTYLES = ["-", "--", ":", "-."]  # one per epsilon, beside the mechanism's colour
 
 
@@ -83,14 +92,45 @@ def _styled(builder: Callable[..., Figure]) -> Callable[..., Figure]:
     return wrapped
 
 
-def _new_figure(n_panels: int, width_per: float = 3.4, height: float = 2.8, nrows: int = 1,
-                extra_width: float = 0.0) -> tuple[Figure, list]:
-    width = max(width_per * math.ceil(n_panels / nrows), 3.4) + extra_width
-    fig = Figure(figsize=(width, height * nrows), layout="constrained")
-    axes = fig.subplots(nrows, max(1, math.ceil(n_panels / nrows)), squeeze=False).ravel().tolist()
+LEGEND_ROW_IN = 0.2  # height of one row of a legend below the panels
+
+
+def _figure(n_panels: int, width: float | None, panel: tuple[float, float], legend: tuple[float, int],
+            sharex: bool = False) -> tuple[Figure, list, bool]:
+    """A figure of `n_panels` panels for `width` inches (None: its natural width, panels side by side).
+    `panel`: a panel's natural (width, height); `legend`: (width of a legend at the right, its entries).
+    Narrow: one column of panels, the legend below in two columns (height added for it); wide: as many
+    panels per row as fit beside the legend. Returns the figure, its panels and whether it is narrow."""
+    (panel_w, panel_h), (legend_w, entries) = panel, legend
+    n = max(1, n_panels)
+    width = width or panel_w * n + legend_w
+    narrow = width < NARROW_IN
+    if narrow:
+        nrows, ncols = n, 1
+        height = panel_h * n + LEGEND_ROW_IN * (math.ceil(entries / 2) + 0.5)
+    else:
+        ncols = max(1, min(n, int((width - legend_w) // (0.75 * panel_w))))
+        nrows = math.ceil(n / ncols)
+        height = panel_h * nrows
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex).ravel().tolist()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
-    return fig, axes[:n_panels]
+    return fig, axes[:n_panels], narrow
+
+
+def _legend(fig: Figure, handles: Sequence[Any], labels: Sequence[str], narrow: bool, **kwargs: Any) -> None:
+    """The figure's one legend: at the right, or below in two columns when narrow (in one column, with the
+    figure made taller for it, when two would be wider than the figure)."""
+    ncols = 1
+    if narrow:
+        entry_pt = max([len(label) for label in labels] + [0]) * 0.58 * RC["legend.fontsize"] + 30  # handle + pad
+        ncols = 2 if 2 * entry_pt + 16 <= fig.get_size_inches()[0] * 72 else 1
+        if ncols == 1:
+            w, h = fig.get_size_inches()
+            fig.set_size_inches(w, h + LEGEND_ROW_IN * (len(labels) - math.ceil(len(labels) / 2)))
+    fig.legend(handles, labels, loc="outside lower center" if narrow else "outside right upper", frameon=False,
+               ncols=ncols, handler_map={tuple: HandlerTuple(ndivide=None)}, **kwargs)
 
 
 def _empty(fig: Figure, message: str) -> Figure:
@@ -98,31 +138,46 @@ def _empty(fig: Figure, message: str) -> Figure:
     return fig
 
 
+def _log_ticks(ax: Any, values: Sequence[float], left: float, right: float, width_in: float) -> None:
+    """Label the epsilons that occur (at most 8), leaving out one that would crowd its neighbour's label."""
+    ticks = sorted({float(f"{x:.2g}") for x in values})
+    if not 0 < len(ticks) <= 8:
+        return
+    span = math.log10(right / left)
+    kept: list[float] = []
+    for t in ticks:
+        if not kept or math.log10(t / kept[-1]) / span * width_in >= 0.3:
+            kept.append(t)
+    ax.set_xticks(kept, [f"{t:g}" for t in kept])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 @_styled
-def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accuracy", size: str | None = None) -> Figure:
+def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accuracy",
+                    width: float | None = None) -> Figure:
     """Utility against certified epsilon (log x), one line per mechanism, one panel per dataset/model.
 
     Filled markers with error bars (std over seeds) sit at the certified epsilon; a hollow marker at the
     claimed epsilon is joined to it by a dotted line, so an over-optimistic claim shows as a visible gap.
     A translucent bar from the audited lower bound to the certified upper bound is the interval where
-    the run's true epsilon lies. The non-private reference is a band (mean +- std). Mechanisms without
-    a sound bound (uncertified) appear at their claimed epsilon only, as hollow markers.
+    the run's true epsilon lies; an audited bound of 0 (no evidence of leakage) has no place on a log axis,
+    so its bar starts at the axis' left edge with an arrow head there. The non-private reference is a band
+    (mean +- std). Mechanisms without a sound bound (uncertified) appear at their claimed epsilon only.
     """
     board = rows(records, metric=metric)
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
-    narrow = size == "single"  # one column: the legend goes below the panels
-    fig, axes = _new_figure(max(1, len(groups)), width_per=3.2, extra_width=0.0 if narrow else 2.0,
-                            height=3.6 if narrow else 2.8)
+    colours = _colours(_label(r, multi) for r in board if r.private)
+    fig, axes, narrow = _figure(len(groups), width, (3.2, 2.6), (1.9, len(colours) + 4))
     if not groups:
         return _empty(fig, "no finished trials")
-    colours = _colours(_label(r, multi) for r in board if r.private)
     legend: dict[str, Any] = {}
+    zero_audit = False
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
         xs = [e for r in part for e in (r.epsilon_certified, r.epsilon_claimed) if _finite(e) and e > 0]
         audited = [r.epsilon_audited for r in part if _finite(r.epsilon_audited) and r.epsilon_audited > 0]
-        floor = min(xs + audited) / 2 if xs else 0.1  # an audited bound of 0 starts the bar at the axis edge
+        left, right = (min(xs + audited) / 1.6, max(xs + audited) * 1.6) if xs else (0.1, 10.0)
         for r in part:
             if r.private:
                 continue
@@ -147,28 +202,33 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                     if _finite(r.epsilon_certified):
                         ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c,
                                 ls=":", lw=1, zorder=2)
-                if _finite(r.epsilon_certified) and r.epsilon_audited is not None and _finite(r.epsilon_audited):
-                    low = max(r.epsilon_audited, floor)
+                if _finite(r.epsilon_certified) and _finite(r.epsilon_audited):
+                    low = r.epsilon_audited if r.epsilon_audited > 0 else left
                     ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
                             solid_capstyle="butt", zorder=2)
+                    if r.epsilon_audited <= 0:
+                        zero_audit = True
+                        ax.plot([left * 1.04], [r.utility_mean], marker="<", ms=6, color=c, ls="none", zorder=2.6)
         ax.set_xscale("log")
-        ticks = sorted({float(f"{x:.2g}") for x in xs + audited})
-        if 0 < len(ticks) <= 8:  # label the epsilons that occur; log minor labels overlap on short ranges
-            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(left, right)
+        _log_ticks(ax, xs + audited, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
         ax.set_xlabel("epsilon (certified; hollow: claimed)")
         ax.set_ylabel(metric)
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
         for label in sorted(lines):
-            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4, label=label)
+            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4)
         if any(not r.private for r in part):
-            legend["~np"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--", label="non-private (mean ± std)")
+            legend["~non-private (mean ± std)"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--")
+    shown = [colours[k] for k in sorted(colours) if k in legend]
+    labels = [k.lstrip("~") for k in sorted(legend)] + ["claimed epsilon", "audited to certified"]
     handles = [legend[k] for k in sorted(legend)] + [
-        Line2D([], [], color="0.3", marker="o", mfc="white", ls=":", label="claimed epsilon"),
-        Line2D([], [], color="0.3", lw=6, alpha=0.22, label="audited to certified")]
-    fig.legend(handles=handles, loc="outside lower center" if narrow else "outside right upper", frameon=False,
-               ncols=2 if narrow else 1)
+        tuple(Line2D([], [], color=c, marker="o", mfc="white", mew=1.4, ls=":") for c in shown) or Line2D([], []),
+        tuple(Line2D([], [], color=c, lw=6, alpha=0.22) for c in shown) or Line2D([], [])]
+    if zero_audit:
+        handles.append(tuple(Line2D([], [], color=c, marker="<", ls="none") for c in shown))
+        labels.append("audited bound 0")
+    _legend(fig, handles, labels, narrow)
     return fig
 
 
@@ -190,16 +250,15 @@ def _eps_label(eps: float | None) -> str:
 
 
 @_styled
-def overhead(records: Sequence[Mapping[str, Any]], size: str | None = None) -> Figure:
-    """Step time relative to non-private (left) and extra peak memory in MB (right), per mechanism, one
-    row of panels per dataset/model (named in the titles).
+def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -> Figure:
+    """Step time relative to non-private and extra peak memory in MB, per mechanism: two panels per
+    dataset/model (side by side, or stacked when narrow), titled with the dataset / model.
 
     Each dot is one trial, coloured by its target epsilon (legend); a short bar marks the mean step-time
     ratio of a mechanism at one epsilon. Step time is a ratio against the non-private trials of the same
     sweep, dataset, model and batch size. Memory is each trial's own peak in MB, with no mean or error
     bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
-    average over trials would suggest a precision the measurement does not have. At `size='single'` the
-    two panels stack and the legend goes below.
+    average over trials would suggest a precision the measurement does not have.
     """
     trials = _per_trial(records)
     multi = len(_sweeps(records)) > 1
@@ -208,14 +267,12 @@ def overhead(records: Sequence[Mapping[str, Any]], size: str | None = None) -> F
         if not t["private"] and _finite(t["step_time_s"]):
             base[(t["sweep"], t["dataset"], t["model"], t["batch_size"])].append(t["step_time_s"])
     groups = sorted({(t["dataset"], t["model"]) for t in trials})
-    narrow = size == "single"
-    n = 2 * max(1, len(groups))
-    fig, axes = (_new_figure(n, width_per=3.3, height=2.3, nrows=n) if narrow else
-                 _new_figure(n, width_per=3.6, nrows=max(1, len(groups)), extra_width=1.1))
+    epsilons = sorted({t["epsilon"] for t in trials}, key=lambda e: (e is not None, e or 0))
+    fig, axes, narrow = _figure(2 * max(1, len(groups)), width, (3.4, 2.2), (1.1, len(epsilons)))
     if not trials:
         return _empty(fig, "no finished trials with timings")
-    epsilons = sorted({t["epsilon"] for t in trials}, key=lambda e: (e is not None, e or 0))
     colours = {e: ("0.35" if e is None else PALETTE[i % len(PALETTE)]) for i, e in enumerate(epsilons)}
+    grow: dict[int, float] = {}  # per dataset/model: inches its mechanism labels need
     for gi, (dataset, model) in enumerate(groups):
         ax_t, ax_m = axes[2 * gi], axes[2 * gi + 1]
         part = [t for t in trials if (t["dataset"], t["model"]) == (dataset, model)]
@@ -229,41 +286,64 @@ def overhead(records: Sequence[Mapping[str, Any]], size: str | None = None) -> F
                 step[(label, t["epsilon"])].append(t["step_time_s"] / (sum(ref) / len(ref)))
             if _finite(t["peak_memory_mb"]):
                 memory[(label, t["epsilon"])].append(t["peak_memory_mb"])
-        width = 0.7 / max(1, len(epsilons))
-        for ax, data, ylabel, title, bar in (
-                (ax_t, step, "step time / non-private", "step time", True),
-                (ax_m, memory, "extra peak memory (MB)", "peak memory per trial", False)):
+        bar_width = 0.7 / max(1, len(epsilons))
+        for ax, data, ylabel, bar in ((ax_t, step, "step time / non-private", True),
+                                      (ax_m, memory, "extra peak memory (MB)", False)):
             top = 0.0
             for (label, eps), values in data.items():
-                x = labels.index(label) + (epsilons.index(eps) - (len(epsilons) - 1) / 2) * width
+                x = labels.index(label) + (epsilons.index(eps) - (len(epsilons) - 1) / 2) * bar_width
                 ax.plot([x] * len(values), values, ls="none", marker="o", ms=4, mfc="none", mec=colours[eps])
                 if bar:
-                    ax.plot([x - width * 0.4, x + width * 0.4], [sum(values) / len(values)] * 2, color=colours[eps],
-                            lw=2)
+                    ax.plot([x - bar_width * 0.4, x + bar_width * 0.4], [sum(values) / len(values)] * 2,
+                            color=colours[eps], lw=2)
                 top = max(top, *values)
             if bar and data:
                 ax.axhline(1.0, color="0.4", lw=1, ls="--")
-            ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+            below = _category_ticks(ax, labels, fig.get_size_inches()[0] * (0.75 if narrow else 0.38))
+            grow[gi] = max(grow.get(gi, 0.0), below)
             ax.set_xlim(-0.6, len(labels) - 0.4)
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{dataset} / {model}: {title}")
+            ax.set_title(f"{dataset} / {model}")
             ax.set_ylim(0, top * 1.12 if top > 0 else 1)  # headroom: the highest trial's marker is whole
             ax.grid(True, axis="y", alpha=0.3)
-    fig.legend(handles=[Line2D([], [], ls="none", marker="o", mfc="none", mec=colours[e], label=_eps_label(e))
-                        for e in epsilons], loc="outside lower center" if narrow else "outside right upper",
-               frameon=False, title="target", ncols=len(epsilons) if narrow else 1)
+        if narrow:  # stacked: the step-time panel shares the memory panel's mechanism axis
+            ax_t.set_xticks(range(len(labels)), [""] * len(labels))
+            ax_m.set_title("")
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w, h + sum(grow.values()))
+    _legend(fig, [Line2D([], [], ls="none", marker="o", mfc="none", mec=colours[e]) for e in epsilons],
+            [_eps_label(e) for e in epsilons], narrow, title="target")
     return fig
+
+
+def _category_ticks(ax: Any, labels: Sequence[str], axis_in: float) -> float:
+    """Mechanism names under a panel about `axis_in` inches wide: level when they fit side by side, slanted
+    when a slant makes them fit, upright otherwise (so that no two labels overlap). Returns the inches the
+    labels take below the axis beyond one line (the figure grows by that much)."""
+    spacing = axis_in * 72 / max(1, len(labels))
+    widest = max([len(label) for label in labels] + [1]) * 0.6 * RC["xtick.labelsize"]
+    height = 1.2 * RC["xtick.labelsize"]
+    slant = math.radians(20)
+    if widest <= 0.9 * spacing:
+        ax.set_xticks(range(len(labels)), labels)
+        return 0.0
+    if widest * math.cos(slant) + height * math.sin(slant) <= 0.9 * spacing:
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", rotation_mode="anchor")
+        return widest * math.sin(slant) / 72
+    ax.set_xticks(range(len(labels)), labels, rotation=90)
+    return (widest - height) / 72
 
 
 CURVE_TITLES = {"train_loss": "training loss", "test_accuracy": "test accuracy", "val_accuracy": "validation accuracy"}
 
 
 @_styled
-def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
+def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> Figure:
     """Per-epoch learning curves every trial records, mean over seeds with a +- std band.
 
-    One panel per curve kind (columns) and dataset/model (rows), each titled with both; one line per
-    mechanism and epsilon: colour by mechanism, line style by epsilon, in one legend for the figure.
+    One panel per curve kind (its y label) and dataset/model (the title): kinds side by side, or stacked
+    when narrow; one line per mechanism and epsilon: colour by mechanism, line style by epsilon, in one
+    legend for the figure.
     """
     multi = len(_sweeps(records)) > 1
     series: dict[tuple, dict[tuple, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
@@ -280,8 +360,8 @@ def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
                 series[(cfg["dataset"], cfg["model"], kind)][(label, cfg.get("epsilon"))].append(clean)
     order = [k for k in CURVE_TITLES if k in kinds] + sorted(kinds - set(CURVE_TITLES))
     groups = sorted({(d, m) for d, m, _ in series})
-    fig, axes = _new_figure(max(1, len(order) * len(groups)), width_per=3.0, nrows=max(1, len(groups)),
-                            extra_width=1.6)
+    entries = len({key for g in series.values() for key in g})
+    fig, axes, narrow = _figure(max(1, len(order) * len(groups)), width, (2.9, 2.3), (1.6, entries))
     if not series:
         return _empty(fig, "no learning curves recorded")
     colours = _colours(label for g in series.values() for label, _ in g)
@@ -303,44 +383,56 @@ def curves(records: Sequence[Mapping[str, Any]]) -> Figure:
                 ax.fill_between(epochs, [m - s for m, s in zip(mean, std, strict=True)],
                                 [m + s for m, s in zip(mean, std, strict=True)], color=colours[label], alpha=0.12)
                 legend.setdefault((label, -1 if eps is None else eps), line)
-            ax.set_xlabel("epoch")
+            last = ki == len(order) - 1
+            ax.set_xlabel("epoch" if last or not narrow else "")
             ax.set_ylabel(CURVE_TITLES.get(kind, kind))
-            ax.set_title(f"{dataset} / {model}: {CURVE_TITLES.get(kind, kind)}")
+            ax.set_title(f"{dataset} / {model}" if ki == 0 or not narrow else "")
             ax.grid(True, alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
+            if narrow and not last:
+                ax.tick_params(labelbottom=False)
     handles = [legend[k] for k in sorted(legend)]
-    fig.legend(handles=handles, labels=[h.get_label() for h in handles], loc="outside right upper", frameon=False)
+    _legend(fig, handles, [h.get_label() for h in handles], narrow)
     return fig
 
 
+STATUS_SHORT = {"overclaimed": "over.", "uncertified": "uncert.", "violated": "viol.", "ok": "ok"}
+
+
 @_styled
-def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
+def verdicts(records: Sequence[Mapping[str, Any]], width: float | None = None) -> Figure:
     """Mechanism x target epsilon grid coloured by `claim_status`; each cell shows claimed / certified.
 
     One panel per dataset/model; the worst status over seeds colours the cell, a blank cell means no
-    finished trial at that point.
+    finished trial at that point. Cells too narrow for a status's name show its abbreviation.
     """
     board = [r for r in rows(records) if r.private]
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
-    fig, axes = _new_figure(max(1, len(groups)), width_per=4.2,
-                            height=1.2 + 0.45 * len({_label(r, multi) for r in board}))
+    present = sorted({r.claim_status for r in board if r.claim_status}, key=list(STATUS_COLOURS).index)
+    mechs_max = max([len({_label(r, multi) for r in board if (r.dataset, r.model) == g}) for g in groups] + [1])
+    eps_max = max([len({r.epsilon_target for r in board if (r.dataset, r.model) == g}) for g in groups] + [1])
+    fig, axes, narrow = _figure(len(groups), width, (1.6 + 1.1 * eps_max, 0.9 + 0.45 * mechs_max),
+                                (1.3, len(present)))
     if not board:
         return _empty(fig, "no private trials")
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model)]
         mechs = sorted({_label(r, multi) for r in part})
         eps = sorted({r.epsilon_target for r in part}, key=lambda e: (e is None, e or 0))
+        cell_pt = fig.get_size_inches()[0] * 72 * (0.62 if narrow else 0.62 / len(axes)) / len(eps)
+        short = cell_pt < 62  # "overclaimed" at 8 pt is about 50 pt wide
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
+
         for r in part:
             x, y = eps.index(r.epsilon_target), mechs.index(_label(r, multi))
             colour = STATUS_COLOURS.get(r.claim_status or "", "white")
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=colour, edgecolor="white", lw=2))
-
-            def fmt(v: float | None) -> str:
-                return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
-
-            ax.text(x, y, f"{r.claim_status or '-'}\n{fmt(r.epsilon_claimed)} / {fmt(r.epsilon_certified)}",
-                    ha="center", va="center", fontsize=7, color="black" if r.claim_status != "violated" else "white")
+            status = (STATUS_SHORT if short else {}).get(r.claim_status or "", r.claim_status or "-")
+            ax.text(x, y, f"{status}\n{fmt(r.epsilon_claimed)} / {fmt(r.epsilon_certified)}",
+                    ha="center", va="center", color="black" if r.claim_status != "violated" else "white")
         ax.set_xlim(-0.5, len(eps) - 0.5)
         ax.set_ylim(len(mechs) - 0.5, -0.5)
         ax.set_xticks(range(len(eps)), ["-" if e is None else f"{e:g}" for e in eps])
@@ -350,76 +442,73 @@ def verdicts(records: Sequence[Mapping[str, Any]]) -> Figure:
         for side in ("top", "right", "bottom", "left"):
             ax.spines[side].set_visible(False)
         ax.tick_params(length=0)
-    present = sorted({r.claim_status for r in board if r.claim_status}, key=list(STATUS_COLOURS).index)
-    fig.legend(handles=[Patch(facecolor=STATUS_COLOURS[s], label=s) for s in present], loc="outside lower center",
-               ncols=max(1, len(present)), frameon=False)
+    _legend(fig, [Patch(facecolor=STATUS_COLOURS[s]) for s in present], present, narrow)
     return fig
 
 
 BUILDERS = {"privacy-utility": privacy_utility, "overhead": overhead, "curves": curves, "verdicts": verdicts}
 
 
-def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy") -> Figure:
+class NoTunedCells(ValueError):
+    """`--kind tuning` on sweeps without a tuned cell: there is nothing to draw."""
+
+
+@_styled
+def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width: float | None = None) -> Figure:
     """Utility of the selected candidates against epsilon (log x), one panel per dataset/model: a hollow
     marker at one run's certified epsilon, a filled one (with the std over cells) at the epsilon including
     tuning, joined by a dotted line, one colour per mechanism and budget. The gap is what tuning costs."""
-    from matplotlib import rc_context
-
     from dashboards import tuning as tuned
 
     board = [r for r in tuned.rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
     panels = sorted({(r.dataset, r.model) for r in board})
-    with rc_context(RC):
-        fig = Figure(figsize=(max(4.2 * len(panels), 4.2), 3.4), layout="constrained")
-        if not panels:
-            fig.text(0.5, 0.5, "no complete tuned cells", ha="center", va="center")
-            return fig
-        axes = fig.subplots(1, len(panels), squeeze=False).ravel()
-        labels = sorted({f"{r.mechanism} ({r.budget})" for r in board})
-        colour = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
-        for ax, (dataset, model) in zip(axes, panels, strict=True):
-            mine = [r for r in board if (r.dataset, r.model) == (dataset, model)]
-            for label in labels:
-                line = sorted((r for r in mine if f"{r.mechanism} ({r.budget})" == label),
-                              key=lambda r: r.epsilon_tuned)
-                if not line:
-                    continue
-                c = colour[label]
-                ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean for r in line],
-                            yerr=[r.utility_std or 0.0 for r in line], color=c, marker="o", capsize=2, label=label)
-                for r in line:
-                    if r.epsilon_run is not None:
-                        ax.plot([r.epsilon_run], [r.utility_mean], marker="o", color=c, markerfacecolor="white")
-                        ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean] * 2, ":", color=c, linewidth=1)
-            ax.set_xscale("log")
-            ax.set_title(f"{dataset} / {model}")
-            ax.set_xlabel("epsilon (hollow: one run, filled: including tuning)")
-            ax.set_ylabel(f"{metric} of the selected candidate")
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(2, len(labels)),
-                   frameon=False)
+    labels = sorted({f"{r.mechanism} ({r.budget})" for r in board})
+    fig, axes, narrow = _figure(len(panels), width, (3.4, 2.8), (2.0, len(labels)))
+    if not panels:
+        return _empty(fig, "no complete tuned cells")
+    colour = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    for ax, (dataset, model) in zip(axes, panels, strict=True):
+        mine = [r for r in board if (r.dataset, r.model) == (dataset, model)]
+        for label in labels:
+            line = sorted((r for r in mine if f"{r.mechanism} ({r.budget})" == label), key=lambda r: r.epsilon_tuned)
+            if not line:
+                continue
+            c = colour[label]
+            ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean for r in line],
+                        yerr=[r.utility_std or 0.0 for r in line], color=c, marker="o", capsize=2, label=label)
+            for r in line:
+                if r.epsilon_run is not None:
+                    ax.plot([r.epsilon_run], [r.utility_mean], marker="o", color=c, markerfacecolor="white")
+                    ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean] * 2, ":", color=c, linewidth=1)
+        ax.set_xscale("log")
+        ax.set_title(f"{dataset} / {model}")
+        ax.set_xlabel("epsilon (hollow: one run; filled: with tuning)")
+        ax.set_ylabel(f"{metric} (selected)")
+    _legend(fig, *axes[0].get_legend_handles_labels(), narrow)
     return fig
 
 
-def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accuracy",
-          size: str | None = None) -> Figure:
-    """The figure `kind`; `size` ('single': 3.3 in, 'double': 7 in wide) rescales it to a paper's column
-    or text width, keeping its aspect ratio within bounds (constrained layout reflows it)."""
-    if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
-        return tuning(records, metric)
-    if kind not in BUILDERS:
-        raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
+def has_tuned_cells(records: Iterable[Mapping[str, Any]]) -> bool:
+    return any((r.get("config") or {}).get("tuning") for r in records)
+
+
+def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accuracy", size: str | None = None,
+          venue_name: str = DEFAULT_VENUE) -> Figure:
+    """The figure `kind`, laid out for `size` ('single': the venue's column width, 'double': its text width;
+    None: the figure's natural width). Raises NoTunedCells for `tuning` on records without tuned cells."""
     if size is not None and size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
-    if kind in ("privacy-utility", "overhead"):  # these two lay themselves out for one column
-        fig = privacy_utility(records, metric, size) if kind == "privacy-utility" else overhead(records, size)
-    else:
-        fig = BUILDERS[kind](records)
-    if size is not None:
-        w, h = fig.get_size_inches()
-        width = SIZES[size]
-        fig.set_size_inches(width, h if kind == "overhead" and size == "single" else
-                            min(max(h * width / w, 2.2), 1.3 * width if width < 4 else 0.8 * width))
-    return fig
+    width = venue(venue_name).width_in(size) if size else None
+    if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
+        if not has_tuned_cells(records):
+            raise NoTunedCells("no tuned cells in these sweeps: --kind tuning draws sweeps whose grid has a `tune:` "
+                               "block")
+        return tuning(records, metric, width)
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown figure kind {kind!r}; known: {', '.join(KINDS)}")
+    if kind == "privacy-utility":
+        return privacy_utility(records, metric, width)
+    return BUILDERS[kind](records, width)
 
 
 def tex_engine() -> str | None:

@@ -32,7 +32,8 @@ SEPARATIONS = (6.0, 4.0, 3.0)  # \tabcolsep: LaTeX's default, then tighter
 LINE_SPACING = 1.2
 STATUS_ABBR = {"overclaimed": "over.", "uncertified": "uncert.", "violated": "viol."}
 SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+            "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}  # OT1 would set ¡ ¿ —
 GREEK = {"eps": "varepsilon", "sigma": "sigma", "mu": "mu"}  # words of schema labels set as Greek letters
 UNITS = {"x": r"$\times$", "%": r"\%"}
 MEDIUM_SPACE = 8 / 18  # \medmuskip on both sides of a binary operator (4 mu each), in em
@@ -93,8 +94,8 @@ def words(label: str) -> tuple[Tex, ...]:
 
 
 def number(digits: str, bold: bool = False) -> Tex:
-    """A number as text (`--` for none). Bold keeps the width of the normal figures to the right of its
-    decimal point (`\\rlap` over a `\\phantom`), so a bold number stays aligned on the decimal point."""
+    """A shown number as text. Bold keeps the width of the normal figures to the right of its decimal point
+    (`\\rlap` over a `\\phantom`), so a bold number stays aligned on the decimal point."""
     if digits in ("inf", "-inf"):
         return Tex(r"$\infty$", (("cmsy", "infty"),))
     if not bold or "." not in digits:
@@ -155,10 +156,10 @@ def _places(values: Sequence[float | None], f: schema.Field) -> int:
     return schema.decimals([v for v in values if v is not None], f)
 
 
-def _formatted(values: Sequence[float | None], f: schema.Field, bold: Sequence[bool] = ()) -> tuple[Tex, ...]:
+def _formatted(values: Sequence[float | None], f: schema.Field) -> tuple[Tex, ...]:
+    """A column's numbers with its common decimals (`--` for none)."""
     places = _places(values, f)
-    return tuple(NONE if v is None else number(schema.shown(v, f, places), bool(bold and bold[i]))
-                 for i, v in enumerate(values))
+    return tuple(NONE if v is None else number(schema.shown(v, f, places)) for v in values)
 
 
 def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str,
@@ -188,7 +189,7 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
                         for i, r in enumerate(board))
             align = "r@{}l"
         elif header == "status":
-            cells, align = tuple(text(r.claim_status or "--") for r in board), "l"
+            cells, align = tuple(text(status(r)) for r in board), "l"
         elif header == "runs":
             cells = tuple(text(f"{r.n_finished}" + (f" ({r.n_failed} failed)" if r.n_failed else "")) for r in board)
         elif header == "mu claimed/audited":
@@ -197,6 +198,9 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
             a_cells = _formatted([r.mu_audited for r in board], audited)
             cells = tuple(NONE if r.mu_audited is None else c + text("/") + a
                           for r, c, a in zip(board, c_cells, a_cells, strict=True))
+        elif bool in (f.type if isinstance(f.type, tuple) else (f.type,)):  # a flag
+            cells = tuple(NONE if v is None else text("yes" if v else "no") for v in (getattr(r, f.column)
+                                                                                      for r in board))
         else:
             cells = _formatted([getattr(r, f.column) for r in board], f)
         out.append(Column(header, words(label), words(short), unit, align, cells, std))
@@ -291,6 +295,8 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
         notes += [f"{c.label(True)}: {c.label(False)}" for c in dict.fromkeys(shown) if c.short != c.full]
         used = sorted({r.claim_status for r in board if r.claim_status in STATUS_ABBR})
         notes += [f"{STATUS_ABBR[s]}: {s}" for s in used]
+    if any(c.header == "status" for c in shown) and any(r.audit_above_ceiling for r in board):
+        notes.append(r"!: the audited $\varepsilon$ lies above its ceiling beyond its noise")
     if any(c.unit == "x" for c in shown):
         notes.append(r"($\times$): relative to non-private")
     if best:
@@ -298,9 +304,15 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
     return "; ".join(notes) + ("." if notes else "")
 
 
+def status(r: LeaderboardRow, abbreviated: bool = False) -> str:
+    """The claim status, `!` after it when the audited epsilon lies above its ceiling beyond its noise."""
+    name = r.claim_status or "--"
+    return (STATUS_ABBR.get(name, name) if abbreviated else name) + ("!" if r.audit_above_ceiling else "")
+
+
 def _abbreviate_statuses(cols: Sequence[Column], board: Sequence[LeaderboardRow]) -> list[Column]:
-    return [dataclasses.replace(c, cells=tuple(text(STATUS_ABBR.get(r.claim_status or "", r.claim_status or "--"))
-                                               for r in board)) if c.header == "status" else c for c in cols]
+    return [dataclasses.replace(c, cells=tuple(text(status(r, True)) for r in board)) if c.header == "status" else c
+            for c in cols]
 
 
 def best_utility(board: Sequence[LeaderboardRow]) -> set[int]:
@@ -349,29 +361,35 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     cols = columns(board, headers, metric, best)
     lay = layout({False: cols, True: _abbreviate_statuses(cols, board)}, points, venue.font_pt, titles)
     what = f"{width} width" if isinstance(width, str) and width in WIDTHS else "width"
+    parts = len(lay.parts)
+    floats = f", one {float_env} each" if float_env != "none" and parts > 1 else ""
     lines = [f"% privbench leaderboard for {venue.description}: {what} {points:g} pt, set in {lay.size} pt"
-             f" ({len(lay.parts)} part{'s' if len(lay.parts) > 1 else ''}).",
+             f" ({parts} part{'s' if parts > 1 else ''}{floats}).",
              "% Needs " + " and ".join(rf"\usepackage{{{p}}}" for p in PACKAGES) + "."]
-    if float_env != "none":
-        lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
-        if caption:  # the user's LaTeX, as written (it may hold math)
-            lines.append(rf"\caption{{{caption}}}")
-        if label:
-            lines.append(rf"\label{{{label}}}")
-        if caption or label:
-            lines.append(r"\smallskip")
-    lines.append(rf"\begingroup\fontsize{{{lay.size}}}{{{lay.size * LINE_SPACING:g}}}\selectfont"
-                 rf"\setlength{{\tabcolsep}}{{{lay.separation:g}pt}}%")
+    font = (rf"\begingroup\fontsize{{{lay.size}}}{{{lay.size * LINE_SPACING:g}}}\selectfont"
+            rf"\setlength{{\tabcolsep}}{{{lay.separation:g}pt}}%")
+    legend = _legend(lay, metric, board, best)
     for n, part in enumerate(lay.parts):
-        if n:
+        if float_env != "none":  # each part its own float: a stack of parts may be taller than a page
+            lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
+            if n == 0 and caption:  # the user's LaTeX, as written (it may hold math)
+                lines.append(rf"\caption{{{caption}}}")
+            if n == 0 and label:
+                lines.append(rf"\label{{{label}}}")
+            if n == 0 and (caption or label):
+                lines.append(r"\smallskip")
+            lines.append(font)
+        elif n == 0:
+            lines.append(font)
+        else:
             lines.append(r"\par\medskip")
         if float_env == "none":
             lines.append(r"\noindent")
         lines += _tabular(part, lay, board, group_of, order)
-    legend = _legend(lay, metric, board, best)
-    if legend:
-        lines += [r"\par\smallskip", r"{\raggedright " + legend + r"\par}"]
-    lines.append(r"\par\endgroup")
-    if float_env != "none":
-        lines.append(rf"\end{{{float_env}}}")
+        if n == parts - 1 and legend:
+            lines += [r"\par\smallskip", r"{\raggedright " + legend + r"\par}"]
+        if float_env != "none":
+            lines += [r"\par\endgroup", rf"\end{{{float_env}}}"]
+    if float_env == "none":
+        lines.append(r"\par\endgroup")
     return "\n".join(lines) + "\n"

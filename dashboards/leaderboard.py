@@ -113,6 +113,13 @@ def _mean(values: pd.Series) -> float | None:
     return _num(v.mean()) if len(v) else None
 
 
+PAIRED = ("step_time_ratio", "peak_memory_ratio")  # measured in each private trial (workers/overhead.py)
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
 def _typed(field: schema.Field, value: float | None) -> Any:
     """A flag's aggregate as a flag (any seed flagged: True), a number as it is."""
     types = field.type if isinstance(field.type, tuple) else (field.type,)
@@ -167,13 +174,16 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             accountant=next(iter(fin.accountant.dropna()), None),
             sampler=next(iter(fin.sampler.dropna()), None),
             uncertified_reason=next(iter(fin.uncertified_reason.dropna()), None),
-            step_time_ratio=ratio("step_time_s"),
-            peak_memory_ratio=ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB),
+            # the trials' own paired measurements; records from before them: against non-private's trials
+            step_time_ratio=_first(_mean(fin.step_time_ratio), ratio("step_time_s")),
+            peak_memory_ratio=_first(_mean(fin.peak_memory_ratio),
+                                     ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB)),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
             sweep=sweep or None, private=bool(group.private.any()),
             # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
-            **{f.column: _typed(f, (_max if f.aggregate == "max" else _mean)(fin[f.column])) for f in AGGREGATED},
+            **{f.column: _typed(f, (_max if f.aggregate == "max" else _mean)(fin[f.column])) for f in AGGREGATED
+               if f.column not in PAIRED},
         ))
     out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
     return rank(out, view)

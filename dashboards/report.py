@@ -29,7 +29,7 @@ CAPTIONS = {
     "tuning": "Tuned cells: test utility of the selected candidate (mean and std over cells) against epsilon: "
               "hollow at one run's certified epsilon, filled at the epsilon including tuning.",
 }
-# The page fits 1400 px without scrolling sideways: headers wrap (cells do not), and each figure keeps the
+# The page fits 1280 px without scrolling sideways: headers wrap (cells do not), and each figure keeps the
 # size matplotlib gave it (its text at the size it was set in), shrunk only when the window is narrower.
 STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1350px;color:#222}"
          "td,th{padding:3px 4px;text-align:right}td{white-space:nowrap}"
@@ -100,7 +100,7 @@ def _svg(fig: Any, salt: str) -> str:
 
 
 def _tables(board: list[LeaderboardRow]) -> str:
-    """Every leaderboard column, in two tables so the page stays within 1400 px: privacy and audits, then
+    """Every leaderboard column, in two tables so the page stays within 1280 px: privacy and audits, then
     the costs (each row named again by its sweep, dataset, model, mechanism and target)."""
     overhead = {f.header for f in schema.FIELDS if f.group == "overhead"} | {"step x", "runs"}
     names = {"sweep", "dataset", "model", "mechanism", "eps target"}

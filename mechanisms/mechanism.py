@@ -381,20 +381,24 @@ class Mechanism:
 
     def make_private(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: Any, plan: PrivacyPlan, *,
                      criterion: Any, generator: torch.Generator, grad_sample_mode: str = "hooks",
-                     noise_generator: torch.Generator | None = None, secure_mode: bool = False) -> PrivateTraining:
+                     noise_generator: torch.Generator | None = None, secure_mode: bool = False,
+                     pad_to: int | None = None) -> PrivateTraining:
         """Wrap like Opacus' `make_private`, every part from the plan (the trainer's step).
 
         Guarantee: the loader, clipping, noise and every other release that run are `plan.parts` (the
         accounted process is the executed one); the state is updated from the releases only. `generator`
         drives batch selection and post-processing, `noise_generator` the noise (both derived from the
-        trial seed by the worker).
+        trial seed by the worker). Batches come on the module's device (`private_training.plan_loader`), padded to
+        multiples of `pad_to` rows of weight 0 when given (static shapes for a compiled step).
         """
         from mechanisms.private_training import PrivateTraining, make_private, plan_loader
 
         if plan.mechanism != self.ID:
             raise ValueError(f"{self.ID}.make_private got a plan for {plan.mechanism!r}")
         if plan.parts is None:
-            return PrivateTraining(module, optimizer, plan_loader(data, plan, generator), criterion)
+            device = next((p.device for p in module.parameters()), None)
+            return PrivateTraining(module, optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
+                                   criterion)
         options = self.options(plan.extra.get("options", {}))
         post = self.after_step(module, plan, options, generator)
         params = [p for p in module.parameters() if p.requires_grad]
@@ -407,7 +411,7 @@ class Mechanism:
         training = make_private(module, optimizer, data, plan, criterion=criterion, generator=generator,
                                 grad_sample_mode=grad_sample_mode, noise_generator=noise_generator,
                                 secure_mode=secure_mode, after_step=post.after_step, noise_map=noise_map,
-                                state=state, update_state=update)
+                                state=state, update_state=update, pad_to=pad_to)
         training.optimizer.post_processing = post.handle
         return training
 

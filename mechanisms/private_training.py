@@ -200,41 +200,144 @@ class PrivateTraining:
 
     module: torch.nn.Module
     optimizer: Any  # a PrivateOptimizerMixin subclass, or the plain optimizer when nothing is private
-    loader: DataLoader
+    loader: ResidentBatches | StreamedBatches
     criterion: Any
 
     def __iter__(self):  # unpacks like Opacus' (module, optimizer, loader) plus the criterion
         return iter((self.module, self.optimizer, self.loader, self.criterion))
 
 
-def plan_loader(data: Dataset, plan: Any, generator: torch.Generator) -> DataLoader:
-    """The loader of exactly `plan.steps` batches (over `epochs` iterations) drawn by the plan's sampler.
+# The share of the device's free memory a training set may take to live there (`resident`): the rest is left to
+# the model, its per-example norms, the optimizer and the evaluation.
+RESIDENT_SHARE = 0.3
 
-    Poisson batches can be empty: Opacus' collate wrapper then returns tensors of batch size 0 shaped
-    like the dataset's items.
+
+class Batch(tuple):
+    """One step's tensors, unpacking as `(*inputs, labels)` like a DataLoader's batch, with how many of its rows
+    are examples (`size`, a host integer: no synchronisation to count them) and, when it is padded, each row's
+    weight (`weights`: 1 for an example, 0 for a padding row; None when every row is an example)."""
+
+    size: int
+    weights: torch.Tensor | None
+
+    def __new__(cls, tensors: Any, size: int, weights: torch.Tensor | None = None) -> Batch:
+        batch = super().__new__(cls, tensors)
+        batch.size, batch.weights = size, weights
+        return batch
+
+
+def resident(tensors: Any, device: torch.device) -> bool:
+    """Whether a training set lives on `device`: always on the CPU (it is in memory already); on an accelerator
+    when its tensors take at most RESIDENT_SHARE of the device's free memory."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return True
+    if device.type != "cuda":
+        return False
+    size = sum(t.element_size() * t.numel() for t in tensors)
+    return size <= RESIDENT_SHARE * torch.cuda.mem_get_info(device)[0]
+
+
+class ResidentBatches:
+    """The plan's batches gathered from tensors on the training device: per step, the sampler's index tensor
+    (drawn on the device) and one `index_select` per tensor. No host synchronisation, no Python per example.
+
+    `lengths` (each example's length, on the host) cuts every batch to its longest example: the indices are then
+    drawn on the host, where the batch's length is read for free, and copied to the device with the step."""
+
+    def __init__(self, tensors: Any, selection: Any, generator: torch.Generator,
+                 device_generator: torch.Generator | None, pad_to: int | None, lengths: Any = None) -> None:
+        self.tensors, self.selection, self.lengths = tensors, selection, lengths
+        self.generator, self.device_generator, self.pad_to = generator, device_generator, pad_to
+
+    def __len__(self) -> int:
+        return self.selection.steps_per_epoch
+
+    def __iter__(self) -> Any:
+        if self.lengths is None:
+            for step in self.selection.epoch(self.generator, self.device_generator, self.pad_to):
+                yield Batch([t.index_select(0, step.index) for t in self.tensors], step.size, step.weights)
+            return
+        device = self.tensors[0].device
+        for step in self.selection.epoch(self.generator, None, self.pad_to):
+            longest = int(self.lengths[step.index.numpy()].max()) if len(step.index) else 1  # host arrays: no sync
+            index = step.index.to(device, non_blocking=True)
+            weights = None if step.weights is None else step.weights.to(device, non_blocking=True)
+            last = len(self.tensors) - 1
+            yield Batch([_cut(t.index_select(0, index), longest, i == last) for i, t in enumerate(self.tensors)],
+                        step.size, weights)
+
+
+def _cut(tensor: torch.Tensor, length: int, labels: bool) -> torch.Tensor:
+    """An input of shape (B, L, ...) cut to its first `length` positions (labels are left as they are)."""
+    return tensor if labels or tensor.dim() < 2 else tensor[:, :max(1, length)].contiguous()
+
+
+class StreamedBatches:
+    """The plan's batches for data that stays on the host: a DataLoader over the sampler's batches, each batch
+    copied to the device."""
+
+    def __init__(self, loader: DataLoader, device: torch.device, trim_by: int | None = None) -> None:
+        self.loader, self.device, self.trim_by = loader, device, trim_by
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Any:
+        for tensors in self.loader:
+            if self.trim_by is not None and len(tensors[-1]):  # host tensors: their length is read for free
+                longest = int(tensors[self.trim_by].sum(dim=1).max())
+                tensors = [_cut(t, longest, i == len(tensors) - 1) for i, t in enumerate(tensors)]
+            yield Batch([t.to(self.device, non_blocking=True) for t in tensors], len(tensors[-1]))
+
+
+def plan_loader(data: Dataset, plan: Any, generator: torch.Generator, *, device: torch.device | None = None,
+                pad_to: int | None = None) -> ResidentBatches | StreamedBatches:
+    """The batches of exactly `plan.steps` steps (over `epochs` iterations) drawn by the plan's sampler.
+
+    A `TensorDataset` that fits on `device` (`resident`) is moved there once and batches are gathered on it,
+    drawn from a device generator seeded from `generator` (on the CPU, `generator` itself); `pad_to` pads each
+    step to a multiple of rows of weight 0. Other data streams through a DataLoader; an empty Poisson batch then
+    comes from Opacus' collate wrapper, shaped like the dataset's items.
     """
     sampler = plan.batch_selection
     if len(data) != sampler.dataset_size:  # type: ignore[arg-type]
         raise ValueError(f"the plan accounts for {sampler.dataset_size} examples, the data has {len(data)}")  # type: ignore[arg-type]
+    device = torch.device(device or "cpu")
+    tensors = getattr(data, "tensors", None)
+    if tensors is not None and resident(tensors, device):
+        device_generator = generator
+        if device.type != "cpu":
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            device_generator = torch.Generator(device=device).manual_seed(seed)
+        trim_by = getattr(data, "trim_by", None)
+        lengths = None if trim_by is None else tensors[trim_by].sum(dim=1).cpu().numpy()
+        return ResidentBatches([t.to(device) for t in tensors], sampler, generator, device_generator, pad_to,
+                               lengths)
     first = data[0]
     collate = wrap_collate_with_empty(collate_fn=default_collate,
                                       sample_empty_shapes=[(0, *shape_safe(x)) for x in first],
                                       dtypes=[dtype_safe(x) for x in first])
-    return DataLoader(data, batch_sampler=sampler.batch_sampler(generator), collate_fn=collate)
+    return StreamedBatches(DataLoader(data, batch_sampler=sampler.batch_sampler(generator), collate_fn=collate),
+                           device, getattr(data, "trim_by", None))
 
 
 def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: Dataset, plan: Any, *,
                  criterion: Any, generator: torch.Generator, grad_sample_mode: str = "hooks",
                  noise_generator: torch.Generator | None = None, secure_mode: bool = False,
                  after_step: AfterStep | None = None, noise_map: NoiseMap | None = None,
-                 state: Mapping[str, float] | None = None, update_state: StateUpdate | None = None) -> PrivateTraining:
+                 state: Mapping[str, float] | None = None, update_state: StateUpdate | None = None,
+                 pad_to: int | None = None) -> PrivateTraining:
     """DP-SGD's wrap, every part taken from `plan.parts` (sampler, clipper, noise, other releases), with the
-    mechanism's `state` (name -> initial value, kept as device tensors) and its `update_state`."""
+    mechanism's `state` (name -> initial value, kept as device tensors) and its `update_state`; batches on
+    the module's device (`plan_loader`, padded to multiples of `pad_to` rows when given)."""
     parts = plan.parts
     clipper = parts.clipper
     opt_cls = optimizer_class(clipper.opacus_clipping, grad_sample_mode)
     if isinstance(module, GradSampleModule):
         raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
+    if pad_to and grad_sample_mode != "bk":  # Opacus' hooks scale per-sample gradients by the rows, padding included
+        raise ValueError(f"padded batches (pad_to) need grad_sample_mode bk, got {grad_sample_mode!r}")
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     tensors = {name: torch.tensor(float(value), device=device) for name, value in (state or {}).items()}
     bound_key = clipper.state_key
@@ -271,7 +374,8 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
     elif engine is not None:
         dp_optimizer.engine = engine
         criterion = BookkeepingLoss(engine, criterion)
-    return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator), criterion)
+    return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
+                           criterion)
 
 
 # ---- integrity: the step that runs is privbench's ----------------------------------------------------------
@@ -358,6 +462,7 @@ def step_integrity(training: PrivateTraining) -> list[str]:
     return problems
 
 
-__all__ = ["GRAD_SAMPLE_MODES", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",
+__all__ = ["GRAD_SAMPLE_MODES", "Batch", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",
            "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer", "PrivateTraining",
-           "ReleaseObserver", "StateUpdate", "make_private", "optimizer_class", "plan_loader", "step_integrity"]
+           "ReleaseObserver", "ResidentBatches", "StateUpdate", "StreamedBatches", "make_private", "optimizer_class",
+           "plan_loader", "resident", "step_integrity"]

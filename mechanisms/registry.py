@@ -17,7 +17,13 @@ A plugin that fails to load does not take the others down: asking for it raises 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
 import importlib.metadata
+import importlib.util
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -39,6 +45,104 @@ class UnknownName(ValueError):
 
 class PluginError(ValueError):
     """An entry point or plugin module that cannot be loaded, or an object that breaks its kind's contract."""
+
+
+# privbench's own packages (by folder): what is loaded from them is privbench's code, versioned with it
+OWN_PACKAGES = ("mechanisms", "workers", "orchestrator", "storage", "dashboards")
+HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Which code a plugin's entry is: its distribution and version (None for a module that is not installed,
+    e.g. one beside a grid) and a SHA-256 of its source files. A trial's key includes it, so editing a plugin
+    runs its trials again, and its record names the code that produced it."""
+
+    module: str
+    distribution: str | None
+    version: str | None
+    source_sha256: str
+
+    def __str__(self) -> str:
+        release = f"{self.distribution} {self.version}" if self.distribution else self.module
+        return f"{release} sha256:{self.source_sha256[:16]}"
+
+
+def _origin(module_name: str) -> str | None:
+    """The file a module is (or would be) loaded from, without running it when it is not imported yet."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return getattr(module, "__file__", None)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.has_location else None
+
+
+def is_privbench(module_name: str) -> bool:
+    """Whether a module is privbench's own: its file is inside one of privbench's packages."""
+    path = _origin(module_name)
+    if path is None:
+        return False
+    path = os.path.abspath(path)
+    return any(os.path.commonpath([os.path.join(HOME, p), path]) == os.path.join(HOME, p) for p in OWN_PACKAGES)
+
+
+def code_module(obj: Any) -> str:
+    """The module whose code an entry runs: its class's, or, for an entry that is one of privbench's
+    descriptors (a model's `builder`, a dataset's `loader`), the module of the callable it names."""
+    module = obj.__module__ if isinstance(obj, type) else type(obj).__module__
+    if not is_privbench(module) or not dataclasses.is_dataclass(obj):
+        return module
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        named = value.partition(":")[0] if isinstance(value, str) and ":" in value else \
+            getattr(value, "__module__", None) if callable(value) else None
+        if named and not is_privbench(named):
+            return named
+    return module
+
+
+def provenance(obj: Any) -> Provenance | None:
+    """The provenance of a registry entry (`Provenance`); None for privbench's own entries. The source is the
+    top-level package of the entry's code (`code_module`: every `.py` file under it), or its single module."""
+    module_name = code_module(obj)
+    if is_privbench(module_name):
+        return None
+    top = module_name.partition(".")[0]
+    path = _origin(top) or _origin(module_name)
+    if path is None:
+        return Provenance(module_name, None, None, "unknown (no source file)")
+    dists = _distributions().get(top) or []
+    distribution = dists[0] if dists else None
+    version = importlib.metadata.version(distribution) if distribution else None
+    package = os.path.basename(path) == "__init__.py"
+    root = os.path.dirname(path) if package else path
+    files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith(".py")) \
+        if os.path.isdir(root) else [root]
+    stamps = tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files)
+    return Provenance(top if package else module_name, distribution, version,
+                      _source_hash(os.path.dirname(root), stamps))
+
+
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    """Top-level package -> the distributions providing it (read once per process: it scans every install)."""
+    return importlib.metadata.packages_distributions()
+
+
+@functools.lru_cache(maxsize=256)
+def _source_hash(base: str, stamps: tuple[tuple[str, int, int], ...]) -> str:
+    """SHA-256 over the files' paths (relative to `base`) and bytes; cached by path, mtime and size, so an
+    edited file is read again."""
+    digest = hashlib.sha256()
+    for path, _, _ in stamps:
+        digest.update(os.path.relpath(path, base).encode() + b"\0")
+        with open(path, "rb") as fh:
+            digest.update(fh.read())
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 class Registry(Generic[T]):
@@ -142,6 +246,10 @@ class Registry(Generic[T]):
         self._load()
         return dict(self._broken)
 
+    def provenance(self, name: str) -> Provenance | None:
+        """The code behind `name` (`provenance`): None for privbench's own entries."""
+        return provenance(self.resolve(name)[0])
+
     def name_of(self, obj: Any) -> str:
         """The name `obj` declares; TypeError when it does not follow this kind's contract."""
         return self._check(obj)
@@ -205,5 +313,5 @@ def unregister(mechanism_id: str) -> None:
     MECHANISMS.unregister(mechanism_id)
 
 
-__all__ = ["ACCOUNTANTS", "MECHANISMS", "PluginError", "Registry", "UnknownName", "get", "names", "register",
-           "unregister"]
+__all__ = ["ACCOUNTANTS", "MECHANISMS", "PluginError", "Provenance", "Registry", "UnknownName", "get", "names",
+           "provenance", "register", "unregister"]

@@ -11,9 +11,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from orchestrator.console import err, out, styled
 from orchestrator.lazy import lazy
 
 if TYPE_CHECKING:
@@ -24,15 +24,12 @@ hooks = lazy("mechanisms.auditing.hooks")
 _sampling = lazy("mechanisms.auditing.sampling")
 _step_audit = lazy("mechanisms.auditing.step_audit")
 
-err = Console(stderr=True)
-
-
 class _Invalid(ValueError):
     """Bad user input: printed as one line, exit 2."""
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error[/red]: {message}", highlight=False, soft_wrap=True)
+    err.print(styled("[bold red]error:[/] {message}", message=message), soft_wrap=True)
     return typer.Exit(code=code)
 
 
@@ -65,17 +62,29 @@ def _parse_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _bound(cls: type, field: str, option: str, value: Any) -> None:
+    """`value` checked against the bounds a grid's setting of the same meaning has (workers/config.py)."""
+    import dataclasses
+
+    f = next(f for f in dataclasses.fields(cls) if f.name == field)
+    if problem := f.metadata["bounds"].problem(f"--{option}", value, integer=True):
+        raise _Invalid(problem)
+
+
 def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: float, dim: int, clip: float,
-              path: str) -> None:
+              seed: int, path: str) -> None:
+    from workers.config import SIGMA_MIN, AuditConfig, TrialConfig
+
     if sigma is not None and epsilon is not None:
         raise _Invalid("give --sigma or --epsilon, not both")
     _positive("sigma", sigma)
+    if sigma is not None and sigma < SIGMA_MIN:
+        raise _Invalid(f"--sigma must be at least {SIGMA_MIN:g}, got {sigma:g}")
     _positive("epsilon", epsilon)
     _positive("clip", clip)
-    if samples < 4:
-        raise _Invalid(f"--samples must be >= 4, got {samples}")
-    if dim < 1:
-        raise _Invalid(f"--dim must be >= 1, got {dim}")
+    _bound(AuditConfig, "samples", "samples", samples)  # a grid's audit caps them alike (memory grows with them)
+    _bound(AuditConfig, "dim", "dim", dim)
+    _bound(TrialConfig, "seed", "seed", seed)
     if not 0 < delta < 1:
         raise _Invalid(f"--delta must lie in (0, 1), got {delta}")
     if path not in _sampling.PATHS:
@@ -146,9 +155,11 @@ def audit(
         samples_v, dim_v, seed_v = _number("samples", samples, int), _number("dim", dim, int), _number(
             "seed", seed, int)
         delta_v, clip_v = _number("delta", delta, float), _number("clip", clip, float)
-        _validate(sigma_v, epsilon_v, samples_v, delta_v, dim_v, clip_v, path)
+        _validate(sigma_v, epsilon_v, samples_v, delta_v, dim_v, clip_v, seed_v, path)
         options = _parse_options(option)
         module = mechanisms.get(mechanism)
+        if problems := module.option_problems(options):  # as strict as a grid's mechanism_options
+            raise _Invalid("; ".join(problems))
     except (_Invalid, mechanisms.UnknownName) as e:
         raise _fail(str(e)) from None
     try:
@@ -172,4 +183,4 @@ def audit(
     if as_json:
         typer.echo(json.dumps(record))
     else:
-        Console().print(_table(result))
+        out.print(_table(result))

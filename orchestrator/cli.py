@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from orchestrator import audit_cli, privacy_cli, sweep_cli
+from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
 from orchestrator.console import fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
@@ -29,6 +30,7 @@ def _entry() -> None:
 
 app.add_typer(sweep_cli.app, name="sweep")
 app.add_typer(privacy_cli.app, name="privacy")
+app.add_typer(store_cli.app, name="store")
 app.command("audit")(audit_cli.audit)
 
 
@@ -183,11 +185,11 @@ def _writable_parent(path: Path | None) -> None:
         fail(f"--out {path} is a folder; give a file name")
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, content: str | bytes) -> None:
     try:
-        path.write_text(text)
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     except OSError as e:
-        fail(f"cannot write {path}: {e.strerror}")
+        fail(f"cannot write {path}: {e.strerror or e}")
     _wrote(path)
 
 
@@ -220,7 +222,7 @@ def report(
 
     st, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     with store_errors(st.where):
-        grids = {n: (st.ledger.sweep(n) or {}).get("grid_yaml") or "" for n in names}
+        grids = {n: st.grid_yaml(n) for n in names}
     _write(out_file, build_report(records, names, grids, metric=metric))
 
 
@@ -233,32 +235,40 @@ def plot(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     metric: Annotated[str, typer.Option(help="Utility metric of the result records.")] = "accuracy",
-    size: Annotated[str | None, typer.Option(help="single (3.3 in wide, one column of a two-column paper) or "
-                                                  "double (7 in); default: the figure's own size.")] = None,
+    size: Annotated[str | None, typer.Option(help="single (one column of the venue's two-column page) or double "
+                                                  "(its text width); default: the figure's own size.")] = None,
+    venue: Annotated[str, typer.Option(help="Whose widths --size takes: article (LaTeX's two-column article: "
+                                            "3.18 / 6.49 in), acm (sigconf: 3.34 / 7.01 in) or ieee (conference: "
+                                            "3.49 / 7.14 in).")] = "article",
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
     from dashboards import figures  # matplotlib: imported only when a figure is made
+    from dashboards.venues import VENUES
 
     if kind not in (*figures.KINDS, figures.TUNING_KIND):
         fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
     if size is not None and size not in figures.SIZES:
         fail(f"unknown size {size!r}; known: {', '.join(figures.SIZES)}")
+    if venue not in VENUES:
+        fail(f"unknown venue {venue!r}; known: {', '.join(VENUES)}")
     fmt = out_file.suffix.lstrip(".").lower()
     if fmt not in figures.FORMATS:
         fail(f"unsupported figure format {out_file.suffix!r}; known: .pdf, .svg, .png, .pgf")
     if fmt == "pgf" and figures.tex_engine() is None:
         fail("--out .pgf needs a TeX engine (xelatex, lualatex or pdflatex) on PATH; use .pdf or .svg otherwise")
     _, _, records = _read_for(out_file, store, ledger, sweeps, metric)
-    fig = figures.build(kind, records, metric, size)
     try:
-        figures.save(fig, out_file)
-    except OSError as e:
-        fail(f"cannot write {out_file}: {e.strerror or e}")
+        fig = figures.build(kind, records, metric, size, venue)
+    except figures.NoTunedCells as e:
+        fail(str(e))
+    image = io.BytesIO()  # drawn in memory, then written: a full disk is an OSError here, not matplotlib's
+    try:
+        figures.save(fig, image, fmt)
     except Exception as e:  # matplotlib's LatexError: the TeX engine is there but could not typeset
         if type(e).__name__ != "LatexError":
             raise
         fail(f"cannot write {out_file}: {figures.tex_engine()} failed ({str(e).splitlines()[0]})")
-    _wrote(out_file)
+    _write(out_file, image.getvalue())
 
 
 @app.command("export")
@@ -301,7 +311,7 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
-    from dashboards.ui import UiError, check_bindable, runs_table_url, serve
+    from dashboards.ui import UiError, check_bindable, home_url, runs_table_url, serve
     from orchestrator.sweep_cli import locate
     from storage.mlflow_view import RUNS_VIEW_TAG
 
@@ -312,15 +322,17 @@ def ui(
         fail(f"no privbench store at {location.display}")
     st = _open_store(location)
     with store_errors(st.where):
-        sweeps = [(name, st.ledger.sweep(name)["experiment_id"]) for name in st.sweep_names()]
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
-        viewed = {e for _, e in sweeps if RUNS_VIEW_TAG in (st.client.get_experiment(e).tags or {})}
+        found = st.experiments()
+        sweeps = [(name, e) for name, e, _ in found]
+        views = {e: tags[RUNS_VIEW_TAG] for _, e, tags in found if RUNS_VIEW_TAG in tags}
     try:
         check_bindable(host, port)
+        out.print(f"MLflow UI: {home_url(host, port)}", soft_wrap=True, highlight=False)
         for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            url = runs_table_url(host, port, experiment_id, view=experiment_id in viewed)
+            url = runs_table_url(host, port, experiment_id, view=experiment_id in views)
             out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
-        code = serve(location, host, port)
+        code = serve(location, host, port, views)
     except UiError as e:
         fail(str(e))
     raise typer.Exit(code=code)

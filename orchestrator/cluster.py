@@ -86,9 +86,30 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
         try:
             ray.init(address=address, **kwargs)
         except Exception as e:  # noqa: BLE001 - any connection failure is a usage problem here
+            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ClusterError(f"cannot connect to Ray at {address or 'a new local instance'}: "
-                               f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+                               f"{_full_temp_folder() or said}") from None
     return dict(ray.cluster_resources())
+
+
+MIN_TEMP_MB = 64  # below this, a new local Ray cannot write its session files
+
+
+def _full_temp_folder() -> str | None:
+    """Why a local Ray could not start when its temporary folder is full (Ray itself says "Timed out
+    waiting for file"), else None."""
+    import tempfile
+
+    folder = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or tempfile.gettempdir()  # as Ray picks it
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return None
+    free_mb = info.f_bavail * info.f_frsize / 2**20
+    if free_mb >= MIN_TEMP_MB:
+        return None
+    return (f"the temporary folder {folder} is full ({free_mb:.0f} MB free; Ray writes its session files "
+            "there): free some space, or set TMPDIR to a folder with room")
 
 
 # Packing `gpus: auto`: a trial's share of a GPU is 1/k for the most trials k that fit in its memory, each

@@ -22,6 +22,7 @@ import mechanisms
 from mechanisms.registry import UnknownName
 from orchestrator import grid_yaml
 from workers import datasets, models
+from workers import plugins as plugins_lib
 from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, TrainConfig, TrialConfig, section, shown
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
@@ -189,8 +190,6 @@ def mechanism_private(name: str) -> bool:
 def _plugins(raw: dict[str, Any], source: str, problems: list[str]) -> tuple[str, ...]:
     """`plugins:` modules, imported and registered now (so the grid validates their names like built-ins);
     a module not installed is looked for beside the grid file."""
-    from workers import plugins as plugins_lib
-
     value = raw.get("plugins")
     names = _as_list(value) if value is not None else []
     folder = [Path(source).parent] if Path(source).is_file() else []
@@ -309,7 +308,6 @@ class Shared:
     secure_rng: bool
     audit: AuditConfig | None
     resources: Resources | None
-    written: frozenset[str]
 
 
 def _section(cls: type, value: Any, owner: str, problems: list[str]) -> Any:
@@ -340,10 +338,9 @@ def _shared(raw: dict[str, Any], axes: Axes, problems: list[str]) -> Shared:
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         problems.append(f"description: must be text, got {shown(description)}")
-    audit_given = raw.get("audit")
-    written = frozenset(f"audit.{k}" for k in audit_given) if isinstance(audit_given, dict) else frozenset()
-    return Shared(**scalars, secure_rng=secure_rng is True, audit=_section(AuditConfig, audit_given, "audit", problems),
-                  resources=_section(Resources, raw.get("resources"), "resources", problems), written=written)
+    return Shared(**scalars, secure_rng=secure_rng is True,
+                  audit=_section(AuditConfig, raw.get("audit"), "audit", problems),
+                  resources=_section(Resources, raw.get("resources"), "resources", problems))
 
 
 def _per_name(key: str, what: str, value: Any, known: Callable[[str], Any],
@@ -366,7 +363,7 @@ def _per_name(key: str, what: str, value: Any, known: Callable[[str], Any],
 
 
 def _train(raw: dict[str, Any], axes: Axes,
-           problems: list[str]) -> dict[tuple[str, str, str], tuple[TrainConfig, frozenset[str]]]:
+           problems: list[str]) -> dict[tuple[str, str, str], TrainConfig]:
     """The train settings of each (dataset, model, mechanism), each table overriding the ones before it:
     `train`; the dataset's (`dataset_train`: its size sets the batch and the epochs); the model's
     (`model_train`: a from-scratch model wants a larger lr than a pretrained one); the pair's own
@@ -391,8 +388,7 @@ def _train(raw: dict[str, Any], axes: Axes,
     for (d, m), mech in itertools.product(axes.pairs, axes.mechanisms):
         settings = (base | tables["dataset_train"].get(d, {}) | tables["model_train"].get(m, {})
                     | axes.pair_train.get((d, m), ("", {}))[1] | tables["mechanism_train"].get(mech, {}))
-        cfg = _section(TrainConfig, settings, f"train of {m} on {d} with {mech}", problems)
-        out[d, m, mech] = (cfg, frozenset(f"train.{k}" for k in settings))
+        out[d, m, mech] = _section(TrainConfig, settings, f"train of {m} on {d} with {mech}", problems)
     return out
 
 
@@ -437,12 +433,11 @@ def _name(raw: dict[str, Any], source: str, problems: list[str]) -> str:
 
 
 # expansion --------------------------------------------------------------------------------------------
-def _expand(name: str, axes: Axes, shared: Shared,
-            train: dict[tuple[str, str, str], tuple[TrainConfig, frozenset[str]]],
+def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, str], TrainConfig],
             options: dict[str, dict[str, dict[str, Any]]], plugins: tuple[str, ...]) -> Iterator[TrialConfig]:
     for (d, m), mech, seed in itertools.product(axes.pairs, axes.mechanisms, axes.seeds):
         private = mech in axes.private
-        train_cfg, train_written = train[d, m, mech]
+        train_cfg = train[d, m, mech]
         for eps in list(axes.epsilons) if private and axes.epsilons else [None]:
             yield TrialConfig(
                 sweep=name, dataset=d, model=m, mechanism=mech, epsilon=eps, seed=seed,
@@ -452,7 +447,7 @@ def _expand(name: str, axes: Axes, shared: Shared,
                 mechanism_options=options["mechanism_options"].get(mech, {}),
                 model_options=options["model_options"].get(m, {}),
                 dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
-                written=train_written | shared.written)
+                code=plugins_lib.code_of(mech, m, d, shared.accountant))
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:

@@ -14,11 +14,13 @@ import re
 import yaml
 
 MAX_NODES = 100_000  # a grid file is small; its alias-expanded tree is too
+MAX_INT = 2**63 - 1  # the largest integer a grid may hold
 
 _FLOAT_12 = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"
                        r"|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$")
 _INT_12 = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
 _BOOL_12 = re.compile(r"^(true|True|TRUE|false|False|FALSE)$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class GridYamlError(ValueError):
@@ -41,21 +43,46 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+.012
 
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    text = loader.construct_scalar(node)
-    return int(text, 0) if text.startswith(("0o", "0x")) else int(text)
+    """An integer (plain, `0o`, `0x`, or tagged `!!int`), at most 64 bits: no setting needs more, and a
+    5,000-digit one would stop Python's int() (or overflow float arithmetic later)."""
+    text = str(loader.construct_scalar(node)).strip()
+    digits = text.lstrip("+-").removeprefix("0x").removeprefix("0o")
+    if len(digits) > 40:
+        raise GridYamlError(f"integer of {len(digits)} digits at {_where(node)}: at most {MAX_INT.bit_length()} bits")
+    try:
+        value = int(text, 0) if text.lstrip("+-").startswith(("0o", "0x")) else int(text)
+    except ValueError:
+        raise GridYamlError(f"!!int {_shown(text)} at {_where(node)} is not an integer") from None
+    if abs(value) > MAX_INT:
+        raise GridYamlError(f"integer {_shown(text)} at {_where(node)} is larger than a 64-bit integer")
+    return value
 
 
 def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
-    return loader.construct_scalar(node).lower() == "true"
+    """`true` or `false` (any case), as YAML 1.2 says; `!!bool yes` or `!!bool on` is refused, not read as
+    false."""
+    text = str(loader.construct_scalar(node))
+    if text.lower() not in ("true", "false"):
+        raise GridYamlError(f"!!bool {_shown(text)} at {_where(node)} is not a boolean (true or false)")
+    return text.lower() == "true"
 
 
 def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
-    text = loader.construct_scalar(node).lower()
+    text = str(loader.construct_scalar(node)).lower()
     if text.lstrip("+-") == ".inf":
         return float("-inf") if text.startswith("-") else float("inf")
     if text == ".nan":
         return float("nan")
-    return float(text)
+    if len(text) > 100:
+        raise GridYamlError(f"number of {len(text)} characters at {_where(node)}")
+    try:
+        return float(text)
+    except ValueError:
+        raise GridYamlError(f"!!float {_shown(text)} at {_where(node)} is not a number") from None
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:39] + "…")
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
@@ -68,10 +95,15 @@ def _where(node: yaml.Node) -> str:
 
 
 def _check(node: yaml.Node, sizes: dict[int, int]) -> int:
-    """Expanded size of `node` (aliases counted every time they are used), and duplicate keys."""
+    """Expanded size of `node` (aliases counted every time they are used), duplicate keys, and text no
+    file, database or terminal can hold (a lone surrogate, from a `"\\uD800"` escape)."""
     if id(node) in sizes:
+        sizes[0] = 1  # an alias: the document reuses a node
         return sizes[id(node)]
     sizes[id(node)] = MAX_NODES + 1  # a node that contains itself expands without end
+    if isinstance(node, yaml.ScalarNode) and _SURROGATE.search(node.value):
+        raise GridYamlError(f"text at {_where(node)} holds a lone surrogate ({_shown(node.value)}): not valid "
+                            "Unicode, which no store or terminal can write")
     if isinstance(node, yaml.MappingNode):
         seen: dict[object, yaml.Node] = {}
         total = 1
@@ -103,8 +135,11 @@ def load(text: str) -> object:
         node = loader.get_single_node()
         if node is None:
             return None
-        if _check(node, {}) > MAX_NODES:
-            raise GridYamlError(f"the document expands to more than {MAX_NODES} nodes (nested aliases?)")
+        sizes: dict[int, int] = {}
+        if _check(node, sizes) > MAX_NODES:
+            raise GridYamlError(f"the document expands to more than {MAX_NODES:,} nodes (nested aliases?)" if 0 in sizes
+                                else f"the document has more than {MAX_NODES:,} values; a grid lists its axes' "
+                                     "values, not its trials")
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -13,19 +13,21 @@ import math
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from orchestrator.console import err, out, styled
 from orchestrator.lazy import lazy
 
 analytic_gaussian = lazy("mechanisms.accountants.analytic_gaussian")
 compare = lazy("mechanisms.accountants.compare")
 
 app = typer.Typer(help="Privacy accounting and noise calibration.", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
 
 ACCOUNTANT_HELP = "An accountant (`privbench list accountants`: sound ones, the papers' claims, plugins), or all."
+
+
+# The PLD of 10^8 Poisson steps takes about 20 s and 0.5 GB; 10^9, two minutes and 3 GB; 10^11 asks for 45 GB.
+STEPS_MAX = 100_000_000
 
 
 class _Invalid(ValueError):
@@ -37,6 +39,8 @@ def _number(name: str, text: str | None, kind: type = float, required: bool = Fa
         if required:
             raise _Invalid(f"--{name} is required")
         return None
+    if len(text) > 100:  # a 5,000-digit integer would stop int() itself
+        raise _Invalid(f"--{name}: a number of {len(text)} characters is out of range")
     try:
         value = kind(text)
     except ValueError:
@@ -60,8 +64,15 @@ def _emit_json(obj: dict[str, Any]) -> None:
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error[/red]: {message}", highlight=False, soft_wrap=True, markup=True)
+    err.print(styled("[bold red]error:[/] {message}", message=message), soft_wrap=True)
     return typer.Exit(code=2)
+
+
+def _said(e: BaseException) -> str:
+    """A bad value's error in one line; an arithmetic failure says the numbers are out of range."""
+    if isinstance(e, ValueError):
+        return str(e)
+    return f"the numbers given are out of the range this accountant computes ({type(e).__name__}: {e})"
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -84,15 +95,33 @@ def _setting(sample_rate: str | None, steps: str | None, delta: str | None, samp
     if epochs is not None:
         if sample_rate is not None or steps is not None:
             raise _Invalid("give either --dataset-size/--batch-size/--epochs or --sample-rate/--steps, not both")
-        return compare.DpsgdSetting.of(sampler, _number("dataset-size", dataset_size, int, required=True),
-                                       _number("batch-size", batch_size, int, required=True),
-                                       _number("epochs", epochs, int), delta_value, **claims)
+        n, b, e = (_number("dataset-size", dataset_size, int, required=True),
+                   _number("batch-size", batch_size, int, required=True), _number("epochs", epochs, int))
+        if n > 0 and b > 0 and e > 0:
+            _steps_bound("--epochs x --dataset-size / --batch-size", e * max(1, round(n / b)))
+        return compare.DpsgdSetting.of(sampler, n, b, e, delta_value, **claims)
     if sampler != "poisson":
         raise _Invalid(f"the {sampler} sampler needs the trial's geometry: --dataset-size, --batch-size and "
                        "--epochs")
-    return compare.DpsgdSetting.poisson(_number("sample-rate", sample_rate, required=True),
-                                        _number("steps", steps, int, required=True), delta_value,
-                                        batch_size=_number("batch-size", batch_size, int), **claims)
+    steps_value = _number("steps", steps, int, required=True)
+    _steps_bound("--steps", steps_value)
+    return compare.DpsgdSetting.poisson(_number("sample-rate", sample_rate, required=True), steps_value,
+                                        delta_value, batch_size=_number("batch-size", batch_size, int), **claims)
+
+
+def _steps_bound(what: str, steps: int) -> None:
+    if steps > STEPS_MAX:
+        raise _Invalid(f"{what} gives {steps:,} steps; at most {STEPS_MAX:,} are accounted here")
+
+
+def _sigma(text: str | None) -> float:
+    """The noise multiplier, at least `SIGMA_MIN` as in a grid (below it the accountants overflow)."""
+    from workers.config import SIGMA_MIN
+
+    value = _number("sigma", text, required=True)
+    if value < SIGMA_MIN:
+        raise _Invalid(f"--sigma must be at least {SIGMA_MIN:g}, got {value:g}")
+    return value
 
 
 def _names(setting: compare.DpsgdSetting, accountant: str) -> tuple[str, ...]:
@@ -151,13 +180,13 @@ def epsilon_cmd(
     """Epsilon of DP-SGD at noise multiplier SIGMA, per accountant (sound and claimed): the certified (pld)
     value equals a trial plan's epsilon_certified for the same sampler and geometry."""
     try:
-        sigma_value = _number("sigma", sigma, required=True)
+        sigma_value = _sigma(sigma)
         setting = _setting(sample_rate, steps, delta, sampler, dataset_size, dim, batch_clip_ratio,
                            batch_size, delta_split, epochs)
         names = _names(setting, accountant)
         reports = {name: compare.epsilon_of(setting, sigma_value, name) for name in names}
-    except ValueError as e:
-        raise _fail(str(e)) from None
+    except (ValueError, ArithmeticError, MemoryError) as e:
+        raise _fail(_said(e)) from None
     fields = {"sigma": sigma_value, **_setting_fields(setting)}
     if json_out:
         if accountant == "all":
@@ -196,8 +225,8 @@ def sigma_cmd(
                            batch_size, delta_split, epochs)
         names = _names(setting, accountant)
         results = {name: compare.sigma_for(setting, target, name, tol) for name in names}
-    except ValueError as e:
-        raise _fail(str(e)) from None
+    except (ValueError, ArithmeticError, MemoryError) as e:
+        raise _fail(_said(e)) from None
     fields = {"epsilon_target": target, "rel_tol": tol, **_setting_fields(setting)}
     if json_out:
         if accountant == "all":
@@ -243,8 +272,8 @@ def agm_cmd(
         else:
             eps = analytic_gaussian.agm_epsilon(sig / math.sqrt(k), d, s)
         bound = analytic_gaussian.analytic_bound(eps, d)
-    except ValueError as e:
-        raise _fail(str(e)) from None
+    except (ValueError, ArithmeticError, MemoryError) as e:
+        raise _fail(_said(e)) from None
     result = {"sigma": sig, "epsilon": eps, "delta": d, "sensitivity": s, "releases": k,
               "bound": bound.value, "delta0": bound.delta0, "branch": bound.branch}
     if json_out:

@@ -14,9 +14,7 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +143,34 @@ def locate(store: str | Path | StoreLocation | None, ledger: str | None = None,
         raise SweepError(str(e)) from None
 
 
+def code_changes(rows: Iterable[Any], trials: Iterable[TrialConfig]) -> list[str]:
+    """One line per plugin whose code differs from the code that produced the sweep's recorded trials
+    (`TrialConfig.code`): those trials have new keys, so they run again and the earlier ones are superseded."""
+    def split(text: str) -> tuple[str, str, str]:  # "entry: dist [version] sha256:hash" -> entry, dist, short code
+        entry, _, where = text.partition(": ")
+        package, _, rest = where.partition(" ")
+        version, _, digest = rest.rpartition("sha256:")
+        return entry, package, f"{version}sha256:{digest[:12]}"
+
+    before: dict[str, set[str]] = {}
+    for row in rows:  # storage.store.TrialRow
+        if row.status in ("finished", "failed") and row.record:
+            for text in ((row.record.get("config") or {}).get("code") or {}).values():
+                _, package, code = split(text)
+                before.setdefault(package, set()).add(code)
+    now: dict[str, tuple[str, set[str], set[str]]] = {}
+    for t in trials:
+        for kind, text in t.code.items():
+            entry, package, code = split(text)
+            _, entries, keys = now.setdefault(package, (code, set(), set()))
+            entries.add(f"{kind} {entry}")
+            keys.add(t.trial_key)
+    return [f"plugin {package} changed ({', '.join(old)} -> {code}; {', '.join(sorted(entries))}): {len(keys)} "
+            "trials run again, the earlier results are kept as superseded"
+            for package, (code, entries, keys) in sorted(now.items())
+            if (old := sorted(before.get(package, set()) - {code}))]
+
+
 def _store_error(e: Exception, code: int = 2) -> SweepError:
     """A store problem: 2 before anything was written, 1 mid-sweep (what was recorded is kept)."""
     return SweepError(str(e), code=code)
@@ -161,7 +187,6 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     drivers hold; `reconcile` checks MLflow against the ledger even when every trial is finished.
     A failed trial is recorded and reported in the summary, not raised.
     """
-    from orchestrator import grid as grids
     from storage.errors import StoreError, translated
     from storage.store import Store, preflight
 
@@ -196,11 +221,29 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     if problems:
         raise SweepError("; ".join(problems), problems=problems)
 
+    stopping = _Stopping()  # after ray.init: Ray's own SIGTERM handler would abort with a crash dump
+    try:
+        return _open_and_run(spec, location, resources, max_concurrent, retries, steal_leases, cb, stopping)
+    finally:
+        stopping.restore()
+
+
+def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[str, float],
+                  max_concurrent: int | None, retries: int, steal_leases: bool, cb: Callback,
+                  stopping: _Stopping) -> SweepSummary:
+    """Open the sweep in the store and run what it has to do (`run`, once Ray is connected)."""
+    from orchestrator import cluster
+    from orchestrator import grid as grids
+    from storage.errors import StoreError
+    from storage.store import Store
+
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
+        for line in code_changes(st.trials(spec.name), spec.trials):
+            cb.on_warning(line)
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
         if steal_leases:
-            st.ledger.release(spec.name, owner=None)
+            st.steal_leases(spec.name)
         by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
@@ -218,29 +261,42 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     cb.on_sweep_start(spec, todo, limit, location.display)
     failures: list[Mapping[str, Any]] = []
     skipped: list[str] = []
+    from orchestrator.submit import ClusterLost
+
     try:
         if todo:
-            _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped)
-        counts = st.ledger.status_counts(spec.name)
+            _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped, stopping)
+        counts = st.status_counts(spec.name)
         st.check_intact()
     except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
         raise _store_error(e, code=1) from None
+    except ClusterLost as e:
+        raise SweepError(f"sweep {spec.name}: {e}; every result that had arrived is recorded and the other "
+                         "trials' leases are given back: run the sweep again once the cluster is back",
+                         code=1) from None
     finally:
         try:
             st.release(spec.name)
         except StoreError:
             pass
+    if stopping.signal is not None:
+        raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name}; every result that had arrived is "
+                         "recorded and the other trials' leases are given back: run the sweep again to resume",
+                         code=128 + stopping.signal.value)
     unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
     message, alive, owners = None, False, ()
     if unrun:
         try:
-            with translated(st.where):
-                leases, alive = _watch_leases(st, spec.name)
+            watch = st.lease_watch(spec.name)
+            if watch.alive and not watch.leases:  # the other drivers recorded them while this one watched
+                counts = st.status_counts(spec.name)
+                unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
         except StoreError as e:
             raise _store_error(e) from None
-        owners = tuple(sorted({owner for owner, _ in leases}))
+        alive = watch.alive
+        owners = tuple(sorted({owner for owner, _ in watch.leases}))
         if not alive:
-            message = not_run_message(spec.name, unrun, leases)
+            message = not_run_message(spec.name, unrun, list(watch.leases))
     summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(spec.trials),
                            finished_before=finished_before, started=len(todo), counts=dict(counts),
                            failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
@@ -250,68 +306,60 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     return summary
 
 
+class _Stopping:
+    """SIGTERM and Ctrl-C ask a running sweep to stop, rather than kill it mid-write: the results in hand are
+    recorded, the tasks in flight cancelled, the leases given back, and `run` ends with a `SweepError` of
+    code 128 + the signal (143 for SIGTERM, 130 for SIGINT). A second Ctrl-C stops at once. Installed only
+    in the main thread (Python delivers signals there); elsewhere the process's own handlers stay."""
+
+    def __init__(self) -> None:
+        import signal
+        import threading
+
+        self.signal: Any = None
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = self.signal or signal.Signals(signum)
+
+    def __call__(self) -> bool:
+        return self.signal is not None
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
 def not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> str:
-    """Why trials of a finished `sweep run` were not run, and when they can be."""
+    """Why trials of a finished `sweep run` were not run, and when they can be (`leases`: each holder and
+    the seconds until its lease lapses, on the database's clock)."""
     if not leases:
         return f"sweep {sweep}: {count} trial(s) not run; run the sweep again"
-    wait = max(0.0, max(expires for _, expires in leases) - time.time())
+    wait = max(0.0, max(left for _, left in leases))
     owners = sorted({owner for owner, _ in leases})
     return (f"sweep {sweep}: {count} trial(s) not run: leased by {len(owners)} other driver(s) "
             f"({', '.join(owners[:3])}) whose leases lapse in {wait:.0f} s unless renewed; run again then, "
             "or pass --steal-leases if that driver is dead")
 
 
-def _watch_leases(st: Any, sweep: str) -> tuple[list[tuple[str, float]], bool]:
-    """The other drivers' leases on the trials this driver could not run, and whether those drivers are
-    alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
-    this host whose process is gone is dead at once)."""
-    from storage.ledger import lease_seconds, owner_dead
-
-    def unfinished() -> dict[str, tuple[str | None, float | None]]:
-        return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in st.ledger.trials(sweep)
-                if t["status"] in ("pending", "running")}
-
-    first = unfinished()
-    if not first:  # the other driver recorded them meanwhile
-        return [], True
-    now = time.time()
-    held = [(owner, expires) for owner, expires in first.values() if owner and (expires or 0) >= now]
-    if len(held) < len(first) or any(owner_dead(owner) for owner, _ in held):
-        return held, False  # a trial nobody holds, or a dead holder: this driver's rerun takes them
-    deadline = time.monotonic() + lease_seconds() / 3 + 2
-    while time.monotonic() < deadline:
-        time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
-        later = unfinished()
-        if all(key not in later or (later[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
-            return st.ledger.leases(sweep), True
-    return st.ledger.leases(sweep), False
-
-
 def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | None:
     """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
     Ray or opening MLflow (a no-op rerun is a second, not half a minute). None: the full path decides."""
-    from storage.ledger import Ledger
+    from storage.store import finished_already
 
-    try:
-        ledger = Ledger(location.ledger_uri, read_only=True)
-        try:
-            if not ledger.has_schema():
-                return None
-            row = ledger.sweep(spec.name)
-            trials = ledger.trials(spec.name)
-        finally:
-            ledger.engine.dispose()
-    except Exception:  # noqa: BLE001 - whatever it is, the full path below reports it properly
+    count = finished_already(location, spec.name, spec.text, [t.trial_key for t in spec.trials])
+    if count is None:
         return None
-    if row is None or row["grid_yaml"] != spec.text or not row["experiment_id"]:
-        return None  # a new or edited grid: the full path syncs the ledger
-    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
-    if set(live) != {t.trial_key for t in spec.trials}:
-        return None
-    if not all(t["status"] == "finished" for t in live.values()):
-        return None
-    return SweepSummary(sweep=spec.name, store=location.display, trials=len(live), finished_before=len(live),
-                        started=0, counts={"finished": len(live)}, nothing_to_do=True)
+    return SweepSummary(sweep=spec.name, store=location.display, trials=count, finished_before=count,
+                        started=0, counts={"finished": count}, nothing_to_do=True)
 
 
 def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
@@ -325,7 +373,7 @@ def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
 
 
 def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retries: int, cb: Callback,
-                failures: list[Mapping[str, Any]], skipped: list[str]) -> None:
+                failures: list[Mapping[str, Any]], skipped: list[str], stop: Callable[[], bool]) -> None:
     """Claim, run and record the trials (`orchestrator.submit.run_all`), renewing this driver's leases
     at every poll; `failures` and `skipped` are filled as results come."""
     from orchestrator.submit import run_all
@@ -351,20 +399,18 @@ def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retrie
         cb.on_trial_result(record, run_id)
 
     def load_phase(cfg: TrialConfig) -> dict[str, Any] | None:
-        stored = st.ledger.phase(sweep, cfg.trial_key)
-        if stored is None:
-            return None
-        output = json.loads(stored)
-        output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
+        output = st.load_phase(sweep, cfg.trial_key)
+        if output is not None:
+            output["environment"]["accelerator_restored"] = True  # trained by an earlier driver
         return output
 
     def save_phase(cfg: TrialConfig, output: dict[str, Any]) -> None:
-        st.ledger.save_phase(sweep, cfg.trial_key, st.owner, json.dumps(output))
+        st.save_phase(sweep, cfg.trial_key, output)
         fault("after_phase_saved")
 
     run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
             on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
-            save_phase=save_phase)
+            save_phase=save_phase, stop=stop)
 
 
 TRIAL_COLUMNS = ("trial_key", "status", "dataset", "model", "mechanism", "epsilon", "seed", "attempts", "run_id",
@@ -373,11 +419,7 @@ TRIAL_COLUMNS = ("trial_key", "status", "dataset", "model", "mechanism", "epsilo
 
 def trial_rows(st: Any, sweep: str) -> list[dict[str, Any]]:
     """Every trial of the sweep with its status, accuracy and error, from the ledger (`TRIAL_COLUMNS`)."""
-    rows = []
-    for t in st.ledger.trials(sweep):
-        rec = st.ledger.loads(t, "result_json") if t["result_json"] else {}
-        rows.append({"trial_key": t["trial_key"], "status": t["status"], "dataset": t["dataset"],
-                     "model": t["model"], "mechanism": t["mechanism"], "epsilon": t["epsilon"], "seed": t["seed"],
-                     "attempts": t["attempts"], "run_id": t["run_id"],
-                     "accuracy": (rec.get("metrics") or {}).get("accuracy"), "error": t["error"]})
-    return rows
+    return [{"trial_key": t.trial_key, "status": t.status, "dataset": t.dataset, "model": t.model,
+             "mechanism": t.mechanism, "epsilon": t.epsilon, "seed": t.seed, "attempts": t.attempts,
+             "run_id": t.run_id, "accuracy": ((t.record or {}).get("metrics") or {}).get("accuracy"),
+             "error": t.error} for t in st.trials(sweep)]

@@ -10,7 +10,9 @@ so the next trial trains while the last one is analysed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 import time
 import traceback
 from collections import deque
@@ -31,6 +33,7 @@ from workers.trial import (
     step_phase,
 )
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LoadPhase = Callable[[TrialConfig], dict[str, Any] | None]
 SavePhase = Callable[[TrialConfig, dict[str, Any]], Any]
 
@@ -50,6 +53,42 @@ class ProgressBoard:
 
     def forget(self, key: str) -> None:
         self.state.pop(key, None)
+
+
+class ClusterLost(RuntimeError):
+    """The Ray cluster's head (its GCS) stopped answering while trials ran: the driver stops instead of
+    waiting for Ray to give up on it (a minute, then the process is ended from inside Ray)."""
+
+
+HEAD_CHECK_S = 2.0  # how often the driver checks that the cluster's head still answers
+
+
+def _head_patience_s() -> float:
+    """How long the head may stay silent (a restarting GCS comes back) before the driver stops: well
+    within Ray's own limit (`RAY_gcs_rpc_server_reconnect_timeout_s`, 60 s by default), after which Ray
+    ends the driver from C++ with no chance to record or to release anything."""
+    import os
+
+    try:
+        limit = float(os.environ.get("RAY_gcs_rpc_server_reconnect_timeout_s", "60"))
+    except ValueError:
+        limit = 60.0
+    return max(HEAD_CHECK_S, min(20.0, limit / 2))
+
+
+def _head_lost() -> str | None:
+    """The GCS address when the head no longer accepts connections, else None (a TCP connect: cheap)."""
+    import socket
+
+    try:
+        address = ray.get_runtime_context().gcs_address
+        host, port = address.rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError:
+        return address
+    except Exception:  # noqa: BLE001 - no address to check (a ray:// client): Ray's own errors tell
+        return None
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +122,12 @@ def _step_task(config: TrialConfig, planned: Planned | PhaseFailure) -> dict[str
 def _accelerator_task(config: TrialConfig, planned: Planned | PhaseFailure,
                       board: Any) -> dict[str, Any] | PhaseFailure:
     def report(done: int, total: int, info: dict[str, Any]) -> None:
-        board.update.remote(config.trial_key, done, total, info)
+        with contextlib.suppress(Exception):  # progress is optional: a dead board must not fail the trial
+            board.update.remote(config.trial_key, done, total, info)
 
     out = _guarded("accelerator", lambda c, p: accelerator_phase(c, p, report).to_dict(), config, planned)
-    board.forget.remote(config.trial_key)
+    with contextlib.suppress(Exception):
+        board.forget.remote(config.trial_key)
     return out
 
 
@@ -101,7 +142,7 @@ def failed_record(config: TrialConfig, error: BaseException | PhaseFailure, phas
     result too; the error names the phase."""
     if isinstance(error, PhaseFailure):
         return failed(config, f"{error.phase} phase: {error.error}"[:2000], error.traceback)
-    text = f"{phase} phase: {type(error).__name__}: {error}".splitlines()[0][:2000]
+    text = _ANSI.sub("", f"{phase} phase: {type(error).__name__}: {error}").splitlines()[0][:2000]  # Ray colours
     return failed(config, text, "".join(traceback.format_exception(error)))
 
 
@@ -136,6 +177,7 @@ def run_all(
     on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None,
     on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
     load_phase: LoadPhase | None = None, save_phase: SavePhase | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Run every trial's phases; retry a failed trial up to `retries` times (from its stored
     accelerator output when it has one); at most `max_concurrent` accelerator phases at a time.
@@ -148,6 +190,10 @@ def run_all(
     (`on_result`), so the cluster keeps working while the driver writes; a driver killed in between
     leaves those trials leased and unrecorded, to be redone by the next run (from their stored
     accelerator output where there is one), as with a kill at any other moment.
+
+    `stop` is asked between polls: once it says so (SIGTERM, Ctrl-C), the results already in hand are
+    recorded, the tasks still in flight are cancelled, and `run_all` returns. Progress is optional: a
+    progress board that dies (its actor lost with its node) turns the bars off, not the sweep.
     """
     plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
     accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
@@ -194,7 +240,17 @@ def run_all(
         else:
             results.append(outcome)
 
+    last_check, silent_since, patience = time.monotonic(), None, _head_patience_s()
     while queue or training or analysing:
+        if stop is not None and stop():
+            break
+        if time.monotonic() - last_check >= HEAD_CHECK_S:
+            last_check = time.monotonic()
+            address = _head_lost()
+            silent_since = None if address is None else (silent_since or last_check)
+            if silent_since is not None and last_check - silent_since >= patience:
+                raise ClusterLost(f"the Ray cluster's head (GCS at {address}) stopped answering for "
+                                  f"{last_check - silent_since:.0f} s")
         fill()
         if not training and not analysing:
             break
@@ -206,8 +262,11 @@ def run_all(
             last_poll = time.monotonic()
             if on_tick is not None:
                 on_tick()
-            if on_progress is not None:
-                on_progress(ray.get(board.snapshot.remote()))
+            if on_progress is not None and board is not None:
+                try:
+                    on_progress(ray.get(board.snapshot.remote(), timeout=30))
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    board = None  # the progress board died: the trials go on without bars
         results: list[dict[str, Any]] = []
         for ref in done:
             phase = "accelerator" if ref in training else "analysis"
@@ -222,7 +281,13 @@ def run_all(
                 analyse(trial, outcome)
             else:
                 finish(trial, outcome, phase, results)
-        fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
+        if stop is None or not stop():
+            fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
         for record in results:
             on_result(record)
-    ray.kill(board)
+    for ref in [*training, *analysing]:  # stopped early: nothing left running for a driver that is gone
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    if board is not None:
+        with contextlib.suppress(Exception):  # already dead: nothing to kill
+            ray.kill(board)

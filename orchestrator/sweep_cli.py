@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.console import err, fail, out
+from orchestrator.console import err, fail, out, styled, visible
 from orchestrator.runner import Callback, SweepSummary, trial_rows
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
@@ -67,7 +67,11 @@ def run(
     """Run every trial of GRID_FILE that the ledger does not already mark finished.
 
     Several drivers (terminals, people sharing a store) can run the same grid at once: each trial is
-    leased by one driver, and a driver that dies gives its trials back when its lease expires.
+    leased by one driver, and a driver that dies gives its trials back when its lease expires. A sweep
+    name belongs to one grid at a time: a driver with another grid under a running sweep's name exits 2.
+
+    A grid with `plugins:` is code: its modules are imported while the grid is read, --dry-run included.
+    SIGTERM and Ctrl-C stop after recording what arrived (exit 143 and 130).
     """
     from orchestrator import runner
 
@@ -89,18 +93,20 @@ def run(
                                  callbacks=[display])
     except runner.SweepError as e:
         for problem in e.problems:
-            err.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
+            err.print(styled("[bold red]error:[/] {problem}", problem=problem), soft_wrap=True)
         raise typer.Exit(code=e.code) from None
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (the first one stops after recording)
+        fail("interrupted; what was recorded is kept: run the sweep again to resume", code=130)
     if summary.not_run and not summary.running_elsewhere:
         fail(summary.not_run_message or f"sweep {summary.sweep}: {summary.not_run} trial(s) not run", code=1)
-    if summary.running_elsewhere:
-        err.print(f"sweep [bold]{summary.sweep}[/]: {summary.not_run} trial(s) are being run by another driver "
-                  f"({', '.join(summary.leased_by[:3])}), which records them", highlight=False)
+    if summary.running_elsewhere and summary.not_run:
+        drivers = f" ({', '.join(summary.leased_by[:3])})" if summary.leased_by else ""
+        err.print(styled("sweep [bold]{sweep}[/]: {n} trial(s) are being run by another driver{drivers}, which "
+                         "records them", sweep=summary.sweep, n=summary.not_run, drivers=drivers))
     if summary.failures:
-        err.print(f"[bold red]{len(summary.failures)} trial(s) failed:[/]")
+        err.print(styled("[bold red]{n} trial(s) failed:[/]", n=len(summary.failures)))
         for rec in summary.failures:
-            err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", highlight=False,
-                      soft_wrap=True)
+            err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", soft_wrap=True)
         raise typer.Exit(code=1)
 
 
@@ -128,16 +134,17 @@ class RichProgress(Callback):
             self.progress = None
 
     def on_sweep_start(self, spec: Any, todo: Any, max_concurrent: int, store: str) -> None:
-        err.print(f"sweep [bold]{spec.name}[/]: {len(spec.trials)} trials, {len(spec.trials) - len(todo)} already "
-                  f"finished, {len(todo)} to run, up to {max_concurrent} at once; store {store}", highlight=False)
+        err.print(styled("sweep [bold]{name}[/]: {n} trials, {done} already finished, {todo} to run, up to {limit} at "
+                         "once; store {store}", name=spec.name, n=len(spec.trials), done=len(spec.trials) - len(todo),
+                         todo=len(todo), limit=max_concurrent, store=store))
         if not todo:
             return
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+        columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn())
         self.progress = Progress(*columns, console=err, transient=False)
         self.progress.start()
         self.total = len(todo)
-        self.overall = self.progress.add_task(f"[bold]{spec.name}", total=self.total, info="")
+        self.overall = self.progress.add_task(visible(spec.name), total=self.total, info="")
 
     def on_trial_skipped(self, config: Any) -> None:
         self.skipped += 1
@@ -146,7 +153,7 @@ class RichProgress(Callback):
 
     def on_trial_start(self, config: Any) -> None:
         if self.progress is not None and config.trial_key not in self.bars:
-            self.bars[config.trial_key] = self.progress.add_task(config.label, total=None, info="starting")
+            self.bars[config.trial_key] = self.progress.add_task(visible(config.label), total=None, info="starting")
 
     def on_trial_progress(self, key: str, done: int, total: int, info: Any) -> None:
         if self.progress is not None and key in self.bars:
@@ -154,37 +161,38 @@ class RichProgress(Callback):
                                  info=f"epoch {info.get('epoch')} loss {info.get('loss', 0):.3f}")
 
     def on_trial_result(self, record: Any, run_id: str | None) -> None:
+        label = _label(record["config"])
         if run_id is None:
-            info = "[yellow]taken over by another driver[/]"
+            line = styled("  {label}: [yellow]taken over by another driver[/]", label=label)
         elif record["status"] == "finished":
             acc = (record.get("metrics") or {}).get("accuracy")
             eps = (record.get("privacy") or {}).get("epsilon_certified")
-            info = "[green]done[/]" + (f" acc {acc:.4f}" if acc is not None else "") + (
-                f" eps {eps:.3g}" if eps is not None else "")
+            line = styled("  {label}: [green]done[/]{numbers}", label=label, numbers=(
+                f" acc {acc:.4f}" if acc is not None else "") + (f" eps {eps:.3g}" if eps is not None else ""))
         else:
-            info = f"[red]failed[/] {(record.get('error') or '')[:60]}"
+            line = styled("  {label}: [red]failed[/] {error}", label=label, error=(record.get("error") or "")[:60])
         if self.progress is None:
-            err.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
+            err.print(line, soft_wrap=True)
             return
         task = self.bars.pop(record["trial_key"], None)
         if task is not None:
             self.progress.remove_task(task)
-        self.progress.console.print(f"  {_label(record['config'])}: {info}", highlight=False, soft_wrap=True)
+        self.progress.console.print(line, soft_wrap=True)
         self.progress.advance(self.overall)
 
     def on_sweep_end(self, summary: SweepSummary) -> None:
         self._stop()
         if summary.nothing_to_do:
-            err.print(f"sweep [bold]{summary.sweep}[/]: {summary.trials} trials, {summary.trials} already finished, "
-                      f"0 to run; nothing to do (store {summary.store})", highlight=False)
+            err.print(styled("sweep [bold]{sweep}[/]: {n} trials, {n} already finished, 0 to run; nothing to do "
+                             "(store {store})", sweep=summary.sweep, n=summary.trials, store=summary.store))
             return
         if summary.skipped:
             err.print(f"{len(summary.skipped)} trial(s) were run by another driver at the same time")
-        err.print(f"sweep [bold]{summary.sweep}[/]: "
-                  + ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())))
+        err.print(styled("sweep [bold]{sweep}[/]: {counts}", sweep=summary.sweep,
+                         counts=", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))))
 
     def on_warning(self, message: str) -> None:
-        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        err.print(styled("[yellow]warning:[/] {message}", message=message), soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -201,16 +209,30 @@ def store_errors(where: str = "store") -> Iterator[None]:
 
 def not_into_store(out_file: Path | None, st: Any) -> None:
     """An output file must not overwrite the store's own files (`--out STORE/ledger.db` would destroy
-    the ledger: privbench never deletes data it did not create)."""
+    the ledger: privbench never deletes data it did not create). A file is the same file when its device
+    and inode are: a hard link to `ledger.db` has another path and the same inode."""
     from storage.location import sqlite_path
 
     if out_file is None:
         return
-    target = Path(out_file).expanduser().resolve()
-    own = {sqlite_path(st.location.ledger_uri), sqlite_path(st.location.tracking_uri)} - {None}
+    target = Path(out_file).expanduser()
+    own = [p for p in {sqlite_path(st.location.ledger_uri), sqlite_path(st.location.tracking_uri)} if p]
+    files = [p.with_name(p.name + suffix) for p in own for suffix in ("", "-wal", "-shm", ".lock")]
+    inodes = set()
+    for path in files:
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            inodes.add((info.st_dev, info.st_ino))
+    try:
+        info = target.stat()
+        same = (info.st_dev, info.st_ino) in inodes
+    except OSError:
+        same = False
+    resolved = target.resolve()
     folder = st.location.folder
-    if target in {p.resolve() for p in own} or (folder is not None and folder.resolve() in target.parents
-                                                 and target.name.startswith(("ledger.db", "mlflow.db"))):
+    if same or resolved in {p.resolve() for p in own} or (
+            folder is not None and folder.resolve() in resolved.parents
+            and resolved.name.startswith(("ledger.db", "mlflow.db"))):
         fail(f"--out {out_file} is a file of the store itself; write the output elsewhere")
 
 
@@ -230,7 +252,7 @@ def list_sweeps(store: StoreOpt = None, ledger: LedgerOpt = None,
     """List the sweeps in the store with their trial counts."""
     st = _open_store(store, ledger)
     with store_errors(st.where):
-        rows = [{"sweep": n, "trials": st.ledger.status_counts(n)} for n in st.sweep_names()]
+        rows = [{"sweep": n, "trials": st.status_counts(n)} for n in st.sweep_names()]
     if as_json:
         print(json.dumps({"sweeps": rows}))
         return
@@ -263,7 +285,7 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     name = resolve_sweep(st, sweep)
     with store_errors(st.where):
         rows = trial_rows(st, name)
-        counts = st.ledger.status_counts(name)
+        counts = st.status_counts(name)
     if as_json:
         print(json.dumps({"sweep": name, "counts": counts, "trials": rows}))
         return

@@ -230,8 +230,7 @@ def expand(trials: Iterable[TrialConfig], spec: TuneSpec) -> Iterator[TrialConfi
             yield dataclasses.replace(
                 cell, seed=candidate_seed(cell.seed, candidate.index),
                 train=dataclasses.replace(cell.train, **train),
-                mechanism_options=dict(cell.mechanism_options) | options, tuning=setting.to_dict(),
-                written=cell.written | {f"train.{k}" for k in train})
+                mechanism_options=dict(cell.mechanism_options) | options, tuning=setting.to_dict())
 
 
 def grid_spec(raw: Mapping[str, Any], axes: Any, options: Mapping[str, Mapping[str, Mapping[str, Any]]],

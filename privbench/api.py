@@ -93,7 +93,7 @@ class Sweep:
         """Trials per status: finished, failed, pending, running, superseded."""
         with _reading(self.location) as st:
             self._check(st)
-            return st.ledger.status_counts(self.name)
+            return st.status_counts(self.name)
 
     def status(self) -> pd.DataFrame:
         """One row per trial, as `privbench sweep status --json` lists them."""

@@ -28,6 +28,10 @@ class StoreLost(StoreError):
     with the command)."""
 
 
+class Damaged(StoreError):
+    """A store file that SQLite's integrity check finds damaged: nothing is written until it is mended."""
+
+
 WRITE_ACCESS = "needs write access (read commands — leaderboard, export, sweep status — work on it as it is)"
 DISK_FULL = "the disk is full; what was recorded is kept: free some space and run the sweep again to resume"
 

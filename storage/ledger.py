@@ -8,6 +8,12 @@ a trial before running it (a compare-and-set UPDATE, atomic on SQLite and Postgr
 its leases while it runs (heartbeat) and gives them back when it records the result. A driver that
 dies stops renewing, so its leases expire (`PRIVBENCH_LEASE_S`, default 60 s) and another driver
 takes the trials over; a dead driver on the same host is noticed at once (its pid is gone).
+
+Every time a lease is written or compared with is the database's clock (`now_sql`), never a driver's:
+drivers on machines whose clocks disagree still agree on when a lease lapses. A PostgreSQL ledger uses
+the server's clock; a SQLite ledger is a file on one machine, whose clock all its drivers share.
+A driver also registers itself on the sweep it runs (`privbench_drivers`), with the identity of its
+grid (`grid_key`): a sweep name belongs to one grid at a time.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import json
 import os
 import socket
 import sqlite3
-import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -69,6 +74,18 @@ trials = sa.Table(
     # A trial's accelerator-phase output (JSON), kept until its record is written: a lost analysis phase
     # reruns from it without retraining.
     sa.Column("phase_json", sa.Text),
+)
+
+# The drivers running a sweep right now and the grid each runs (the hash of its trial keys): a second
+# driver with another grid under the same name is refused (`register_driver`), instead of superseding
+# the first one's trials while it runs. A row lives as long as a lease (renewed by the heartbeat).
+drivers = sa.Table(
+    "privbench_drivers", metadata,
+    sa.Column("sweep", sa.String(200), primary_key=True),
+    sa.Column("owner", sa.String(200), primary_key=True),
+    sa.Column("grid_key", sa.String(64), nullable=False),
+    sa.Column("trials", sa.Integer, nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -137,6 +154,23 @@ def _sqlite_ro_connect(path: Path) -> Callable[[], sqlite3.Connection]:
     return connect
 
 
+def sqlite_damage(path: Path) -> str | None:
+    """What SQLite's `PRAGMA quick_check` finds wrong with the file at `path` (its first problem), or None.
+
+    quick_check reads every page and b-tree of the file (about the time a full read of it takes), so a
+    torn or zeroed page is found before a query silently returns fewer rows than the file holds: a
+    damaged index page makes `SELECT ... WHERE sweep = ?` return nothing, and a store would read as
+    empty. It never writes: the file is opened read-only, as read commands open it."""
+    try:
+        with contextlib.closing(_sqlite_ro_connect(path)()) as conn:
+            rows = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as e:  # not a database at all, or a header too damaged to open
+        return "not a SQLite database: overwritten or truncated" if "not a database" in str(e) else str(e)
+    lines = [line.strip() for row in rows for line in str(row[0]).splitlines()]
+    lines = [line for line in lines if line and not line.startswith("*** in database")]
+    return None if lines == ["ok"] else (lines[0] if lines else "quick_check failed")
+
+
 def engine_for(uri: str, *, read_only: bool = False) -> sa.Engine:
     path = sqlite_path(uri)
     if path is not None and read_only:
@@ -201,7 +235,8 @@ class Ledger:
         return sa.inspect(self.engine).has_table("privbench_trials")
 
     def check(self) -> None:
-        """Raise a one-line StoreError when the ledger is empty, truncated or not a privbench ledger."""
+        """Raise a one-line StoreError when the ledger is empty, truncated or not a privbench ledger (damaged
+        pages are `sqlite_damage`'s, checked by the store, which knows how to recover each of its files)."""
         if self.path is not None and self.path.is_dir():
             raise StoreError(f"store {self.path} is a folder, not a ledger file; move it aside")
         if self.path is not None and self.path.exists() and self.path.stat().st_size == 0:
@@ -218,15 +253,8 @@ class Ledger:
         """Serialise store creation and sweep opening between drivers: a file lock next to a SQLite
         ledger, an advisory lock on PostgreSQL."""
         if self.path is not None:
-            import fcntl
-
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_name(self.path.name + ".lock"), "a") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(fh, fcntl.LOCK_UN)
+            with file_lock(self.path):
+                yield
         elif self.engine.dialect.name == "postgresql":
             with self.engine.connect() as c:
                 c.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
@@ -238,6 +266,18 @@ class Ledger:
                     c.commit()
         else:
             yield
+
+    # the database's clock -------------------------------------------------------------------------
+    def now_sql(self) -> Any:
+        """The database's clock in seconds since the epoch, as a SQL expression: what every lease is
+        written and compared with, so that drivers whose own clocks disagree agree on a lease."""
+        if self.engine.dialect.name == "postgresql":
+            return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Float)
+        return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+
+    def now(self) -> float:
+        with self.engine.connect() as c:
+            return float(c.execute(sa.select(self.now_sql())).scalar())
 
     # the ledger's own identity ------------------------------------------------------------------
     def meta_value(self, key: str) -> str | None:
@@ -258,14 +298,14 @@ class Ledger:
 
     # sweeps -------------------------------------------------------------------------------------
     def create_sweep(self, name: str, sweep_id: str, experiment_id: str, grid_yaml: str) -> None:
-        now = time.time()
+        now = self.now_sql()
         with self.engine.begin() as c:
             c.execute(sweeps.insert().values(name=name, experiment_id=experiment_id, grid_yaml=grid_yaml,
                                              sweep_id=sweep_id, created_at=now, updated_at=now))
 
     def update_sweep(self, name: str, **values: Any) -> None:
         with self.engine.begin() as c:
-            c.execute(sweeps.update().where(sweeps.c.name == name).values(updated_at=time.time(), **values))
+            c.execute(sweeps.update().where(sweeps.c.name == name).values(updated_at=self.now_sql(), **values))
 
     def sweep(self, name: str) -> dict[str, Any] | None:
         with self.engine.connect() as c:
@@ -275,6 +315,26 @@ class Ledger:
     def sweep_names(self) -> list[str]:
         with self.engine.connect() as c:
             return [r[0] for r in c.execute(sa.select(sweeps.c.name).order_by(sweeps.c.updated_at.desc()))]
+
+    # drivers ------------------------------------------------------------------------------------
+    def register_driver(self, sweep: str, owner: str, grid_key: str, count: int) -> list[tuple[str, int]]:
+        """Register `owner` as running `sweep` with the grid whose trial keys hash to `grid_key` (call under
+        `lock()`), unless live drivers run the sweep with another grid: then nothing is written and those
+        drivers are returned as (owner, their grid's trial count). Dead and lapsed registrations go."""
+        now = self.now()
+        with self.engine.begin() as c:
+            rows = c.execute(sa.select(drivers).where(drivers.c.sweep == sweep)).all()
+            gone = [r.owner for r in rows if r.expires < now or owner_dead(r.owner)]
+            if gone:
+                c.execute(drivers.delete().where((drivers.c.sweep == sweep) & drivers.c.owner.in_(gone)))
+            others = [(r.owner, r.trials) for r in rows
+                      if r.owner not in gone and r.owner != owner and r.grid_key != grid_key]
+            if others:
+                return others
+            c.execute(drivers.delete().where((drivers.c.sweep == sweep) & (drivers.c.owner == owner)))
+            c.execute(drivers.insert().values(sweep=sweep, owner=owner, grid_key=grid_key, trials=count,
+                                              expires=now + lease_seconds()))
+        return []
 
     # trials -------------------------------------------------------------------------------------
     def sync_trials(self, sweep: str, configs: Iterable[Mapping[str, Any]],
@@ -287,7 +347,7 @@ class Ledger:
         older formula is renamed rather than superseded. Returns the MLflow run ids that became
         superseded, and {run_id: new key} of renamed trials. Call under `lock()`.
         """
-        now = time.time()
+        now = self.now()
         configs = list(configs)
         current = {cfg["trial_key"] for cfg in configs}
         superseded: list[str] = []
@@ -324,14 +384,15 @@ class Ledger:
                 c.execute(trials.insert(), rows)
         return superseded, renamed
 
-    def redo(self, sweep: str, trial_keys: Iterable[str]) -> None:
-        """Trials whose MLflow run is gone (deleted in the UI): run them again."""
-        keys = list(trial_keys)
-        if keys:
-            with self.engine.begin() as c:
-                c.execute(trials.update().where((trials.c.sweep == sweep) & trials.c.trial_key.in_(keys))
-                          .values(status="pending", run_id=None, result_json=None, error=None,
-                                  updated_at=time.time()))
+    def restore(self, sweep: str, record: Mapping[str, Any], run_id: str, status: str) -> None:
+        """A trial row rebuilt from its MLflow run (`storage.recovery`): the record as the run stored it."""
+        cfg = record.get("config") or {}
+        with self.engine.begin() as c:
+            c.execute(trials.insert().values(
+                sweep=sweep, trial_key=record["trial_key"], status=status, run_id=run_id, attempts=1,
+                dataset=cfg.get("dataset"), model=cfg.get("model"), mechanism=cfg.get("mechanism"),
+                epsilon=cfg.get("epsilon"), seed=cfg.get("seed"), config_json=json.dumps(cfg),
+                result_json=json.dumps(record), error=record.get("error"), updated_at=self.now_sql()))
 
     # leases -------------------------------------------------------------------------------------
     def clear_dead_leases(self, sweep: str) -> int:
@@ -348,8 +409,8 @@ class Ledger:
 
     def claim(self, sweep: str, trial_key: str, owner: str, since: float) -> bool:
         """Lease one trial for `owner` unless it is done, leased by a live driver, or failed after
-        `since` (another driver just tried it). Atomic: of two drivers, one wins."""
-        now = time.time()
+        `since` (another driver just tried it; the database's time). Atomic: of two drivers, one wins."""
+        now = self.now_sql()
         free = trials.c.lease_owner.is_(None) | (trials.c.lease_owner == owner) | (trials.c.lease_expires < now)
         with self.engine.begin() as c:
             result = c.execute(
@@ -362,53 +423,71 @@ class Ledger:
         return result.rowcount == 1
 
     def renew(self, sweep: str, owner: str, trial_key: str | None = None) -> int:
-        """Heartbeat: push back the expiry of `owner`'s leases (one trial's, or all). Returns how many."""
+        """Heartbeat: push back the expiry of `owner`'s leases (one trial's, or all, and then its driver
+        registration too). Returns how many trial leases."""
         cond = (trials.c.sweep == sweep) & (trials.c.lease_owner == owner)
         if trial_key is not None:
             cond &= trials.c.trial_key == trial_key
+        expires = self.now_sql() + lease_seconds()
         with self.engine.begin() as c:
-            return c.execute(trials.update().where(cond).values(lease_expires=time.time() + lease_seconds())).rowcount
+            if trial_key is None:
+                c.execute(drivers.update().where((drivers.c.sweep == sweep) & (drivers.c.owner == owner))
+                          .values(expires=expires))
+            return c.execute(trials.update().where(cond).values(lease_expires=expires)).rowcount
 
     def release(self, sweep: str, owner: str | None) -> None:
-        """Give back every lease of `owner` (a driver that stops early lets others go on at once); with
-        None, every lease of the sweep (`--steal-leases`: its drivers are known to be dead)."""
+        """Give back every lease of `owner` and its driver registration (a driver that stops early lets
+        others go on at once); with None, every lease of the sweep (`--steal-leases`: its drivers are
+        known to be dead)."""
         held = trials.c.lease_owner == owner if owner is not None else trials.c.lease_owner.is_not(None)
+        # a trial given back unrecorded is not "running": it waits for the next driver (its earlier result,
+        # a failure, if it has one)
+        back = sa.case((trials.c.status != "running", trials.c.status),
+                       (trials.c.result_json.is_(None), "pending"), else_="failed")
         with self.engine.begin() as c:
             c.execute(trials.update().where((trials.c.sweep == sweep) & held)
-                      .values(lease_owner=None, lease_expires=None))
+                      .values(status=back, lease_owner=None, lease_expires=None))
+            if owner is not None:
+                c.execute(drivers.delete().where((drivers.c.sweep == sweep) & (drivers.c.owner == owner)))
 
     def leases(self, sweep: str) -> list[tuple[str, float]]:
-        """(owner, expiry) of the sweep's live leases (what keeps a driver from running those trials)."""
-        now = time.time()
+        """(owner, seconds until it lapses) of the sweep's live leases (what keeps a driver from running
+        those trials), measured on the database's clock."""
+        now = self.now_sql()
         with self.engine.connect() as c:
-            return [(r[0], r[1]) for r in c.execute(
-                sa.select(trials.c.lease_owner, trials.c.lease_expires).where(
+            return [(r[0], float(r[1])) for r in c.execute(
+                sa.select(trials.c.lease_owner, trials.c.lease_expires - now).where(
                     (trials.c.sweep == sweep) & trials.c.lease_owner.is_not(None) & (trials.c.lease_expires >= now)))]
 
     def leased_by_others(self, sweep: str, owner: str | None) -> set[str]:
-        now = time.time()
+        now = self.now_sql()
         with self.engine.connect() as c:
             return {r[0] for r in c.execute(
                 sa.select(trials.c.trial_key).where(
                     (trials.c.sweep == sweep) & trials.c.lease_owner.is_not(None)
                     & (trials.c.lease_owner != (owner or "")) & (trials.c.lease_expires >= now)))}
 
-    def mark_running(self, sweep: str, trial_key: str) -> None:
-        with self.engine.begin() as c:
-            c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))
-                      .values(status="running", attempts=trials.c.attempts + 1, updated_at=time.time()))
-
-    def record(self, record: Mapping[str, Any], run_id: str | None, owner: str | None = None) -> bool:
-        """The trial's final row (and its lease given back). With `owner`, only while it holds the lease."""
+    def record(self, record: Mapping[str, Any], run_id: str | None, owner: str | None = None, *,
+               unless_finished: bool = False) -> bool:
+        """The trial's final row (and its lease given back). With `owner`, only while it holds the lease;
+        with `unless_finished`, only while the row is not finished (a run adopted by reconciliation)."""
         cond = (trials.c.sweep == record["sweep"]) & (trials.c.trial_key == record["trial_key"])
         if owner is not None:
             cond &= trials.c.lease_owner == owner
+        if unless_finished:
+            cond &= trials.c.status.not_in(DONE)
         with self.engine.begin() as c:
             result = c.execute(trials.update().where(cond)
                                .values(status=record["status"], run_id=run_id, result_json=json.dumps(record),
-                                       error=record.get("error"), updated_at=time.time(), lease_owner=None,
+                                       error=record.get("error"), updated_at=self.now_sql(), lease_owner=None,
                                        lease_expires=None, phase_json=None))
         return result.rowcount == 1
+
+    def set_run_id(self, sweep: str, trial_key: str, run_id: str) -> None:
+        """Point a recorded trial at its MLflow run again (the run was rewritten from the ledger's record)."""
+        with self.engine.begin() as c:
+            c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))
+                      .values(run_id=run_id))
 
     def save_phase(self, sweep: str, trial_key: str, owner: str, phase_json: str) -> bool:
         """Keep a trial's accelerator-phase output while `owner` holds its lease (False: it does not)."""
@@ -422,10 +501,12 @@ class Ledger:
             return c.execute(sa.select(trials.c.phase_json).where(
                 (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).scalar()
 
-    def run_id(self, sweep: str, trial_key: str) -> str | None:
+    def run_state(self, sweep: str, trial_key: str) -> tuple[str | None, int]:
+        """The trial's recorded MLflow run (None if none) and how many times it was claimed."""
         with self.engine.connect() as c:
-            return c.execute(sa.select(trials.c.run_id).where(
-                (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).scalar()
+            row = c.execute(sa.select(trials.c.run_id, trials.c.attempts).where(
+                (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))).first()
+        return (row[0], row[1] or 0) if row else (None, 0)
 
     def loads(self, row: Mapping[str, Any], column: str) -> Any:
         """A JSON column of a trial row; a damaged one is a one-line StoreError naming the trial."""
@@ -455,3 +536,19 @@ class Ledger:
             rows = c.execute(sa.select(trials.c.status, sa.func.count()).where(trials.c.sweep == sweep)
                              .group_by(trials.c.status)).all()
         return {s: n for s, n in rows}
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """The lock that serialises drivers opening a SQLite store: `flock` on `<ledger>.lock` beside it (the
+    ledger itself may be damaged or missing: rebuilding it takes the same lock)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+

@@ -20,10 +20,14 @@ from storage.errors import StoreError
 from storage.secrets import join_credentials, mask, mask_uri, remember_secret, split_credentials
 
 # mask, mask_uri and split_credentials are re-exported: callers that resolve stores also mask and parse them.
-__all__ = ["DATABASE_SCHEMES", "DEFAULT_STORE", "SUPPORTED", "StoreLocation", "data_home", "mask", "mask_uri",
-           "normalise_db_uri", "postgres_driver", "resolve", "split_credentials", "sqlite_path"]
+__all__ = ["DATABASE_SCHEMES", "DEFAULT_STORE", "RELATIVE_ARTIFACTS", "SUPPORTED", "StoreLocation", "data_home",
+           "mask", "mask_uri", "normalise_db_uri", "postgres_driver", "resolve", "split_credentials", "sqlite_path"]
 
 DEFAULT_STORE = "./privbench-store"
+# A store's own artifacts are named relative to its folder (`mlflow-artifacts:/SWEEP/RUN/artifacts`), so a
+# store copied or moved elsewhere still finds them: privbench writes them under FOLDER/artifacts, and
+# `privbench ui` serves them from there (`mlflow server --artifacts-destination`).
+RELATIVE_ARTIFACTS = "mlflow-artifacts:"
 DATABASE_SCHEMES = ("postgresql", "postgres", "sqlite")  # the back ends privbench is tested on
 SUPPORTED = "a folder, sqlite:////path/to/file.db, postgresql://user:password@host/db or an http(s):// MLflow server"
 def data_home() -> Path:
@@ -38,6 +42,7 @@ class StoreLocation:
     artifact_root: str | None  # None: the ledger's recorded root (database store) or the server's (http)
     folder: Path | None  # the local folder holding the store's files, if any
     kind: str  # folder | database | server
+    artifacts_folder: Path | None = None  # where RELATIVE_ARTIFACTS URIs resolve: FOLDER/artifacts
 
     @property
     def display(self) -> str:
@@ -128,21 +133,27 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
         path = sqlite_path(uri)
         if uri.startswith("sqlite:") and path is None:
             raise StoreError(f"a sqlite store needs a file: sqlite:////absolute/path/mlflow.db, got {raw!r}")
+        own = None
         if path is not None:
             path = path.expanduser().resolve()
             uri = f"sqlite:///{path}"
-            artifacts = artifacts or (path.parent / "artifacts").as_uri()
-        return StoreLocation(uri, ledger or uri, artifacts, path.parent if path else None, "database")
+            own = path.parent / "artifacts"
+            artifacts = artifacts or RELATIVE_ARTIFACTS
+        return StoreLocation(uri, ledger or uri, artifacts, path.parent if path else None, "database", own)
     if raw.startswith(("http://", "https://")):
+        # The password is percent-escaped for MLflow's client (requests decodes it): a `#`, `/` or `?` in
+        # it would end the URL's host part for a URL parser, and MLflow would read the rest as a port.
+        server = join_credentials(*split_credentials(raw.rstrip("/")))
         remember_secret(split_credentials(raw)[2])
-        return StoreLocation(raw.rstrip("/"), ledger or _server_ledger(raw), artifacts, None, "server")
+        return StoreLocation(server, ledger or _server_ledger(server), artifacts, None, "server")
     if "://" in raw:
         raise _unsupported(raw)
     folder = Path(raw).expanduser().resolve()
     return StoreLocation(
         tracking_uri=f"sqlite:///{folder / 'mlflow.db'}",
         ledger_uri=ledger or f"sqlite:///{folder / 'ledger.db'}",
-        artifact_root=artifacts or (folder / "artifacts").as_uri(),
+        artifact_root=artifacts or RELATIVE_ARTIFACTS,
         folder=folder,
         kind="folder",
+        artifacts_folder=folder / "artifacts",
     )

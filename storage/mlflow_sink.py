@@ -17,13 +17,15 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from storage import schema
 from storage.errors import translated
 from storage.faults import fault
 from storage.ledger import write_like_the_driver
-from storage.mlflow_view import RUNS_VIEW_TAG, runs_view
+from storage.location import RELATIVE_ARTIFACTS
+from storage.mlflow_view import NOTE_TAG, RUNS_VIEW_TAG, display_params, runs_view, trial_summary
 
 TRIAL_KEY_TAG = "privbench.trial_key"
 SWEEP_TAG = "privbench.sweep"
@@ -34,9 +36,10 @@ RECORDED_TAG = "privbench.recorded"  # set last: a run without it was cut off mi
 SUPERSEDED_TAG = "privbench.superseded"  # the trial left its sweep's grid (the grid was edited)
 SWEEP_RUN_TAG = "privbench.sweep_run"  # the sweep's parent run (grid, leaderboard, figures); not a trial
 SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's parent run (not nested, see write_run)
-# MLflow 3's UI opens an experiment without this tag on its GenAI "Traces" page; with it, on the runs table.
-# The runs view (storage/mlflow_view.py) gives that table its columns when the link names it.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view()}
+# A model-training experiment (MLflow's own UI switch decides which page opens: `privbench ui` sets it, see
+# dashboards/ui.py), and the runs view (storage/mlflow_view.py) that gives its runs table the trials' columns.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view(TRIAL_KEY_TAG)}
+SUMMARY_FILE = "summary.md"  # a sweep file that is also the experiment's description (the sweep's summary)
 MAX_PARAM_LEN = 6000
 
 
@@ -47,6 +50,9 @@ def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     # A benchmark of private training reports nothing home unless its user opts in (false turns it back on).
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow prints "View run ... at: <server URL>" on stdout for every run of a tracking server: the URL
+    # holds the store's credentials, and stdout is for results (`--json`).
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
     for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
@@ -68,16 +74,41 @@ class MlflowSink:
     """The store's MLflow side at `tracking_uri` (`where` names it in messages). `writer=True` (the
     driver) writes MLflow's SQLite file as the driver writes the ledger; readers never write it."""
 
-    def __init__(self, tracking_uri: str, where: str, *, writer: bool) -> None:
+    def __init__(self, tracking_uri: str, where: str, *, writer: bool, artifacts_folder: Path | None = None) -> None:
         self.tracking_uri = tracking_uri
         self.where = where
         self.writer = writer
+        self.artifacts_folder = artifacts_folder  # where the store's relative artifact URIs resolve
         self._client: Any = None
         self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
 
-    def connect(self) -> None:
-        """Make the client now (the driver does it under the ledger's lock: MLflow creates its schema here)."""
+    def connect(self, *, new_file: bool = False) -> None:
+        """Make the client now (the driver does it under the ledger's lock: MLflow creates its schema here).
+        `new_file`: the database file was replaced in this process (a rebuilt mirror); MLflow keeps one
+        store and engine per URI for the process, which still believe the old file's schema is there."""
+        if new_file:
+            _forget_store(self.tracking_uri)
         self._client = self._make_client()
+
+    def create_file(self, path: Path) -> None:
+        """Create MLflow's SQLite database at `path` whole or not at all: its schema is made in a file beside
+        it, renamed into place when complete. A disk that fills during MLflow's migrations leaves only that
+        file (removed by the next attempt), never a half-migrated `mlflow.db` that every later run refuses
+        ("table _alembic_tmp_experiments already exists")."""
+        from mlflow.tracking import MlflowClient
+
+        _quiet_mlflow()
+        partial = path.with_name(path.name + ".creating")
+        for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm", "-journal"))):
+            leftover.unlink(missing_ok=True)  # an earlier attempt's, privbench's own
+        uri = f"sqlite:///{partial}"
+        _forget_store(uri)  # an earlier attempt's engine still holds the removed file open
+        with translated(self.where):
+            try:
+                _mlflow_engine(MlflowClient(tracking_uri=uri))  # MLflow migrates the new file here
+            finally:
+                _forget_store(uri)
+            os.replace(partial, path)
 
     def _make_client(self) -> Any:
         _quiet_mlflow()
@@ -144,24 +175,40 @@ class MlflowSink:
             run_id = self.client.create_run(experiment_id, run_name=f"{sweep} (sweep)",
                                             tags={SWEEP_RUN_TAG: "true", SWEEP_TAG: sweep} | _source_tags()).info.run_id
         if grid_yaml is not None:
-            self.client.log_text(run_id, grid_yaml, "grid.yaml")
+            self.put_artifacts(run_id, {"grid.yaml": grid_yaml})
         self._parents[sweep] = run_id
         return run_id
 
     def log_sweep_files(self, sweep: str, experiment_id: str, files: Mapping[str, str | bytes]) -> str:
-        """Store summary files (path -> content) on the sweep's parent run and mark it finished."""
-        import tempfile
-        from pathlib import Path
-
+        """Store summary files (path -> content) on the sweep's parent run and mark it finished; `summary.md`
+        is also the experiment's description."""
         run_id = self.sweep_run(sweep, experiment_id)
-        with tempfile.TemporaryDirectory() as tmp:
-            for rel, content in files.items():
-                path = Path(tmp) / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(content.encode() if isinstance(content, str) else content)
-            self.client.log_artifacts(run_id, tmp)
+        self.put_artifacts(run_id, files)
+        if SUMMARY_FILE in files:
+            summary = files[SUMMARY_FILE]
+            self.client.set_experiment_tag(experiment_id, NOTE_TAG,
+                                           summary.decode() if isinstance(summary, bytes) else summary)
         self.client.set_terminated(run_id, "FINISHED")
         return run_id
+
+    def put_artifacts(self, run_id: str, files: Mapping[str, str | bytes], artifact_uri: str | None = None) -> None:
+        """Write files (relative path -> content) as the run's artifacts. A run of this store's own artifacts
+        (RELATIVE_ARTIFACTS) gets them under its folder's `artifacts/`; any other location (a folder or
+        bucket given with --artifacts, a tracking server's) through MLflow."""
+        import tempfile
+
+        uri = artifact_uri or self.client.get_run(run_id).info.artifact_uri
+        if uri.startswith(RELATIVE_ARTIFACTS) and self.artifacts_folder is not None:
+            root: Path | None = self.artifacts_folder / uri.removeprefix(RELATIVE_ARTIFACTS).lstrip("/")
+        else:
+            root = None
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel, content in files.items():
+                path = (root or Path(tmp)) / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content.encode() if isinstance(content, str) else content)
+            if root is None:
+                self.client.log_artifacts(run_id, tmp)
 
     def tag_quietly(self, run_id: str, key: str, value: str) -> None:
         from mlflow.exceptions import MlflowException
@@ -187,6 +234,35 @@ class MlflowSink:
     def delete_run(self, run_id: str) -> None:
         self.client.delete_run(run_id)
 
+    def restore_run(self, run_id: str) -> None:
+        self.client.restore_run(run_id)
+
+    def trial_runs(self, experiment_id: str, trial_key: str) -> list[str]:
+        """The ids of the active runs of one trial (every attempt's, whoever wrote them)."""
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{TRIAL_KEY_TAG}` = '{trial_key}'",
+                                        max_results=1000)
+        return [r.info.run_id for r in found]
+
+    def read_text(self, run_id: str, path: str) -> str | None:
+        """A text artifact of a run (`result.json`, the parent run's `grid.yaml`), or None when it cannot be read."""
+        import tempfile
+
+        from mlflow.exceptions import MlflowException
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                return Path(self.client.download_artifacts(run_id, path, tmp)).read_text()
+            except (MlflowException, OSError, ValueError):
+                return None
+
+    def read_record(self, run_id: str) -> dict[str, Any] | None:
+        """The result record a complete run stored (`result.json`), or None when it cannot be read."""
+        try:
+            record = json.loads(self.read_text(run_id, "result.json") or "null")
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
     def delete_quietly(self, run_id: str) -> None:
         from mlflow.exceptions import MlflowException
 
@@ -207,6 +283,7 @@ class MlflowSink:
         now = ended or int(time.time() * 1000)
         privacy = record.get("privacy") or {}
         params = {k: v for k, v in flatten("", config, {}).items() if k not in ("sweep", "trial_key")}
+        params |= display_params(record)  # the runs view's rounded columns
         params |= {f"privacy.{k}": privacy.get(k) for k in
                    ("sigma", "sample_rate", "steps", "sampler", "accountant", "claimed_by", "grad_sample_mode")}
         metrics = dict(record.get("metrics") or {})
@@ -215,6 +292,7 @@ class MlflowSink:
                 "claim_status": privacy.get("claim_status"), "error": (record.get("error") or None),
                 "node_ip": env.get("node_ip"), "hostname": env.get("hostname")}
         tags |= {f"version.{k}": v for k, v in (env.get("versions") or {}).items()}
+        tags[NOTE_TAG] = trial_summary(record)  # the run page's description: its numbers, grouped and rounded
         # Few round trips per run (each is a database transaction): every tag at creation, the
         # artifacts, then metrics, params and the `recorded` mark in one batch, then the end.
         run = self.client.create_run(
@@ -226,9 +304,9 @@ class MlflowSink:
         run_id = run.info.run_id
         fault("after_create_run")
         self.client.log_inputs(run_id, datasets=[_dataset_input(config, metrics.get("n_train"))])
-        self.client.log_dict(run_id, dict(record), "result.json")
-        if record.get("traceback"):
-            self.client.log_text(run_id, record["traceback"], "traceback.txt")
+        self.put_artifacts(run_id, {"result.json": json.dumps(dict(record), indent=2)}
+                           | ({"traceback.txt": record["traceback"]} if record.get("traceback") else {}),
+                           run.info.artifact_uri)
         self.client.log_batch(
             run_id,
             metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if _is_number(v)]
@@ -247,6 +325,18 @@ def _mlflow_engine(client: Any) -> Any:
     """MLflow's SQLAlchemy engine behind a client, None for a tracking server. MLflow has no public hook
     for its database connections, so this is the one place that reaches through the client for it."""
     return getattr(getattr(client._tracking_client, "store", None), "engine", None)
+
+
+def _forget_store(tracking_uri: str) -> None:
+    """Drop MLflow's cached store and engine for a URI (the other place that reaches into MLflow, see
+    `_mlflow_engine`): the next client checks, and creates, the schema of the file that is there now."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    _tracking_store_registry._get_store_with_resolved_uri.cache_clear()
+    engine = SqlAlchemyStore._engine_map.pop(tracking_uri, None)
+    if engine is not None:
+        engine.dispose()
 
 
 def _ms(seconds: Any) -> int | None:

@@ -130,6 +130,17 @@ FIELDS: tuple[Field, ...] = (
     F("val_accuracy", "metrics", NUM + OPT, "validation accuracy", mlflow=True, abbr="val. acc.", percent=True),
     F("train_loss", "metrics", NUM + OPT, "last epoch's mean training loss", mlflow=True),
     F("step_time_s", "metrics", NUM + OPT, "median training step time", mlflow=True, unit="s"),
+    F("step_time_ratio", "metrics", NUM + OPT, "a private step's time over a non-private step's of the same model, "
+      "batch and precision, taken in turns in the trial (workers/overhead.py); records without it: over the "
+      "non-private trials' median step (same sweep, data, model, batch)", column="step_time_ratio",
+      header="step x", group="core", unit="x", label="step time", abbr="step", mlflow=True),
+    F("peak_memory_ratio", "metrics", NUM + OPT, "a private step's peak extra memory over the non-private step's, "
+      "measured the same way (null when non-private's is under 50 MB)", column="peak_memory_ratio",
+      header="mem x", group="overhead", unit="x", label="memory", abbr="mem.", mlflow=True),
+    F("paired_private_step_s", "metrics", NUM + OPT, "median private step in the trial's paired overhead window "
+      "(workers/overhead.py)", mlflow=True, unit="s"),
+    F("paired_nonprivate_step_s", "metrics", NUM + OPT, "median non-private step of the same model and batch in "
+      "that window", mlflow=True, unit="s"),
     F("examples_per_s", "metrics", NUM + OPT, "training throughput", column="examples_per_s", header="ex/s",
       group="overhead", mlflow=True, unit="ex/s", label="throughput", abbr="thr.", digits=4),
     F("train_s", "metrics", NUM + OPT, "training time (audit canaries left out)", mlflow=True, unit="s"),
@@ -144,8 +155,8 @@ FIELDS: tuple[Field, ...] = (
     F("accelerator_s", "metrics", NUM, "time on the accelerator (training and evaluation)", column="accelerator_s",
       header="accel s", group="overhead", mlflow=True, unit="s", sparse=True, label="accelerator", abbr="accel."),
     F("analysis_s", "metrics", NUM, "time of the analyses after training (audits, MIA)", column="analysis_s",
-      header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True, label="analysis",
-      abbr="anal."),
+      header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True,
+      label="post-training analysis", abbr="post"),
     F("n_train", "metrics", NUM, "training examples used", mlflow=True),
 
     # curves: one value per epoch (MLflow: the metric's history, step = epoch)
@@ -185,6 +196,8 @@ FIELDS: tuple[Field, ...] = (
     F("epsilon_target", "privacy", NUM + OPT, "config.epsilon, kept beside the epsilons it is compared with"),
     F("grad_sample_mode", "privacy", (str, type(None)), "per-sample gradient engine"),
     F("bk_fallback", "privacy", (str, type(None)), "why the book-keeping engine could not clip the model"),
+    F("grad_sample_mode_source", "privacy", (str, type(None)), "where the engine came from: grid, model (its "
+      "info), or default (the model names none: privbench's book-keeping engine)"),
     F("claim_status", "privacy", (str, type(None)), "ok, overclaimed, violated or uncertified (worst over seeds)",
       column="claim_status", header="status", group="core", aggregate="worst", private_only=True),
     # the one-run audit: lower bounds (the largest over seeds), ceiling, cost
@@ -290,10 +303,7 @@ FIELDS: tuple[Field, ...] = (
     F("utility_std", "derived", NUM + OPT, "utility, std over seeds", column="utility_std"),
     F("mu_claimed_audited", "derived", str, "mu claimed / audited of one step", header="mu claimed/audited",
       group="audit", abbr="mu cl./aud."),
-    F("step_time_ratio", "derived", NUM + OPT, "step time over non-private's (same sweep, data, model, batch)",
-      column="step_time_ratio", header="step x", group="core", unit="x", label="step time", abbr="step"),
-    F("peak_memory_ratio", "derived", NUM + OPT, "peak memory over non-private's (when that is measurable)",
-      column="peak_memory_ratio", header="mem x", group="overhead", unit="x", label="memory", abbr="mem."),
+
     F("n_finished", "derived", int, "finished trials", column="n_finished", header="runs", group="core", abbr="n"),
     F("n_failed", "derived", int, "failed trials", column="n_failed"),
     F("batch_size", "derived", (int, type(None)), "config.train.batch_size", column="batch_size"),

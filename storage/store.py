@@ -1,27 +1,41 @@
 """The store: the ledger (the source of truth) plus its MLflow mirror, written by the driver alone.
 
-`Store` decides what is owned, leased and recorded, and in which order; every MLflow call goes through
-its `MlflowSink` (storage/mlflow_sink.py). It takes result records as plain mappings; it does not
+`Store` is the only door to both: it decides what is owned, leased and recorded, and in which order,
+and every method runs inside the store's error translation (one line naming the file, never a driver
+traceback). The ledger is private to storage/; every MLflow call goes through the `MlflowSink`
+(storage/mlflow_sink.py) that `Store` feeds. It takes result records as plain mappings; it does not
 import `workers`.
+
+The mirror never rewrites the truth: reconciling MLflow with the ledger changes MLflow (a leftover run
+deleted, a missing run written again from the ledger's record) and never a recorded result of the
+ledger. The one thing MLflow can add to the ledger is a complete, recorded run of a trial the ledger
+holds no result for (a ledger restored from a backup, a driver killed between the run and the ledger
+row): that run is adopted, not deleted and trained again. Both files are integrity-checked when a
+driver opens them, and the ledger when a read command does (`PRAGMA quick_check`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from storage.errors import WRITE_ACCESS, Conflict, StoreError, StoreLost, translated
+from storage.errors import WRITE_ACCESS, Conflict, Damaged, StoreError, StoreLost, translated
 from storage.faults import fault
-from storage.ledger import Ledger, lease_seconds, new_owner
+from storage.ledger import DONE, Ledger, lease_seconds, new_owner, owner_dead, sqlite_damage
 from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
 from storage.mlflow_sink import (
     KIND_TAG,
     LEDGER_ID_TAG,
+    RECORDED_TAG,
     SUPERSEDED_TAG,
     SWEEP_ID_TAG,
     SWEEP_RUN_TAG,
@@ -45,6 +59,15 @@ def preflight(location: StoreLocation, sweep: str) -> None:
     answers, and a sweep whose ledger does not exist yet does not name an experiment that is already on
     the server (it would belong to another ledger, and the run would be refused after creating one)."""
     lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
+    with translated(location.display):
+        check_files(location, sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))
+        ledger_file = sqlite_path(location.ledger_uri)
+        if ledger_file is not None and ledger_file.is_file():
+            ledger = Ledger(location.ledger_uri, read_only=True)
+            try:
+                check_tracking_file(location, ledger)
+            finally:
+                ledger.engine.dispose()
     if location.folder is not None and location.folder.exists() and not location.folder.is_dir():
         raise StoreError(f"store {location.display} is a file, not a store folder")
     if location.kind != "server":
@@ -80,28 +103,142 @@ def preflight(location: StoreLocation, sweep: str) -> None:
                        "ledger with --ledger; otherwise give the sweep another name (`name:` in the grid)")
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _translating(method: F) -> F:
+    """Run a `Store` method inside the store's error translation: a driver or MLflow error is one line."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        with translated(self.where):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def damaged(location: StoreLocation, path: Path, problem: str) -> Damaged:
+    """The one line for a damaged store file: which file, what SQLite found, and how to recover it."""
+    tracking, ledger = sqlite_path(location.tracking_uri), sqlite_path(location.ledger_uri)
+    store = location.display
+    if tracking == ledger:
+        recovery = ("the file holds both the ledger and the MLflow runs: restore it from a backup "
+                    "(docs/store.md, damaged stores)")
+    elif path == ledger:
+        recovery = ("the MLflow mirror holds every recorded result: `privbench store rebuild-ledger --store "
+                    f"{store}` rebuilds the ledger from it (the damaged file is kept beside it)")
+    else:
+        recovery = ("the ledger holds every recorded result: `privbench store rebuild-mirror --store "
+                    f"{store}` rebuilds the MLflow runs from it (the damaged file is kept beside it)")
+    return Damaged(f"store file {path} is damaged ({problem[:160]}); nothing was written. Stop every driver of "
+                   f"this store, then: {recovery}")
+
+
+def _half_migrated(path: Path) -> bool:
+    """Whether MLflow's migrations stopped halfway in this file (alembic's batch tables are still there)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return db.execute("select count(*) from sqlite_master where name like '\\_alembic\\_tmp\\_%' escape '\\'"
+                          ).fetchone()[0] > 0
+
+
+def check_files(location: StoreLocation, *paths: Path | None) -> None:
+    """`PRAGMA quick_check` of some of the store's SQLite files: a damaged page is said (`damaged`) before
+    anything reads fewer rows than the file holds, or writes over it."""
+    for path in dict.fromkeys(paths):
+        if path is not None and path.is_file() and path.stat().st_size > 0:
+            problem = sqlite_damage(path)
+            if problem is not None:
+                raise damaged(location, path, problem)
+
+
+def check_tracking_file(location: StoreLocation, ledger: Ledger) -> None:
+    """A store whose MLflow database vanished or was truncated while the ledger lists sweeps must not be
+    silently re-created: every trial would look finished with no run behind it."""
+    path = sqlite_path(location.tracking_uri)
+    if path is None or path == ledger.path or (path.exists() and path.stat().st_size > 0):
+        return
+    if ledger.path is not None and ledger.path.exists() and ledger.has_schema() and ledger.sweep_names():
+        state = "is empty (0 bytes: truncated?)" if path.exists() else "is missing"
+        raise StoreError(f"store {path} {state} but the ledger lists sweeps; nothing was written. The ledger "
+                         f"holds every recorded result: `privbench store rebuild-mirror --store {location.display}` "
+                         "rebuilds the MLflow runs from it")
+
+
+def grid_key(keys: Iterable[str]) -> str:
+    """The identity of a grid as a sweep sees it: the hash of its trial keys (a comment or a resource
+    change is the same grid; another seed or learning rate is another)."""
+    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRow:
+    """One trial as the ledger holds it. `record` is its result record (None until it has one)."""
+
+    trial_key: str
+    status: str
+    dataset: str
+    model: str
+    mechanism: str
+    epsilon: float | None
+    seed: int
+    attempts: int
+    run_id: str | None
+    error: str | None
+    lease_owner: str | None
+    record: Mapping[str, Any] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Reconciled:
+    """What reconciling a sweep's MLflow runs with its ledger did (each a list of trial keys)."""
+
+    adopted: tuple[str, ...] = ()  # a complete run the ledger did not know became the trial's result
+    restored: tuple[str, ...] = ()  # a recorded trial's deleted run was restored
+    rewritten: tuple[str, ...] = ()  # a recorded trial's missing run was written again from the ledger
+    deleted: tuple[str, ...] = ()  # leftover runs (cut off mid-write, or a second run of a recorded trial)
+
+    def __bool__(self) -> bool:
+        return bool(self.adopted or self.restored or self.rewritten or self.deleted)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseWatch:
+    """Other drivers' leases on the trials a driver could not run: (owner, seconds until it lapses), and
+    whether those drivers are alive (they renewed while watched)."""
+
+    leases: tuple[tuple[str, float], ...]
+    alive: bool
+
+
 class Store:
     """Open a store. `create=True` (the driver) initialises it once under a lock, before any fan-out;
-    otherwise (the read commands) it is opened read-only and never written, MLflow included."""
+    otherwise (the read commands) it is opened read-only and never written, MLflow included. Either way
+    the files are integrity-checked first: a damaged one is a `Damaged` error naming its recovery."""
 
     def __init__(self, location: StoreLocation | str | None = None, *, create: bool = False) -> None:
         self.location = location if isinstance(location, StoreLocation) else resolve(location)
         self.where = self.location.display
         self.owner = new_owner()
         self.started = time.time()
-        self.sink = MlflowSink(self.location.tracking_uri, self.where, writer=create)  # the MLflow mirror
+        self.sink = MlflowSink(self.location.tracking_uri, self.where, writer=create,  # the MLflow mirror
+                               artifacts_folder=self.location.artifacts_folder)
         self._identity: dict[str, tuple[str, str]] = {}  # sweep -> (experiment_id, sweep_id)
         self._claimed: set[tuple[str, str]] = set()
         self._renewed = 0.0
         self._files: dict[Path, tuple[int, int]] = {}
+        self.reconciled: dict[str, Reconciled] = {}
         with translated(self.where):
             if create:
                 self._create()
             else:
                 if not self.location.exists():
                     raise StoreError(f"no privbench store at {self.where}")
-                self.ledger = Ledger(self.location.ledger_uri, read_only=True)
-                self.ledger.check()
+                self._ledger = Ledger(self.location.ledger_uri, read_only=True)
+                check_files(self.location, self._ledger.path)
+                self._ledger.check()
+            self.started = self._ledger.now()  # the database's clock (claims compare with it)
 
     def _create(self) -> None:
         loc = self.location
@@ -113,16 +250,30 @@ class Store:
                 loc.folder.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create the store folder {loc.folder}: {e.strerror}") from None
-        self.ledger = Ledger(loc.ledger_uri)
-        with self.ledger.lock():
-            self._check_tracking_file()
-            self.ledger.migrate()
-            self.ledger_id = self.ledger.ledger_id()
+        self._ledger = Ledger(loc.ledger_uri)
+        with self._ledger.lock():
+            check_files(self.location, self._ledger.path, sqlite_path(loc.tracking_uri))
+            check_tracking_file(self.location, self._ledger)
+            self._ledger.migrate()
+            self._create_tracking_file()
+            self.ledger_id = self._ledger.ledger_id()
             self.artifact_root = loc.artifact_root
             if loc.kind == "database" and self.artifact_root is None:
-                self.artifact_root = self.ledger.ensure_meta("artifact_root", _default_artifacts(loc))
+                self.artifact_root = self._ledger.ensure_meta("artifact_root", _default_artifacts(loc))
             self.sink.connect()  # MLflow creates its schema here: under the lock
         self._files = self._file_identities()
+
+    def _create_tracking_file(self) -> None:
+        """A new SQLite store's MLflow database, made whole or not at all (`MlflowSink.create_file`); one that
+        an older privbench left half-migrated (a full disk during creation: `_alembic_tmp_*` tables) while
+        the ledger holds no sweep is privbench's own unfinished file: it is set aside and made again."""
+        path = sqlite_path(self.location.tracking_uri)
+        if path is None or path == self._ledger.path:
+            return
+        if path.is_file() and path.stat().st_size > 0 and not self._ledger.sweep_names() and _half_migrated(path):
+            os.replace(path, path.with_name(f"{path.name}.incomplete-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"))
+        if not path.exists() or path.stat().st_size == 0:
+            self.sink.create_file(path)
 
     def _file_identities(self) -> dict[Path, tuple[int, int]]:
         """(device, inode) of the store's SQLite files: a file deleted or replaced under a running driver
@@ -134,70 +285,65 @@ class Store:
                 found[path] = (info.st_dev, info.st_ino)
         return found
 
+    @_translating
     def check_intact(self) -> None:
         """Raise `StoreLost` when the store this driver opened was deleted or replaced since (checked at
         each record: the driver stops instead of reporting results that no longer exist)."""
-        with translated(self.where):
-            for path, ident in self._files.items():
-                try:
-                    info = path.stat()
-                except FileNotFoundError:
-                    raise StoreLost(f"store {self.where} was deleted while the sweep ran ({path} is gone); "
-                                    "stopping: results recorded from now on would be lost") from None
-                if (info.st_dev, info.st_ino) != ident:
-                    raise StoreLost(f"store {self.where} was replaced while the sweep ran ({path} is another "
-                                    "file now); stopping: results would go to the old, deleted file")
-            if self._files.get(self.ledger.path) is None and self.ledger.meta_value("ledger_id") != self.ledger_id:
-                raise StoreLost(f"the ledger {self.ledger.where} was replaced while the sweep ran (another "
-                                "ledger identity); stopping")
-
-    def _check_tracking_file(self) -> None:
-        """A folder store whose MLflow database vanished or was truncated while the ledger lists sweeps
-        must not be silently re-created: every trial would look finished with no run behind it."""
-        path = sqlite_path(self.location.tracking_uri)
-        if path is None or path == self.ledger.path or (path.exists() and path.stat().st_size > 0):
-            return
-        if self.ledger.path is not None and self.ledger.path.exists() and self.ledger.has_schema() \
-                and self.ledger.sweep_names():
-            state = "is empty (0 bytes: truncated?)" if path.exists() else "is missing"
-            raise StoreError(f"store {path} {state} but the ledger lists sweeps; restore it from a backup, "
-                             "or move the store aside to start a new one")
+        for path, ident in self._files.items():
+            try:
+                info = path.stat()
+            except FileNotFoundError:
+                raise StoreLost(f"store {self.where} was deleted while the sweep ran ({path} is gone); "
+                                "stopping: results recorded from now on would be lost") from None
+            if (info.st_dev, info.st_ino) != ident:
+                raise StoreLost(f"store {self.where} was replaced while the sweep ran ({path} is another "
+                                "file now); stopping: results would go to the old, deleted file")
+        if self._files.get(self._ledger.path) is None and self._ledger.meta_value("ledger_id") != self.ledger_id:
+            raise StoreLost(f"the ledger {self._ledger.where} was replaced while the sweep ran (another "
+                            "ledger identity); stopping")
 
     def close(self) -> None:
         """Close the store's database connections; on SQLite the last one checkpoints the WAL into the files."""
-        self.ledger.engine.dispose()
+        self._ledger.engine.dispose()
         self.sink.close()
 
-    @property
-    def client(self) -> Any:
-        """The MLflow client (read commands use it to look at experiments)."""
-        return self.sink.client
-
     # sweeps -------------------------------------------------------------------------------------
+    @_translating
     def open_sweep(self, name: str, grid_yaml: str, configs: Iterable[Mapping[str, Any]],
                    key_of: Callable[[dict[str, Any]], str] | None = None) -> str:
         """Create (once) or reopen the sweep's experiment and ledger rows, checking that both belong to
-        this ledger; reconcile MLflow with the ledger. Raises Conflict/StoreError before any training."""
-        with translated(self.where), self.ledger.lock():
+        this ledger and that no live driver runs the sweep with another grid; reconcile MLflow with the
+        ledger. Raises Conflict/StoreError before any training."""
+        configs = list(configs)
+        with self._ledger.lock():
+            keys = [c["trial_key"] for c in configs]
+            others = self._ledger.register_driver(name, self.owner, grid_key(keys), len(keys))
+            if others:
+                owners = ", ".join(f"{o} ({n} trials)" for o, n in others[:3])
+                raise Conflict(f"sweep {name!r} is being run right now by another driver with a different grid "
+                               f"({owners}; this grid has {len(keys)} trials). A sweep name belongs to one grid "
+                               "at a time: wait until that driver finishes, or give this grid another name "
+                               "(`name:` in the grid)")
             experiment_id, sweep_id = self._own_experiment(name, grid_yaml)
             self._identity[name] = (experiment_id, sweep_id)
-            superseded, renamed = self.ledger.sync_trials(name, configs, key_of)
+            superseded, renamed = self._ledger.sync_trials(name, configs, key_of)
             for run_id in superseded:  # kept for history, flagged in the UI
                 self.sink.tag_quietly(run_id, SUPERSEDED_TAG, "true")
             for run_id, key in renamed.items():
                 self.sink.tag_quietly(run_id, TRIAL_KEY_TAG, key)
-            self.ledger.clear_dead_leases(name)
-            self._reconcile(name, experiment_id, sweep_id)
+            self._ledger.clear_dead_leases(name)
+            self.reconciled[name] = self._reconcile(name, experiment_id, sweep_id)
             self.sink.sweep_run(name, experiment_id, grid_yaml)
         return experiment_id
 
+    @_translating
     def log_sweep_files(self, sweep: str, files: Mapping[str, str | bytes]) -> str:
         """Store summary files (leaderboard CSV, figures; path -> content) on the sweep's parent run and
         mark it finished. Returns its run id."""
-        return self.sink.log_sweep_files(sweep, self.ledger.sweep(sweep)["experiment_id"], files)
+        return self.sink.log_sweep_files(sweep, self._sweep_identity(sweep)[0], files)
 
     def _own_experiment(self, name: str, grid_yaml: str) -> tuple[str, str]:
-        row = self.ledger.sweep(name)
+        row = self._ledger.sweep(name)
         for _ in range(2):
             exp = self.sink.experiment(name)
             if exp is not None:
@@ -206,15 +352,16 @@ class Store:
                 raise StoreError(
                     f"the ledger lists sweep {name!r} (MLflow experiment {row['experiment_id']}) but {self.where} "
                     "has no experiment of that name: it was deleted permanently, renamed, or the tracking "
-                    "store was replaced. Restore it, or give the sweep another name (`name:` in the grid)")
+                    "store was replaced. Restore it, rebuild the MLflow runs from the ledger (`privbench store "
+                    "rebuild-mirror`), or give the sweep another name (`name:` in the grid)")
             if row is None:  # the ledger row first: a crash after it leaves an experiment we recognise
-                self.ledger.create_sweep(name, uuid.uuid4().hex, "", grid_yaml)
-                row = self.ledger.sweep(name)
+                self._ledger.create_sweep(name, uuid.uuid4().hex, "", grid_yaml)
+                row = self._ledger.sweep(name)
             artifacts = f"{self.artifact_root.rstrip('/')}/{name}" if self.artifact_root else None
             experiment_id = self.sink.create_experiment(name, artifacts, row["sweep_id"], self.ledger_id)
             if experiment_id is None:
                 continue  # someone else created it a moment ago: check whose it is
-            self.ledger.update_sweep(name, experiment_id=experiment_id)
+            self._ledger.update_sweep(name, experiment_id=experiment_id)
             return experiment_id, row["sweep_id"]
         raise StoreError(f"could not create the MLflow experiment {name!r} on {self.where}")
 
@@ -227,7 +374,7 @@ class Store:
             owner_id = uuid.uuid4().hex
             self.sink.set_experiment_tag(exp.experiment_id, SWEEP_ID_TAG, owner_id)
             self.sink.set_experiment_tag(exp.experiment_id, LEDGER_ID_TAG, self.ledger_id)
-            self.ledger.update_sweep(name, sweep_id=owner_id)
+            self._ledger.update_sweep(name, sweep_id=owner_id)
         elif owner_id is None:
             raise Conflict(
                 f"{self.where} already has an MLflow experiment {name!r} that no privbench sweep created; "
@@ -236,9 +383,9 @@ class Store:
         elif row is None or row.get("sweep_id") != owner_id or (row["experiment_id"] not in ("", exp.experiment_id)):
             raise Conflict(
                 f"the MLflow experiment {name!r} on {self.where} belongs to another privbench ledger "
-                f"(ledger {tags.get(LEDGER_ID_TAG, '?')}, sweep {owner_id}), not to {self.ledger.where}. To resume "
-                "that sweep, pass its ledger with --ledger (a team shares one database); otherwise give the "
-                "sweep another name (`name:` in the grid)")
+                f"(ledger {tags.get(LEDGER_ID_TAG, '?')}, sweep {owner_id}), not to {self._ledger.where}. To "
+                "resume that sweep, pass its ledger with --ledger (a team shares one database); otherwise give "
+                "the sweep another name (`name:` in the grid)")
         if exp.lifecycle_stage == "deleted":
             raise StoreError(
                 f"the MLflow experiment {name!r} (id {exp.experiment_id}) of this sweep was deleted; restore it "
@@ -246,73 +393,139 @@ class Store:
                 f"MLFLOW_TRACKING_URI set to the store) or give the sweep another name (`name:` in the grid)")
         self.sink.mark_experiment_kind(exp)  # experiments made by older privbench versions
         if not row["experiment_id"]:
-            self.ledger.update_sweep(name, experiment_id=exp.experiment_id)
-        self.ledger.update_sweep(name, grid_yaml=grid_yaml)
+            self._ledger.update_sweep(name, experiment_id=exp.experiment_id)
+        self._ledger.update_sweep(name, grid_yaml=grid_yaml)
         return exp.experiment_id, owner_id
 
-    def _reconcile(self, sweep: str, experiment_id: str, sweep_id: str) -> list[str]:
-        """Make MLflow agree with the ledger: exactly one run per recorded trial.
+    def _reconcile(self, sweep: str, experiment_id: str, sweep_id: str) -> Reconciled:
+        """Make MLflow agree with the ledger: exactly one active run per recorded trial, changing MLflow only.
 
-        A run of this sweep (it carries the sweep's identity) that the ledger does not list, and that no
-        live driver is writing, is a leftover of a killed driver: it is deleted and the trial redone.
-        A recorded trial whose run was deleted in MLflow is redone too. Runs without this sweep's
-        identity are never touched. Returns the keys of trials to redo.
+        Only runs carrying this sweep's identity are looked at, and none that a live driver is writing
+        (a trial another driver leases). In order:
+        1. adopt: a complete run (its `recorded` tag set) of a trial the ledger holds no result for, or only
+           a failed one whose run is gone, or a failed one where the run finished: its record becomes the
+           trial's result (a restored ledger backup, a driver killed between the run and the ledger row);
+        2. restore: a recorded trial whose run was deleted gets it back; rewrite: one whose run is missing
+           altogether (MLflow's database replaced) is written again from the ledger's record;
+        3. delete: any other run of a trial of this sweep (cut off mid-write, or a second run of a
+           recorded trial). A complete run of a trial the ledger never knew is kept, flagged superseded.
         """
-        trials = self.ledger.trials(sweep)
-        recorded = {t["run_id"] for t in trials if t["status"] in ("finished", "failed", "superseded") and t["run_id"]}
-        busy = self.ledger.leased_by_others(sweep, self.owner)
-        alive: set[str] = set()
-        for run in self.sink.runs(experiment_id):
-            run_id, tags = run.info.run_id, run.data.tags
-            if run.info.lifecycle_stage == "deleted" or tags.get(SWEEP_RUN_TAG) == "true":
+        rows = {t["trial_key"]: t for t in self._ledger.trials(sweep)}
+        busy = self._ledger.leased_by_others(sweep, self.owner)
+        runs = {r.info.run_id: r for r in self.sink.runs(experiment_id) if r.data.tags.get(SWEEP_RUN_TAG) != "true"}
+        active = {i: r for i, r in runs.items() if r.info.lifecycle_stage != "deleted"}
+        recorded = {t["run_id"] for t in rows.values() if t["run_id"]}
+        loose: dict[str, list[Any]] = {}  # trial key -> this sweep's active runs the ledger does not list
+        for run_id, run in active.items():
+            key = run.data.tags.get(TRIAL_KEY_TAG)
+            if run_id not in recorded and run.data.tags.get(SWEEP_ID_TAG) == sweep_id and key not in busy:
+                loose.setdefault(key, []).append(run)
+        adopted, restored, rewritten, deleted = [], [], [], []
+        for key, candidates in loose.items():
+            row = rows.get(key)
+            complete = sorted((r for r in candidates if r.data.tags.get(RECORDED_TAG) == "true"),
+                              key=lambda r: (r.data.tags.get("status") == "finished", r.info.start_time or 0))
+            if row is None:
+                for run in complete:  # a trial this ledger never knew (a backup older than a grid edit): keep
+                    self.sink.tag_quietly(run.info.run_id, SUPERSEDED_TAG, "true")
+                candidates = [r for r in candidates if r not in complete]
+            elif complete and self._adoptable(row, complete[-1], active):
+                run = complete[-1]
+                record = self.sink.read_record(run.info.run_id)
+                if record is not None and record.get("trial_key") == key and record.get("sweep") == sweep \
+                        and self._ledger.record(record, run.info.run_id, unless_finished=True):
+                    adopted.append(key)
+                    candidates = [r for r in candidates if r is not run]
+                    if row["run_id"] and row["run_id"] in active:
+                        candidates.append(active[row["run_id"]])  # the older attempt's run: one run per trial
+                    row = rows[key] = {**row, "run_id": run.info.run_id, "status": record["status"]}
+            for run in candidates:
+                self.sink.delete_run(run.info.run_id)
+                deleted.append(key)
+        for key, row in rows.items():
+            if row["status"] not in ("finished", "failed") or not row["run_id"] or row["run_id"] in active \
+                    or key in busy:
                 continue
-            if run_id in recorded:
-                alive.add(run_id)
-            elif tags.get(SWEEP_ID_TAG) == sweep_id and tags.get(TRIAL_KEY_TAG) not in busy:
-                self.sink.delete_run(run_id)
-        gone = [t["trial_key"] for t in trials
-                if t["status"] in ("finished", "failed") and t["run_id"] and t["run_id"] not in alive]
-        self.ledger.redo(sweep, gone)
-        return gone
+            if row["run_id"] in runs:  # deleted in MLflow (the UI, a killed driver): the ledger still has it
+                self.sink.restore_run(row["run_id"])
+                restored.append(key)
+            elif row.get("result_json"):  # gone from MLflow altogether: written again from the ledger
+                new = self.sink.write_run(self._ledger.loads(row, "result_json"), experiment_id, sweep_id)
+                self._ledger.set_run_id(sweep, key, new)
+                rewritten.append(key)
+        return Reconciled(tuple(adopted), tuple(restored), tuple(rewritten), tuple(deleted))
+
+    @staticmethod
+    def _adoptable(row: Mapping[str, Any], run: Any, active: Mapping[str, Any]) -> bool:
+        """Whether a complete run the ledger does not list is a better result than the ledger's row: the
+        row has none, or a failed one whose own run is gone, or a failed one where this run finished."""
+        if row["status"] in DONE:
+            return False
+        if not row.get("result_json"):
+            return True
+        return row["run_id"] not in active or run.data.tags.get("status") == "finished"
 
     def _sweep_identity(self, sweep: str) -> tuple[str, str]:
         if sweep not in self._identity:
-            info = self.ledger.sweep(sweep) or {}
+            info = self._ledger.sweep(sweep) or {}
             self._identity[sweep] = (info.get("experiment_id", ""), info.get("sweep_id") or "")
         return self._identity[sweep]
 
     # trials -------------------------------------------------------------------------------------
+    @_translating
     def pending(self, sweep: str) -> list[dict[str, Any]]:
         """Configs of trials not finished (pending, running when the driver died, or failed)."""
-        return [self.ledger.loads(t, "config_json") for t in self.ledger.trials(sweep)
+        return [self._ledger.loads(t, "config_json") for t in self._ledger.trials(sweep)
                 if t["status"] not in ("finished", "superseded")]
 
+    @_translating
     def claim(self, sweep: str, trial_key: str) -> bool:
         """Lease the trial for this driver; False when another driver has it or it is done."""
-        with translated(self.where):
-            ok = self.ledger.claim(sweep, trial_key, self.owner, self.started)
+        ok = self._ledger.claim(sweep, trial_key, self.owner, self.started)
         if ok:
             self._claimed.add((sweep, trial_key))
         return ok
 
+    @_translating
     def heartbeat(self, sweep: str) -> None:
-        """Renew this driver's leases when a third of their lifetime has passed (cheap to call often)."""
-        if self._claimed and time.time() - self._renewed > lease_seconds() / 3:
-            with translated(self.where):
-                self.ledger.renew(sweep, self.owner)
-            self._renewed = time.time()
+        """Renew this driver's leases and its registration on the sweep when a third of their lifetime has
+        passed (cheap to call often; timed on this process's monotonic clock, written in the database's)."""
+        if time.monotonic() - self._renewed > lease_seconds() / 3:
+            self._ledger.renew(sweep, self.owner)
+            self._renewed = time.monotonic()
 
+    @_translating
     def release(self, sweep: str) -> None:
-        with translated(self.where):
-            self.ledger.release(sweep, self.owner)
+        """Give back this driver's leases and registration on the sweep."""
+        self._ledger.release(sweep, self.owner)
         self._claimed = {c for c in self._claimed if c[0] != sweep}
 
-    def mark_running(self, sweep: str, trial_key: str) -> None:
-        self.ledger.mark_running(sweep, trial_key)
+    @_translating
+    def steal_leases(self, sweep: str) -> None:
+        """Free every lease of the sweep (`--steal-leases`: its drivers are known to be dead)."""
+        self._ledger.release(sweep, owner=None)
 
+    @_translating
+    def load_phase(self, sweep: str, trial_key: str) -> dict[str, Any] | None:
+        """The accelerator-phase output an earlier attempt stored for this unrecorded trial, if any."""
+        stored = self._ledger.phase(sweep, trial_key)
+        if stored is None:
+            return None
+        return self._ledger.loads({"phase_json": stored, "trial_key": trial_key, "sweep": sweep}, "phase_json")
+
+    @_translating
+    def save_phase(self, sweep: str, trial_key: str, output: Mapping[str, Any]) -> bool:
+        """Keep a trial's accelerator-phase output while this driver holds its lease (False: it does not)."""
+        return self._ledger.save_phase(sweep, trial_key, self.owner, json.dumps(output))
+
+    @_translating
     def record(self, record: Mapping[str, Any]) -> str | None:
         """Log one result as one MLflow run, then (last) the ledger row. Returns the run id (None when
         this driver lost the trial's lease to another driver, which records it instead).
+
+        A retried trial keeps one run: the earlier attempt's run (the ledger's) is deleted once the new
+        one is complete and before the ledger row points at it, so a driver killed at any moment leaves at
+        most a complete run the ledger does not list, which the next driver adopts (`_reconcile`).
 
         Raises `StoreLost` when the store was deleted or replaced since it was opened, and a one-line
         `StoreError` for a full disk or a tracking server that stopped answering."""
@@ -321,36 +534,121 @@ class Store:
         sweep, key = record["sweep"], record["trial_key"]
         owner = self.owner if (sweep, key) in self._claimed else None
         self.check_intact()
-        with translated(self.where):
-            if owner is not None and not self.ledger.renew(sweep, owner, key):
-                return None  # the lease expired and another driver took the trial over: it records it
-            previous = [r for r in [self.ledger.run_id(sweep, key)] if r]
-            try:
-                run_id = self.sink.write_run(record, *self._sweep_identity(sweep))
-                fault("before_ledger_record")
-                recorded = self.ledger.record(record, run_id, owner)
-            except MlflowException:
-                # Paused past its lease (SIGSTOP, a suspended laptop): the driver that took the trial over
-                # deleted this half-written run. Stand down; the trial is that driver's now.
-                if owner is not None and not self.ledger.renew(sweep, owner, key):
-                    return None
-                raise
-            if not recorded:
-                self.sink.delete_quietly(run_id)  # our own run, for a trial another driver took over
+        if owner is not None and not self._ledger.renew(sweep, owner, key):
+            return None  # the lease expired and another driver took the trial over: it records it
+        previous, attempts = self._ledger.run_state(sweep, key)
+        try:
+            run_id = self.sink.write_run(record, *self._sweep_identity(sweep))
+            if previous and previous != run_id:
+                self.sink.delete_quietly(previous)  # the earlier attempt's run, superseded by a complete one
+            fault("before_ledger_record")
+            recorded = self._ledger.record(record, run_id, owner)
+            fault("after_ledger_record")
+        except MlflowException:
+            # Paused past its lease (SIGSTOP, a suspended laptop): the driver that took the trial over
+            # deleted this half-written run. Stand down; the trial is that driver's now.
+            if owner is not None and not self._ledger.renew(sweep, owner, key):
                 return None
-            self._claimed.discard((sweep, key))
-            for old in previous:  # a retried trial keeps one run: the latest attempt
-                if old != run_id:
-                    self.sink.delete_quietly(old)
+            raise
+        if not recorded:
+            self.sink.delete_quietly(run_id)  # our own run, for a trial another driver took over
+            return None
+        self._claimed.discard((sweep, key))
+        if attempts > 1:  # a trial taken over from a dead driver may have its complete, unlisted run
+            for other in self.sink.trial_runs(self._sweep_identity(sweep)[0], key):
+                if other != run_id:
+                    self.sink.delete_quietly(other)
         self.check_intact()  # deleted while this result was written: it is lost, say so now
         return run_id
 
     # reading ------------------------------------------------------------------------------------
+    @_translating
     def records(self, sweep: str) -> list[dict[str, Any]]:
         """Results of the sweep's current grid (not of trials an edited grid superseded)."""
-        return [self.ledger.loads(t, "result_json") for t in self.ledger.trials(sweep)
+        return [self._ledger.loads(t, "result_json") for t in self._ledger.trials(sweep)
                 if t["result_json"] and t["status"] != "superseded"]
 
-    def sweep_names(self) -> list[str]:
-        return self.ledger.sweep_names() if self.ledger.has_schema() else []
+    @_translating
+    def trials(self, sweep: str) -> list[TrialRow]:
+        """Every trial of the sweep as the ledger holds it, superseded ones included."""
+        return [TrialRow(trial_key=t["trial_key"], status=t["status"], dataset=t["dataset"], model=t["model"],
+                         mechanism=t["mechanism"], epsilon=t["epsilon"], seed=t["seed"], attempts=t["attempts"],
+                         run_id=t["run_id"], error=t["error"], lease_owner=t.get("lease_owner"),
+                         record=self._ledger.loads(t, "result_json") if t["result_json"] else None)
+                for t in self._ledger.trials(sweep)]
 
+    @_translating
+    def status_counts(self, sweep: str) -> dict[str, int]:
+        """Trials per status: finished, failed, pending, running, superseded."""
+        return self._ledger.status_counts(sweep)
+
+    @_translating
+    def sweep_names(self) -> list[str]:
+        """The sweeps of the store, the most recently opened first."""
+        return self._ledger.sweep_names() if self._ledger.has_schema() else []
+
+    @_translating
+    def grid_yaml(self, sweep: str) -> str:
+        """The grid file the sweep was last run with ('' when unknown)."""
+        return (self._ledger.sweep(sweep) or {}).get("grid_yaml") or ""
+
+    @_translating
+    def experiments(self) -> list[tuple[str, str, Mapping[str, str]]]:
+        """(sweep, MLflow experiment id, experiment tags) of every sweep, for the MLflow UI's links."""
+        found = []
+        for name in self.sweep_names():
+            experiment_id = (self._ledger.sweep(name) or {}).get("experiment_id") or ""
+            exp = self.sink.client.get_experiment(experiment_id) if experiment_id else None
+            found.append((name, experiment_id, dict(exp.tags or {}) if exp is not None else {}))
+        return found
+
+    @_translating
+    def lease_watch(self, sweep: str) -> LeaseWatch:
+        """The other drivers' leases on the trials this driver could not run, and whether those drivers are
+        alive: each renews its leases every third of their lifetime, so one such period tells (a driver on
+        this host whose process is gone is dead at once). Measured on this process's monotonic clock, the
+        leases in the database's: no two clocks are compared."""
+
+        def unfinished() -> dict[str, tuple[str | None, float | None]]:
+            return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in self._ledger.trials(sweep)
+                    if t["status"] in ("pending", "running")}
+
+        first = unfinished()
+        if not first:  # the other driver recorded them meanwhile
+            return LeaseWatch((), True)
+        now = self._ledger.now()
+        held = [(owner, expires - now) for owner, expires in first.values() if owner and (expires or 0) >= now]
+        if len(held) < len(first) or any(owner_dead(owner) for owner, _ in held):
+            return LeaseWatch(tuple(held), False)  # a trial nobody holds, or a dead holder: a rerun takes them
+        deadline = time.monotonic() + lease_seconds() / 3 + 2
+        while time.monotonic() < deadline:
+            time.sleep(0.5)  # poll interval: the other driver's renewal or record shows in the ledger
+            later = unfinished()
+            if all(key not in later or (later[key][1] or 0) > (expires or 0) for key, (_, expires) in first.items()):
+                return LeaseWatch(tuple(self._ledger.leases(sweep)), True)
+        return LeaseWatch(tuple(self._ledger.leases(sweep)), False)
+
+
+def finished_already(location: StoreLocation, sweep: str, grid_yaml: str, keys: Iterable[str]) -> int | None:
+    """How many trials the sweep has when the ledger alone shows every one of `keys` finished under this
+    very grid text (read-only, without MLflow); None when there may be work (or the ledger cannot say:
+    opening the store properly reports why)."""
+    try:
+        ledger = Ledger(location.ledger_uri, read_only=True)
+        try:
+            if ledger.path is not None and ledger.path.is_file() and sqlite_damage(ledger.path) is not None:
+                return None
+            if not ledger.has_schema():
+                return None
+            row = ledger.sweep(sweep)
+            trials = ledger.trials(sweep)
+        finally:
+            ledger.engine.dispose()
+    except Exception:  # noqa: BLE001 - whatever it is, the full path reports it properly
+        return None
+    if row is None or row["grid_yaml"] != grid_yaml or not row["experiment_id"]:
+        return None  # a new or edited grid: the full path syncs the ledger
+    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
+    if set(live) != set(keys) or not all(t["status"] == "finished" for t in live.values()):
+        return None
+    return len(live)

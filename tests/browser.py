@@ -1,5 +1,5 @@
 """Headless Chromium driven through the DevTools protocol over a pipe (`--remote-debugging-pipe`): no
-WebDriver, no websocket library. Used by the UI tests and scripts/ui_screenshot.py to click, read what a
+WebDriver, no websocket library. Used by the UI tests and scripts/doc_figures.py to click, read what a
 page shows and where, and take screenshots, as a person would at a given window width."""
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ class BrowserError(RuntimeError):
     pass
 
 
+class ScriptError(BrowserError):
+    """The page's JavaScript threw (not the browser failing)."""
+
+
 class Browser:
     """One headless Chromium with one page of `width` x `height` CSS pixels and a fresh profile."""
 
@@ -44,7 +48,7 @@ class Browser:
         self.proc = subprocess.Popen([binary, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self._profile}",
                                       f"--window-size={width},{height}", "about:blank"],
                                      close_fds=False, preexec_fn=wire, stdout=subprocess.DEVNULL,
-                                     stderr=open("/tmp/wt30-chr.log","w"), start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
         for fd in (to_browser, from_browser, high_in, high_out):
             os.close(fd)
         self._reader = os.fdopen(self._answers, "rb", buffering=0)
@@ -83,21 +87,28 @@ class Browser:
         result = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
                            awaitPromise=True)
         if "exceptionDetails" in result:
-            raise BrowserError(f"{expression[:80]}: {result['exceptionDetails']}")
+            raise ScriptError(f"{expression[:80]}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
     def open(self, url: str) -> None:
         self.call("Page.navigate", session=True, url=url)
 
     def wait_for(self, expression: str, timeout: float = 60.0) -> Any:
-        """Poll a JavaScript condition until it is truthy (the page renders asynchronously); its value."""
+        """Poll a JavaScript condition until it is truthy (the page renders asynchronously); its value. An
+        expression that throws counts as not yet (just after `open` the new page may have no body); the
+        timeout's error names its last exception."""
         deadline = time.monotonic() + timeout
+        error: ScriptError | None = None
         while True:
-            value = self.evaluate(expression)
+            try:
+                value, error = self.evaluate(expression), None
+            except ScriptError as exc:
+                value, error = None, exc
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise BrowserError(f"timed out after {timeout:.0f} s waiting for {expression[:200]}")
+                raise BrowserError(f"timed out after {timeout:.0f} s waiting for {expression[:200]}"
+                                   + (f" (last: {error})" if error else ""))
             time.sleep(0.2)
 
     def text(self) -> str:

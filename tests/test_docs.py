@@ -218,3 +218,15 @@ def test_results_script_writes_no_wall_time_for_a_resume_that_ran_nothing():
     assert results.timing(6, 6, 188.0, kept, "here").startswith("3 min 08 s wall on here;")
     assert "for 2 of 6 trials" in results.timing(2, 6, 60.0, kept, "here")
     assert results.previous_timing("quickstart").startswith(tuple(f"{m} min" for m in range(100)))
+
+
+def test_the_plugin_docs_list_every_hook_of_the_contract():
+    """docs/plugins.md shows the contract's hooks table as `mechanisms.mechanism.HOOKS` defines it, and names
+    every template method a plugin must not override."""
+    from mechanisms.mechanism import FINAL, HOOKS
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    for hook in HOOKS:
+        assert f"| `{hook.name}` | {hook.used_by} | {hook.guarantee} |" in text, hook.name
+    for name in FINAL:
+        assert f"`{name}`" in text, name

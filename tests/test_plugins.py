@@ -178,3 +178,85 @@ def test_the_readme_example_is_the_tested_package():
     for line in code.splitlines():
         line = line.split("  #")[0].rstrip()
         assert not line.strip() or line in source, f"README shows {line!r}, not in ext_mech/mechanisms.py"
+
+
+FAILING = {"raises": "raise RuntimeError('plugin exploded at import')\n", "exits": "import sys\nsys.exit(3)\n"}
+
+
+@pytest.mark.parametrize("kind", sorted(FAILING))
+def test_a_plugin_that_fails_at_import_is_one_line_and_exit_2(tmp_path, kind):
+    """Issue 31 #22: a raising plugin crashed validation; one calling sys.exit(3) made privbench exit 3
+    silently. Importing a plugin runs its code: whatever it does is one grid problem, exit 2."""
+    (tmp_path / f"bad_{kind}.py").write_text(FAILING[kind])
+    grid = tmp_path / "g.yaml"
+    grid.write_text(f"name: g\nplugins: [bad_{kind}]\ngrid: {{dataset: [digits], model: [mlp], "
+                    "mechanism: [nonprivate]}\n")
+    result = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--dry-run",
+                             "--store", str(tmp_path / "store")], env=os.environ | {"PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"plugins: bad_{kind}" in lines[0]
+    assert ("plugin exploded at import" if kind == "raises" else "sys.exit(3)") in lines[0]
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_plugin_beside_the_grid_ships_the_modules_it_imports_from_its_folder(tmp_path):
+    """Issue 31 #27: `mine.py` importing `helpers.py` beside it validated, then failed in every trial with
+    "No module named 'helpers'": the workers got the plugin but not what it imports."""
+    shutil.copytree(PLUGIN / "ext_mech", tmp_path / "ext_mech")
+    (tmp_path / "helpers.py").write_text("SCALE = 0.5\n")
+    (tmp_path / "mine.py").write_text("import helpers\nfrom ext_mech.mechanisms import *  # noqa: F403\n")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nplugins: [mine]\ngrid: {dataset: [digits], model: [mlp], "
+                    "mechanism: [dpsgd-tightclip], epsilon: [2]}\n")
+    result = run_python(f"from orchestrator import grid\nfrom workers.plugins import shipped\n"
+                        f"spec = grid.load({str(grid)!r})\nprint(sorted(m.__name__ for m in shipped(spec.plugins)))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['ext_mech', 'helpers', 'mine']"
+
+
+def test_a_trial_key_names_its_plugin_code(installed, tmp_path):
+    """An installed plugin's trials carry its distribution, version and source hash (part of the key);
+    privbench's own entries carry none, so the keys of built-in trials are what they were."""
+    result = run_python("import json\nfrom orchestrator import grid\n"
+                        "spec = grid.parse('name: g\\ngrid: {dataset: [digits], model: [mlp], "
+                        "mechanism: [dpsgd-tightclip, dpsgd], epsilon: [2]}\\n')\n"
+                        "print(json.dumps({t.mechanism: dict(t.code) for t in spec.trials}))", installed)
+    assert result.returncode == 0, result.stderr
+    code = json.loads(result.stdout)
+    assert code["dpsgd"] == {}
+    assert code["dpsgd-tightclip"]["mechanism"].startswith("dpsgd-tightclip: privbench-ext-mech 0.1.0 sha256:")
+
+
+def test_an_edited_plugin_reruns_its_trials_and_supersedes_the_old_ones(tmp_path):
+    """The researcher edits the plugin beside the grid and reruns: its trials run again (new keys), the old
+    records are kept as superseded, one line says why, and a worker checks it runs the code the key names."""
+    shutil.copytree(PLUGIN / "ext_mech", tmp_path / "ext_mech")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: ext\nplugins: [ext_mech.mechanisms, ext_mech.models, ext_mech.datasets]\nseeds: [0]\n"
+                    "grid: {dataset: [ext-blobs], model: [ext-linear], mechanism: [dpsgd-tightclip, nonprivate], "
+                    "epsilon: [4]}\ntrain: {epochs: 1, batch_size: 50}\naudit: {mode: 'off'}\n"
+                    "resources: {cpus: 1, gpus: 0}\n")
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    store = tmp_path / "store"
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "orchestrator", *args, "--store", str(store)], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=600)
+
+    first = sweep("sweep", "run", str(grid))
+    assert first.returncode == 0, first.stderr[-3000:]
+    source = tmp_path / "ext_mech" / "mechanisms.py"
+    source.write_text(source.read_text() + "\n# a comment: any edit is new code\n")
+    second = sweep("sweep", "run", str(grid))
+    assert second.returncode == 0, second.stderr[-3000:]
+    lines = [ln for ln in (second.stdout + second.stderr).splitlines() if "plugin ext_mech changed" in ln]
+    assert len(lines) == 1 and "2 trials run again" in lines[0], second.stdout + second.stderr
+    trials = json.loads(sweep("sweep", "status", "ext", "--json").stdout)["trials"]
+    assert sorted(t["status"] for t in trials) == ["finished", "finished", "superseded", "superseded"], trials
+    export = tmp_path / "export.json"
+    assert sweep("export", "ext", "--out", str(export)).returncode == 0
+    (private,) = [r for r in json.loads(export.read_text()) if r["config"]["mechanism"] == "dpsgd-tightclip"]
+    assert set(private["config"]["code"]) == {"mechanism", "model", "dataset"}
+    assert lines[0].split(" -> ")[1].split(";")[0] in private["config"]["code"]["mechanism"]  # the new code's record

@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 ECHO_CHARS = 80  # how much of a bad value an error message repeats
 SEED_MAX = 2**32 - 1  # numpy's seeds
+INT_MAX = 2**63 - 1  # the largest integer a setting holds (orchestrator/grid_yaml.py refuses larger ones)
+SIGMA_MIN = 1e-3  # below it the accountants overflow (and epsilon is above 10^5 for a single step)
 OPTIMIZERS = ("sgd", "adam", "adamw")  # workers/train.py builds each
 PRECISIONS = ("fp32", "bf16", "fp16")  # workers/acceleration.py runs each
 COMPILABLE_MODES = ("bk",)  # private grad-sample modes the compiled step supports (non-private always)
@@ -43,6 +45,8 @@ class ConfigError(ValueError):
 
 def shown(value: Any, limit: int = ECHO_CHARS) -> str:
     """`repr(value)` cut to about `limit` characters: an error line echoes what was given, not 10 KB of it."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr of a 5,000-digit int raises, and says nothing
+        return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
 
@@ -79,7 +83,7 @@ class Bounds:
         if not _is_number(value):
             allowed = " or ".join([*(repr(w) for w in self.words), "a number"])
             return f"{name} must be {allowed}, got {shown(value)}"
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # (an int is finite, and too large for isfinite)
             return f"{name} must be finite, got {shown(value)}"
         if integer and not isinstance(value, int):
             return f"{name} must be an integer, got {shown(value)}"
@@ -88,6 +92,8 @@ class Bounds:
                                 (self.most, value <= (self.most or 0), "at most")):
             if bound is not None and not ok:
                 return f"{name} must be {text} {number_text(bound)}, got {shown(value)}"
+        if isinstance(value, int) and abs(value) > INT_MAX:
+            return f"{name} must be a 64-bit number, got {shown(value)}"
         return None
 
 
@@ -103,7 +109,12 @@ def field_problems(obj: Any) -> list[str]:
 
 
 def check(obj: Any) -> None:
-    """Raise ValueError naming every field of `obj` outside its bounds."""
+    """Give a float field's integer its type (`lr=1` is `lr=1.0`: one setting, one trial key), then raise
+    ValueError naming every field of `obj` outside its bounds."""
+    for key, value in _typed_numbers(type(obj), {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+                                     ).items():
+        if type(value) is not type(getattr(obj, key)):
+            object.__setattr__(obj, key, value)
     if problems := field_problems(obj):
         raise ValueError("; ".join(problems))
 
@@ -133,11 +144,11 @@ class TrainConfig:
 
     epochs: int = bounded(2, ge=1, most=100_000)
     batch_size: int = bounded(256, ge=1, most=1_000_000)
-    lr: float = bounded(0.1, gt=0)
+    lr: float = bounded(0.1, gt=0, most=1_000)  # larger only overflows the arithmetic of a step
     optimizer: str = bounded("sgd", choices=OPTIMIZERS)
     momentum: float = bounded(0.0, ge=0, lt=1)
-    weight_decay: float = bounded(0.0, ge=0)
-    clip: float = bounded(1.0, gt=0)
+    weight_decay: float = bounded(0.0, ge=0, most=1_000)
+    clip: float = bounded(1.0, gt=0, most=1e6)
     max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
     max_test_examples: int | None = bounded(None, ge=1, most=1_000_000_000)  # a smoke run's evaluation
     eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
@@ -229,14 +240,18 @@ class Resources:
         check(self)
 
 
-def _integral_to_int(cls: type, mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """`epochs: 1.0` and `batch_size: 1e3` mean integers: make them ints where the field is one."""
+def _typed_numbers(cls: type, mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """Numbers as their field's type: `epochs: 1.0` and `batch_size: 1e3` mean integers, `lr: 1` means the
+    float 1.0 (so that `lr: 1` and `lr: 1.0` are one setting, and one trial key)."""
     hints = typing.get_type_hints(cls)
     out = dict(mapping)
     for key, value in mapping.items():
-        wants_int = hints.get(key) is int or int in typing.get_args(hints.get(key))
-        if wants_int and isinstance(value, float) and value.is_integer():
+        kinds = (hints.get(key), *typing.get_args(hints.get(key)))
+        if int in kinds and isinstance(value, float) and value.is_integer() and abs(value) <= INT_MAX:
             out[key] = int(value)
+        elif float in kinds and int not in kinds and isinstance(value, int) and not isinstance(value, bool) \
+                and abs(value) <= INT_MAX:
+            out[key] = float(value)
     return out
 
 
@@ -252,7 +267,7 @@ def section(cls: type[T], mapping: Any, owner: str) -> T:
     bad = [k for k in mapping if not isinstance(k, str)]
     if bad:
         raise ConfigError([f"{owner}: keys must be text, got {', '.join(shown(k) for k in bad)}"])
-    mapping = _integral_to_int(cls, mapping)
+    mapping = _typed_numbers(cls, mapping)
     if cls is AuditConfig and mapping.get("mode") is False:  # `mode: false`, or YAML 1.1's `off`
         mapping["mode"] = "off"
     try:
@@ -261,16 +276,22 @@ def section(cls: type[T], mapping: Any, owner: str) -> T:
         raise ConfigError(e.problems) from None
 
 
-def _written(obj: Any, names: frozenset[str], prefix: str) -> dict[str, Any]:
-    """The fields of `obj` a grid wrote out, or that differ from their defaults: how a trial was keyed
-    before its settings were typed (so the keys of existing stores stay valid), and never blind to a
-    setting that changes what the trial computes."""
-    out = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if f"{prefix}.{f.name}" in names or value != f.default:
-            out[f.name] = value
-    return out
+def _changed(obj: Any) -> dict[str, Any]:
+    """The fields of a typed settings object that differ from their defaults: what a trial's key holds of
+    it. A default written out (`lr: 0.1`) is the same trial as one left out; a field added to privbench
+    later (with a default that keeps today's behaviour) changes no existing key."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) != f.default}
+
+
+def _canonical(value: Any) -> Any:
+    """One JSON form for a value the user typed in an option table: `1.0` and `1` are the same number."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) <= INT_MAX:
+        return int(value)
+    return value
 
 
 OPTION_TABLES = ("mechanism_options", "model_options", "dataset_options")
@@ -291,7 +312,7 @@ class TrialConfig:
     mechanism: str
     epsilon: float | None = bounded(None, gt=0)
     seed: int = bounded(0, ge=0, most=SEED_MAX)
-    sigma: float | None = bounded(None, gt=0)
+    sigma: float | None = bounded(None, ge=SIGMA_MIN, most=1e6)
     delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
     accountant: str = bounded("pld", choices=_accountants)
     calibration: str = bounded("claimed", choices=CALIBRATIONS)
@@ -307,15 +328,19 @@ class TrialConfig:
     # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
     # trial computes, so not part of the key
     plugins: tuple[str, ...] = ()
+    # The code of each plugin entry the trial uses (component -> `mechanisms.registry.Provenance` text: its
+    # distribution, version and source hash); part of the key, so an edited plugin runs its trials again and
+    # the record names the code that produced it. {} when every entry is privbench's own.
+    code: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # A candidate of a tuned cell (workers/tuning.py `TuningSetting.to_dict`); {} for an ordinary trial
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # `train.lr`-style names of the settings the grid wrote out (see `_written`); not part of equality
-    written: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
     trial_key: str = dataclasses.field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.epsilon, int) and not isinstance(self.epsilon, bool):
-            object.__setattr__(self, "epsilon", float(self.epsilon))  # eps 1 and 1.0 are one trial
+        for name in ("epsilon", "sigma"):  # eps 1 and 1.0 are one trial
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT_MAX:
+                object.__setattr__(self, name, float(value))
         problems = field_problems(self)
         for name in ("dataset", "model", "mechanism", "sweep"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
@@ -329,23 +354,30 @@ class TrialConfig:
         for name, cls in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
             if not isinstance(getattr(self, name), cls):
                 problems.append(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        for name in (*OPTION_TABLES, "tuning"):
+        for name in (*OPTION_TABLES, "tuning", "code"):
             if not isinstance(getattr(self, name), Mapping):
                 problems.append(f"{name} must be a mapping, got {shown(getattr(self, name))}")
         if problems:
             raise ConfigError(problems)
-        blob = json.dumps(self._key_view(), sort_keys=True, default=str)
+        view = self._key_view()
+        for name in (*OPTION_TABLES, "tuning"):
+            if name in view:
+                view[name] = _canonical(view[name])
+        blob = json.dumps(view, sort_keys=True, default=str)
         object.__setattr__(self, "trial_key", hashlib.sha256(blob.encode()).hexdigest()[:16])
 
     def _key_view(self) -> dict[str, Any]:
+        """What the trial computes, typed: the settings of `train` and `audit` that differ from their
+        defaults, the option tables as written (their numbers made canonical in the key), and the rest."""
         out: dict[str, Any] = {"secure_rng": True} if self.secure_rng else {}
         out |= {"delta": self.delta, "accountant": self.accountant, "calibration": self.calibration,
-                "sampler": self.sampler, "audit": _written(self.audit, self.written, "audit"),
-                "train": _written(self.train, self.written, "train"), "dataset": self.dataset,
-                "model": self.model, "mechanism": self.mechanism, "epsilon": self.epsilon, "seed": self.seed,
-                "sigma": self.sigma}
+                "sampler": self.sampler, "audit": _changed(self.audit), "train": _changed(self.train),
+                "dataset": self.dataset, "model": self.model, "mechanism": self.mechanism, "epsilon": self.epsilon,
+                "seed": self.seed, "sigma": self.sigma}
         if self.tuning:  # only a tuned candidate's key has it (the keys of existing stores stay valid)
             out["tuning"] = dict(self.tuning)
+        if self.code:  # likewise only a trial with a plugin entry
+            out["code"] = dict(self.code)
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
 
     @property
@@ -402,19 +434,15 @@ class TrialConfig:
         `trial_key` is not trusted: the key is always derived again."""
         if not isinstance(config, Mapping):
             raise ConfigError([f"a trial config must be a mapping, got {type(config).__name__}"])
-        known = {f.name for f in dataclasses.fields(cls)} - {"written"}
+        known = {f.name for f in dataclasses.fields(cls)}
         problems = [f"unknown trial settings {sorted(map(shown, set(config) - known))}; known: {sorted(known)}"] \
             if set(config) - known else []
         parts: dict[str, Any] = {}
-        written: set[str] = set()
         for name, kind in (("train", TrainConfig), ("audit", AuditConfig), ("resources", Resources)):
-            given = config.get(name)
             try:
-                parts[name] = section(kind, given, name)
+                parts[name] = section(kind, config.get(name), name)
             except ConfigError as e:
                 problems += e.problems
-            if isinstance(given, Mapping):
-                written |= {f"{name}.{k}" for k in given}
         if problems:
             raise ConfigError(problems)
         plain = {k: v for k, v in config.items() if k in known and k not in parts and k != "trial_key"}
@@ -426,7 +454,7 @@ class TrialConfig:
         if missing:
             raise ConfigError([f"a trial config needs {', '.join(missing)}"])
         try:
-            return cls(**plain, **parts, written=frozenset(written))
+            return cls(**plain, **parts)
         except TypeError as e:
             raise ConfigError([str(e)]) from None
 

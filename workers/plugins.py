@@ -29,11 +29,12 @@ REGISTRIES = (MECHANISMS, ACCOUNTANTS, MODELS, DATASETS)
 
 def import_plugin(name: str, search: Sequence[str | Path] = ()) -> ModuleType:
     """Import a plugin module: from sys.path, else from the `search` folders (a grid's own folder), which
-    are then added to sys.path so that the module's own imports resolve too."""
+    are then added to sys.path so that the module's own imports resolve too. Whatever the module does while
+    it is imported (raise, `sys.exit()`) is one `PluginError` line: importing a plugin runs its code."""
     if not isinstance(name, str) or not MODULE_RE.fullmatch(name):
         raise PluginError(f"plugins: {name!r} is not a module name (dotted Python identifiers)")
     try:
-        return importlib.import_module(name)
+        return _run_import(name)
     except ModuleNotFoundError as e:
         top = name.split(".")[0]
         if e.name is None or not name.startswith(e.name):
@@ -43,8 +44,23 @@ def import_plugin(name: str, search: Sequence[str | Path] = ()) -> ModuleType:
             if (Path(folder) / top).is_dir() or (Path(folder) / f"{top}.py").is_file():
                 if folder not in sys.path:
                     sys.path.insert(0, folder)
-                return importlib.import_module(name)
+                return _run_import(name)
         raise PluginError(f"plugins: cannot import {name!r} (not installed, and not beside the grid file)") from None
+
+
+def _run_import(name: str) -> ModuleType:
+    """`importlib.import_module`, with the module's own failures said in one line (a missing module is
+    left to the caller, which looks beside the grid file)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and name.startswith(e.name):
+            raise
+        raise PluginError(f"plugins: {name} failed to import: {e}".splitlines()[0]) from None
+    except SystemExit as e:  # a plugin that calls sys.exit() must not decide privbench's exit code
+        raise PluginError(f"plugins: {name} called sys.exit({e.code!r}) while it was imported") from None
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is one line for the user
+        raise PluginError(f"plugins: {name} failed to import: {type(e).__name__}: {e}".splitlines()[0][:500]) from None
 
 
 def register_module(module: ModuleType) -> list[str]:
@@ -74,11 +90,42 @@ def load(names: Sequence[str], search: Sequence[str | Path] = ()) -> list[Module
 
 
 def shipped(names: Sequence[str]) -> list[ModuleType]:
-    """The top-level packages (or single-file modules) of the named plugin modules, for Ray's `py_modules`;
-    privbench's own packages are shipped anyway and left out."""
-    tops = dict.fromkeys(name.split(".")[0] for name in names)
-    return [importlib.import_module(top) for top in tops
-            if top not in ("mechanisms", "workers", "orchestrator", "storage", "dashboards")]
+    """The top-level packages (or single-file modules) of the named plugin modules, for Ray's `py_modules`,
+    with the modules they imported from their own folder (a plugin `mine.py` beside the grid file that
+    imports `helpers.py` beside it needs both on the workers); privbench's own packages are shipped anyway
+    and left out, and so is what is installed (site-packages, the standard library)."""
+    tops = [importlib.import_module(top) for top in dict.fromkeys(name.split(".")[0] for name in names)
+            if top not in _OWN]
+    folders = {_folder(m) for m in tops} - {None}
+    siblings = [m for name, m in list(sys.modules.items())
+                if "." not in name and name not in _OWN and m not in tops and _folder(m) in folders]
+    return tops + siblings
 
 
-__all__ = ["import_plugin", "load", "register_module", "shipped"]
+_OWN = ("mechanisms", "workers", "orchestrator", "storage", "dashboards")
+
+
+def _folder(module: ModuleType) -> Path | None:
+    """The folder a top-level module or package lives in, unless it is installed (site-packages, stdlib)."""
+    import sysconfig
+
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    folder = path.parent.parent if path.name == "__init__.py" else path.parent
+    installed = {Path(p).resolve() for key in ("purelib", "platlib", "stdlib", "platstdlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    return None if any(folder == p or p in folder.parents for p in installed) else folder
+
+
+__all__ = ["code_of", "import_plugin", "load", "register_module", "shipped"]
+
+
+def code_of(mechanism: str, model: str, dataset: str, accountant: str) -> dict[str, str]:
+    """The provenance (`mechanisms.registry.Provenance`) of each plugin entry a trial uses, by component:
+    `TrialConfig.code`, computed by the driver and checked again by the worker that runs the trial."""
+    entries = (("mechanism", MECHANISMS, mechanism), ("model", MODELS, model), ("dataset", DATASETS, dataset),
+               ("accountant", ACCOUNTANTS, accountant))
+    return {kind: f"{name}: {p}" for kind, registry, name in entries if (p := registry.provenance(name))}
+

@@ -22,29 +22,80 @@ Progress = Callable[[int, int, dict[str, Any]], None]
 
 
 # One builder per name in workers.config.OPTIMIZERS (the names a grid may use; a test keeps them equal).
+# Adam keeps its step count on the device where it can (`capturable`): otherwise every step reads it on the host.
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": lambda params, c: torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay),
-    "adam": lambda params, c: torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay),
-    "adamw": lambda params, c: torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay),
+    "adam": lambda params, c: torch.optim.Adam(params, lr=c.lr, weight_decay=c.weight_decay,
+                                               capturable=_on_accelerator(params)),
+    "adamw": lambda params, c: torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay,
+                                                 capturable=_on_accelerator(params)),
 }
 
 
+def _on_accelerator(params: list[torch.Tensor]) -> bool:
+    return bool(params) and params[0].device.type == "cuda"
+
+
 def tensor_dataset(bundle: ModelBundle, split: Split) -> TensorDataset:
-    return TensorDataset(*bundle.encode(split), torch.from_numpy(split.labels))
+    """The encoded split with its labels last; `trim_by` (the model's `info["trim_by"]`) names the input whose
+    row sums are each example's length, so batches can be cut to their longest example (`plan_loader`)."""
+    data = TensorDataset(*bundle.encode(split), torch.from_numpy(split.labels))
+    data.trim_by = bundle.info.get("trim_by")  # type: ignore[attr-defined]
+    return data
 
 
 @torch.no_grad()
 def evaluate(module: nn.Module, data: TensorDataset, batch_size: int, device: torch.device) -> dict[str, float]:
+    """Accuracy and mean loss over `data`, summed on the device and read once."""
     module.eval()
-    correct, loss, n = 0, 0.0, 0
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    loss = torch.zeros((), device=device, dtype=torch.float64)
+    n = 0
     for *xs, y in DataLoader(data, batch_size=batch_size):
-        xs, y = [x.to(device) for x in xs], y.to(device)
+        xs, y = [x.to(device, non_blocking=True) for x in xs], y.to(device, non_blocking=True)
         logits = module(*xs)
-        loss += nn.functional.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(-1) == y).sum().item()
+        loss += nn.functional.cross_entropy(logits, y, reduction="sum").double()
+        correct += (logits.argmax(-1) == y).sum()
         n += len(y)
     module.train()
-    return {"accuracy": correct / max(n, 1), "loss": loss / max(n, 1)}
+    return {"accuracy": int(correct) / max(n, 1), "loss": float(loss) / max(n, 1)}
+
+
+class LossCheck:
+    """The training loss summed on the device and read every `every` steps and at each epoch's end: one host
+    synchronisation per read, none in the steps between. A read that is not finite fails the trial
+    (`Diverged`) with the range of steps it diverged in."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self._total: torch.Tensor | None = None
+        self._steps, self._first = 0, 1
+        self.epoch_total, self.epoch_steps = 0.0, 0
+
+    def add(self, loss: torch.Tensor, step: int) -> bool:
+        """Add one step's loss (a device scalar); True when a read is due."""
+        loss = loss.detach().float()
+        self._total = loss if self._total is None else self._total + loss
+        self._steps += 1
+        return self._steps >= self.every
+
+    def read(self, step: int, epoch: int) -> float | None:
+        """The mean loss since the last read (None if no step), checked."""
+        if self._total is None:
+            return None
+        value = float(self._total)
+        if not math.isfinite(value):
+            raise Diverged(f"diverged: the training loss is {value} between steps {self._first} and {step} "
+                           f"(epoch {epoch})")
+        mean = value / self._steps
+        self.epoch_total, self.epoch_steps = self.epoch_total + value, self.epoch_steps + self._steps
+        self._total, self._steps, self._first = None, 0, step + 1
+        return mean
+
+    def epoch_mean(self) -> float:
+        mean = self.epoch_total / max(self.epoch_steps, 1)
+        self.epoch_total, self.epoch_steps = 0.0, 0
+        return mean
 
 
 @dataclasses.dataclass
@@ -58,6 +109,104 @@ class Diverged(RuntimeError):
     """The training loss became NaN or infinite: the trial is failed, never finished."""
 
 
+CHECK_EVERY = 50  # steps between reads of the loss (one host synchronisation each; progress is reported then)
+PAD_TO = 32  # rows a compiled step's batches are padded to a multiple of (static shapes, few recompilations)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradSampleMode:
+    """The per-sample gradient engine a trial uses, where the choice came from, and why bk was not used."""
+
+    name: str
+    source: str  # "grid" (train.grad_sample_mode), "model" (its info), or "default"
+    fallback: str | None = None
+
+
+def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module) -> GradSampleMode:
+    """The grid's `grad_sample_mode`, else the model's (`info["grad_sample_mode"]`), else the book-keeping
+    engine; bk falls back to the model's `fallback_grad_sample_mode` (Opacus hooks by default) where it cannot
+    clip the model, and the record says so. A model that names none is told, in the record, which it got."""
+    if cfg.grad_sample_mode is not None:
+        return GradSampleMode(cfg.grad_sample_mode, "grid")
+    named = bundle.info.get("grad_sample_mode")
+    mode = GradSampleMode(named, "model") if named else GradSampleMode("bk", "default")
+    if mode.name == "bk":
+        from mechanisms.bookkeeping import unsupported
+
+        if why := unsupported(module):
+            return GradSampleMode(bundle.info.get("fallback_grad_sample_mode", "hooks"), mode.source, "; ".join(why))
+    return mode
+
+
+def step_loss(criterion: Any, outputs: torch.Tensor, labels: torch.Tensor, batch: Any) -> Any:
+    """The step's loss; a padded batch's rows are weighted (0 on padding), so padding adds nothing to it, to any
+    gradient, norm or count (the book-keeping loss takes the weights; any other the weighted mean of its
+    per-example losses over the examples)."""
+    weights = getattr(batch, "weights", None)
+    if weights is None:
+        return criterion(outputs, labels)
+    if hasattr(criterion, "engine"):  # the book-keeping engine's loss: per-sample losses, weighted
+        return criterion(outputs, labels, weights=weights)
+    per_example = nn.functional.cross_entropy(outputs, labels, reduction="none")
+    return (per_example * weights.to(per_example.dtype)).sum() / max(batch.size, 1)
+
+
+def report(on_progress: Progress | None, loss: float | None, done: int, total: int, epoch: int) -> None:
+    if on_progress is not None and loss is not None:
+        on_progress(done, total, {"epoch": epoch + 1, "loss": loss})
+
+
+@dataclasses.dataclass
+class Setup:
+    """A trial's training objects, built one way for the trainer and the benchmarks that measure its step."""
+
+    training: Any  # mechanisms.private_training.PrivateTraining
+    precision: StepPrecision
+    step_module: nn.Module
+    evals: dict[str, TensorDataset]
+    info: dict[str, Any]
+
+
+def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
+          cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
+          noise_generator: torch.Generator | None = None, secure_mode: bool = False, private: bool = True) -> Setup:
+    """The model on `device`, its optimizer, the mechanism's private objects (batches, clipping, noise) from the
+    plan, the precision and the (compiled) step module, and what the record says about them."""
+    module = bundle.module.to(device)
+    train_data = tensor_dataset(bundle, train_split)
+    evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
+    mode = grad_sample_mode(cfg, bundle, module)
+    info: dict[str, Any] = {"grad_sample_mode": mode.name, "grad_sample_mode_source": mode.source}
+    if mode.fallback:
+        info["bk_fallback"] = mode.fallback
+    training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
+                                      generator=generator, grad_sample_mode=mode.name, noise_generator=noise_generator,
+                                      secure_mode=secure_mode, pad_to=PAD_TO if cfg.compile else None)
+    if private and type(mechanism).make_private is Mechanism.make_private:  # the trainer's step (an override is
+        from mechanisms.private_training import step_integrity  # its own: contract_problems flags a plugin's)
+
+        if problems := step_integrity(training):
+            info["step_problems"] = problems
+    precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode.name)
+    step_module = compiled(training.module, mode.name, private) if cfg.compile else training.module
+    return Setup(training, precision, step_module, evals, info)
+
+
+def train_step(s: Setup, batch: Any) -> torch.Tensor:
+    """One training step on `batch` (launched, not waited for): the loss, a device scalar."""
+    *xs, y = batch
+    optimizer = s.training.optimizer
+    if hasattr(optimizer, "example_weights"):  # a padded batch's releases count its examples only
+        optimizer.example_weights = getattr(batch, "weights", None)
+    optimizer.zero_grad(set_to_none=True)
+    with s.precision.autocast():
+        loss = step_loss(s.training.criterion, s.step_module(*xs), y, batch)
+    s.precision.backward_and_step(loss, optimizer)
+    return loss.detach()
+
+
 def train(
     bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
@@ -67,8 +216,12 @@ def train(
 ) -> TrainOutcome:
     """Train `bundle.module` with `mechanism` under `plan`; evaluate every epoch on `eval_splits`.
 
-    The loader, the clipping and the noise come from the plan (`mechanism.make_private`), so the trial runs
+    The batches, the clipping and the noise come from the plan (`mechanism.make_private`), so the trial runs
     exactly `plan.steps` updates; the count is checked at the end and recorded as `steps_run`.
+    A step never waits on the host: the training set lives on the device when it fits (one gather per
+    batch, drawn there), the loss is summed there and read every CHECK_EVERY steps (`LossCheck`), and step
+    times come from device events (`StepTimer`). `compile: true` pads batches to multiples of PAD_TO rows
+    (weight 0), so the compiled step sees few shapes.
     `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step; it
     may return a clock of its own seconds inside steps, which the step timer leaves out (the one-run
     canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
@@ -78,54 +231,28 @@ def train(
     """
     if private is None:
         private = plan.sigma is not None
-    module = bundle.module.to(device)
-    train_data = tensor_dataset(bundle, train_split)
-    evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
-    params = [p for p in module.parameters() if p.requires_grad]
-    optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
-    mode = cfg.grad_sample_mode or bundle.info.get("grad_sample_mode", "hooks")
-    info: dict[str, Any] = {}
-    if mode == "bk" and cfg.grad_sample_mode is None:  # the model's default: fall back where bk cannot clip it
-        from mechanisms.bookkeeping import unsupported
-
-        if why := unsupported(module):
-            mode = bundle.info.get("fallback_grad_sample_mode", "hooks")
-            info["bk_fallback"] = "; ".join(why)
-    training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
-                                      generator=generator, grad_sample_mode=mode, noise_generator=noise_generator,
-                                      secure_mode=secure_mode)
-    if private and type(mechanism).make_private is Mechanism.make_private:  # the trainer's step (an override is
-        from mechanisms.private_training import step_integrity  # its own: contract_problems flags a plugin's)
-
-        if problems := step_integrity(training):
-            info["step_problems"] = problems
-    module, optimizer, loader, criterion = training.module, training.optimizer, training.loader, training.criterion
-    precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode)
-    step_module = compiled(module, mode, private) if cfg.compile else module
+    s = setup(bundle, train_split, eval_splits, mechanism, plan, cfg, device=device, generator=generator,
+              noise_generator=noise_generator, secure_mode=secure_mode, private=private)
+    module, optimizer, loader = s.training.module, s.training.optimizer, s.training.loader
+    evals, info = s.evals, s.info
     audit_clock = attach(optimizer) if attach is not None else None
-    timer, curves = StepTimer(), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
+    timer, curves = StepTimer(device=device), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = plan.steps, 0
+    check = LossCheck(CHECK_EVERY)
     final: dict[str, dict[str, float]] = {}
     module.train()
     with PeakMemory(device=device) as memory:
         for epoch in range(cfg.epochs):
-            running, batches = 0.0, 0
-            for *xs, y in loader:
-                xs, y = [x.to(device) for x in xs], y.to(device)
+            for batch in loader:
                 audit_before = audit_clock() if audit_clock else 0.0
                 timer.start()
-                optimizer.zero_grad(set_to_none=True)
-                with precision.autocast():
-                    loss = criterion(step_module(*xs), y)
-                precision.backward_and_step(loss, optimizer)
-                timer.stop(len(y), excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
-                value = float(loss.item())
-                if not math.isfinite(value):
-                    raise Diverged(f"diverged: training loss is {value} at step {done + 1} (epoch {epoch + 1})")
-                running, batches, done = running + value, batches + 1, done + 1
-                if on_progress is not None and (done % 5 == 0 or done == total_steps):
-                    on_progress(done, total_steps, {"epoch": epoch + 1, "loss": running / batches})
-            curves["train_loss"].append(running / max(batches, 1))
+                loss = train_step(s, batch)
+                timer.stop(batch.size, excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
+                done += 1
+                if check.add(loss, done):
+                    report(on_progress, check.read(done, epoch + 1), done, total_steps, epoch)
+            report(on_progress, check.read(done, epoch + 1), done, total_steps, epoch)
+            curves["train_loss"].append(check.epoch_mean())
             for name, data in evals.items():  # the last epoch's evaluation is the final one (model unchanged)
                 final[name] = evaluate(module, data, cfg.eval_batch_size, device)
                 curves[f"{name}_accuracy"].append(final[name]["accuracy"])
@@ -143,4 +270,4 @@ def train(
         "peak_memory_mb": memory.extra_mb,
         "steps_run": float(taken),
     }
-    return TrainOutcome(metrics, curves, {"grad_sample_mode": mode, "precision": cfg.precision} | info)
+    return TrainOutcome(metrics, curves, info | {"precision": cfg.precision})

@@ -16,6 +16,7 @@ driver records what they return. `run_trial` never raises: a failure is a `faile
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.metadata
 import os
@@ -32,7 +33,7 @@ import torch
 
 import mechanisms
 from mechanisms.claims import claim_status
-from mechanisms.mechanism import plan_for, uncertified
+from mechanisms.mechanism import Mechanism, plan_for, uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models, plugins
 from workers.audit import (
@@ -47,6 +48,7 @@ from workers.audit import (
 )
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
+from workers.overhead import paired_overhead
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, train
 from workers.tuning import candidate_fields, tuned_plan
@@ -139,9 +141,16 @@ def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
 
 def _prepare(config: TrialConfig) -> None:
     """What every phase does first, in whichever process runs it: the process-wide settings, and the
-    grid's `plugins:` modules (shipped by the driver), so their names resolve here too."""
+    grid's `plugins:` modules (shipped by the driver), so their names resolve here too; and the plugin code
+    here must be the code the driver keyed the trial by (`TrialConfig.code`, when a grid gave it), or the record
+    would name other code than what ran."""
     configure()
     plugins.load(config.plugins)
+    here = plugins.code_of(config.mechanism, config.model, config.dataset, config.accountant) if config.code else {}
+    if here != dict(config.code):
+        changed = sorted(set(here.items()) ^ set(dict(config.code).items()))
+        raise RuntimeError(f"the plugin code on this worker is not the driver's: {'; '.join(map(': '.join, changed))} "
+                           "(install the same version on every node, or ship it with plugins:)")
 
 
 # phases -----------------------------------------------------------------------------------------------
@@ -213,13 +222,18 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
         raise RuntimeError("the plan was made for another training set or model than the one that would run; "
                            "the accounted process must be the executed one")
     plan, audit = planned.plan, config.audit
+    mechanism = mechanisms.get(config.mechanism)
     one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
-    outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanisms.get(config.mechanism),
+    pristine = copy.deepcopy(bundle.module) if config.private and plan.parts is not None else None
+    outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism,
                     plan, config.train, device=device, generator=generator, on_progress=on_progress,
                     noise_generator=noise_generator(config.seed, device, config.secure_rng),
                     secure_mode=config.secure_rng, attach=one_run.attach if one_run else None,
                     private=config.private)
     losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
+    if pristine is not None and type(mechanism).make_private is Mechanism.make_private:  # the trainer's DP step
+        outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
+                                           device=device, seed=config.seed).metrics()
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
                              one_run.result() if one_run is not None else None, losses,
                              env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0)
@@ -255,6 +269,8 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
         "private": private,  # whether the trial claims any privacy (dashboards read this, not a name)
         "grad_sample_mode": info.get("grad_sample_mode") if private else None,
         "bk_fallback": info.get("bk_fallback") if private else None,  # why bk could not clip it
+        # where the engine came from: the grid, the model's info, or privbench's default (a model naming none)
+        "grad_sample_mode_source": info.get("grad_sample_mode_source") if private else None,
         "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
                                      audit_violated=bool(audits.get("audit_step_violated")
                                                           or audits.get("audit_run_violated")),

@@ -211,7 +211,9 @@ def _leak(name: str, grad: torch.Tensor | None) -> None:
 
 class BookkeepingLoss:
     """Criterion wrapper (as Opacus' `DPLossFastGradientClipping`): `criterion(out, y)` gives a value whose
-    `backward()` runs the engine's single backward pass; `item()` is the criterion's usual reduction."""
+    `backward()` runs the engine's single backward pass; `item()` is the criterion's usual reduction.
+    `weights` (one per row, 0 for a padding row) multiply the per-sample losses, so a padding row has a zero
+    gradient, norm and clipped contribution."""
 
     def __init__(self, engine: BookkeepingEngine, criterion: Any) -> None:
         reduction = getattr(criterion, "reduction", "mean")
@@ -219,25 +221,32 @@ class BookkeepingLoss:
             raise ValueError(f"the criterion's reduction must be 'mean' or 'sum', got {reduction!r}")
         self.engine, self.criterion, self.reduction = engine, criterion, reduction
 
-    def __call__(self, *args: Any, **kwargs: Any) -> BookkeepingLossValue:
+    def __call__(self, *args: Any, weights: torch.Tensor | None = None, **kwargs: Any) -> BookkeepingLossValue:
         old = self.criterion.reduction
         self.criterion.reduction = "none"
         try:
             per_sample = self.criterion(*args, **kwargs)
         finally:
             self.criterion.reduction = old
-        return BookkeepingLossValue(self.engine, per_sample, self.reduction)
+        if weights is not None:
+            per_sample = per_sample * weights.to(per_sample.dtype)
+        return BookkeepingLossValue(self.engine, per_sample, self.reduction, weights)
 
 
 class BookkeepingLossValue:
-    """The per-sample losses of one batch; reads as the reduced loss, backpropagates through the engine."""
+    """The per-sample losses of one batch; reads as the reduced loss over its examples (padding rows left out),
+    backpropagates through the engine."""
 
-    def __init__(self, engine: BookkeepingEngine, per_sample: torch.Tensor, reduction: str) -> None:
-        self.engine, self.per_sample, self.reduction = engine, per_sample, reduction
+    def __init__(self, engine: BookkeepingEngine, per_sample: torch.Tensor, reduction: str,
+                 weights: torch.Tensor | None = None) -> None:
+        self.engine, self.per_sample, self.reduction, self.weights = engine, per_sample, reduction, weights
 
     def detach(self) -> torch.Tensor:
-        reduced = self.per_sample.mean() if self.reduction == "mean" else self.per_sample.sum()
-        return reduced.detach()
+        if self.reduction == "sum":
+            return self.per_sample.sum().detach()
+        if self.weights is None:
+            return self.per_sample.mean().detach()
+        return (self.per_sample.sum() / self.weights.sum().clamp_min(1)).detach()
 
     def item(self) -> float:
         return float(self.detach().item())

@@ -279,7 +279,7 @@ class DpForward(Mechanism):
                      extra, f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}")
 
     def make_private(self, module: Any, optimizer: Any, data: Any, plan: PrivacyPlan, *, criterion: Any,
-                     generator: Any, **_: Any) -> PrivateTraining:
+                     generator: Any, pad_to: int | None = None, **_: Any) -> PrivateTraining:
         """Install the noise hooks (training and inference), randomize the labels once, keep the rest.
 
         The hooks object is kept as `module.dp_forward` (`.remove()` undoes them; `.releases` counts
@@ -305,17 +305,18 @@ class DpForward(Mechanism):
                         inference_noise=opts.inference_noise, seed=int(noise_seed) >> 1)
         if opts.freeze_pre_noise:
             noise.freeze_pre_noise()
-        loader = plan_loader(data, plan, generator)
-        if opts.epsilon_labels is not None:
+        if opts.epsilon_labels is not None:  # the labels are randomized once, before any batch is drawn
             classes = opts.num_classes or _head_classes(module) or 2
             if classes != plan.extra.get("num_classes"):
                 raise ValueError(f"the model predicts {classes} classes but the plan accounted RR over "
                                  f"{plan.extra.get('num_classes')}: set mechanism_options num_classes: {classes}")
-            labels = label_rr.dataset_labels(loader.dataset)
+            labels = label_rr.dataset_labels(data)
             noisy = label_rr.randomized_response(labels, opts.epsilon_labels, classes, np.random.default_rng(rr_seed))
-            loader = label_rr.relabel_loader(loader, noisy)
+            data = label_rr.relabeled(data, noisy)
         module.dp_forward = noise
-        return PrivateTraining(module, optimizer, loader, criterion)
+        device = next((p.device for p in module.parameters()), None)
+        return PrivateTraining(module, optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
+                               criterion)
 
     def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
                        normalization: str = "normalize", **_: Any) -> np.ndarray:

@@ -6,7 +6,7 @@ K - 1 labels uniformly. The released code (`sanitize_labels`) perturbs the train
 training, so every epoch sees the same noisy label: the label costs eps2 once, not once per epoch.
 
 Three things live here:
-- `randomized_response` and `relabel_loader`: the mechanism itself, on numpy labels and on a DataLoader;
+- `randomized_response` and `relabeled`: the mechanism itself, on numpy labels and on a dataset;
 - `rr_event`: the dp-accounting event of what is released (for the certified, replace-one analysis);
 - `shuffled_rr_epsilon`: the paper's *claimed* central cost of the labels ("only 0.03" on SST-2), i.e.
   N compositions of RR on a subsample of size one at rate q = 1/N, computed exactly (binomial sums).
@@ -73,21 +73,19 @@ class RelabeledDataset:
         return (*tuple(self.base[index])[:-1], self.labels[index])
 
 
-def relabel_loader(loader: Any, labels: np.ndarray) -> Any:
-    """The same DataLoader (batch sampler, collate, workers) over the dataset with `labels` in place."""
+def relabeled(dataset: Any, labels: np.ndarray) -> Any:
+    """The dataset with `labels` in place of its own (a TensorDataset stays one, so its batches can be gathered
+    on the device)."""
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
-    dataset = loader.dataset
     label_tensor = torch.as_tensor(labels)
     tensors = getattr(dataset, "tensors", None)
     if tensors is not None:
-        relabeled: Any = TensorDataset(*tensors[:-1], label_tensor.to(tensors[-1].dtype))
-    else:
-        relabeled = RelabeledDataset(dataset, label_tensor)
-    return DataLoader(relabeled, batch_sampler=loader.batch_sampler, num_workers=loader.num_workers,
-                      collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
-                      worker_init_fn=loader.worker_init_fn, generator=loader.generator)
+        out = TensorDataset(*tensors[:-1], label_tensor.to(tensors[-1].dtype))
+        out.trim_by = getattr(dataset, "trim_by", None)  # type: ignore[attr-defined]
+        return out
+    return RelabeledDataset(dataset, label_tensor)
 
 
 # ---- the paper's claimed central cost of the labels ------------------------------------------------

@@ -13,6 +13,13 @@ so `steps = epochs * steps_per_epoch` is what the trial executes and what is acc
 | `fixed`   | exactly B examples drawn without replacement, fresh per step| replace-one           |
 | `shuffle` | one permutation per epoch cut into `steps_per_epoch` batches| replace-one           |
 
+Batches are drawn where the data lives, without waiting on the host (`epoch`): a Poisson step draws its size
+K ~ Binomial(N, q) on the host generator and its K examples as a uniform subset on the device generator
+(the same law as N independent coins: given the count, the subset is uniform), a fixed-size step a slice
+of a device permutation, a shuffled epoch one device permutation cut into slices. Each step's indices are
+one device tensor, its size a host integer; `pad_to` pads a step to a multiple of rows of weight 0 (static
+shapes for a compiled step), which contribute nothing to any sum, norm or count.
+
 `dp_event(step)` wraps the event of ONE step's release (a Gaussian whose noise multiplier is measured
 against the sensitivity under the sampler's relation, see `mechanisms/parts.py`) into the event of the
 whole run. Shuffling gets no amplification (none is known to be sound for it: Chua et al., arXiv
@@ -75,8 +82,10 @@ class BatchSelection(abc.ABC):
         """The whole run's event, given the event of one step's release on a batch holding the record."""
 
     @abc.abstractmethod
-    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
-        """The batches (lists of example indices) of one epoch: exactly `steps_per_epoch` of them."""
+    def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
+              pad_to: int | None = None) -> Iterator[StepIndices]:
+        """The batches of one epoch, exactly `steps_per_epoch` of them: each step's example indices as one tensor
+        on `device_generator`'s device (default: `generator`'s), drawn without a host synchronisation."""
 
     def batch_sampler(self, generator: torch.Generator) -> EpochBatches:
         """A `torch.utils.data.Sampler` for `DataLoader(batch_sampler=...)`: one epoch per iteration."""
@@ -98,12 +107,19 @@ class PoissonSampling(BatchSelection):
     def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
         return events.poisson_sampled(step, self.sample_rate, self.steps)
 
-    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+    def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
+              pad_to: int | None = None) -> Iterator[StepIndices]:
+        """K ~ Binomial(N, q) from `generator` (the host's), then K of the N indices uniformly at random from
+        `device_generator`: each example is in the batch with probability q, independently of the others."""
         import torch
 
-        for _ in range(self.steps_per_epoch):
-            mask = torch.rand(self.dataset_size, generator=generator) < self.sample_rate
-            yield mask.nonzero().flatten().tolist()
+        device_generator = device_generator or generator
+        counts = torch.full((self.steps_per_epoch,), float(self.dataset_size))
+        rates = torch.full((self.steps_per_epoch,), self.sample_rate)
+        sizes = torch.binomial(counts, rates, generator=generator).long().tolist()  # the epoch's, on the host
+        for size in sizes:
+            order = torch.randperm(self.dataset_size, generator=device_generator, device=device_generator.device)
+            yield StepIndices.of(order[:size], size, pad_to)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,11 +132,14 @@ class FixedSizeSampling(BatchSelection):
     def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
         return events.sampled_without_replacement(step, self.dataset_size, self.batch_size, self.steps)
 
-    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+    def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
+              pad_to: int | None = None) -> Iterator[StepIndices]:
         import torch
 
+        device_generator = device_generator or generator
         for _ in range(self.steps_per_epoch):
-            yield torch.randperm(self.dataset_size, generator=generator)[: self.batch_size].tolist()
+            order = torch.randperm(self.dataset_size, generator=device_generator, device=device_generator.device)
+            yield StepIndices.of(order[: self.batch_size], self.batch_size, pad_to)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,12 +156,21 @@ class ShuffleSampling(BatchSelection):
     def dp_event(self, step: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
         return dp_accounting.SelfComposedDpEvent(step, self.epochs)
 
-    def epoch(self, generator: torch.Generator) -> Iterator[list[int]]:
+    def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
+              pad_to: int | None = None) -> Iterator[StepIndices]:
         import torch
 
-        order = torch.randperm(self.dataset_size, generator=generator)
-        for batch in torch.tensor_split(order, self.steps_per_epoch):
-            yield batch.tolist()
+        device_generator = device_generator or generator
+        order = torch.randperm(self.dataset_size, generator=device_generator, device=device_generator.device)
+        start = 0
+        for size in self.sizes():
+            yield StepIndices.of(order[start:start + size], size, pad_to)
+            start += size
+
+    def sizes(self) -> list[int]:
+        """The batch sizes of one epoch (those of `torch.tensor_split`: the first N mod steps are one larger)."""
+        whole, extra = divmod(self.dataset_size, self.steps_per_epoch)
+        return [whole + (i < extra) for i in range(self.steps_per_epoch)]
 
 
 SAMPLERS: dict[str, type[BatchSelection]] = {s.name: s for s in (PoissonSampling, FixedSizeSampling, ShuffleSampling)}
@@ -185,9 +213,34 @@ def relation_name(relation: NeighborRel) -> str:
     return relation.name.lower().replace("_", "-")
 
 
+@dataclasses.dataclass(frozen=True)
+class StepIndices:
+    """One step's examples: their indices (a device tensor), how many are examples (a host integer), and,
+    when the step is padded to a multiple of rows, each row's weight (1 for an example, 0 for padding)."""
+
+    index: torch.Tensor
+    size: int
+    weights: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, index: torch.Tensor, size: int, pad_to: int | None = None) -> StepIndices:
+        """`index` as it is, or padded with row 0 at weight 0 up to the next multiple of `pad_to` rows (at
+        least one row, so that an empty Poisson batch still has a shape)."""
+        import torch
+
+        if not pad_to:
+            return cls(index, size)
+        rows = max(pad_to, -(-size // pad_to) * pad_to)
+        weights = torch.zeros(rows, device=index.device)
+        weights[:size] = 1.0
+        padding = torch.zeros(rows - size, dtype=index.dtype, device=index.device)
+        return cls(torch.cat([index, padding]), size, weights)
+
+
 class EpochBatches:
     """Adapts a `BatchSelection` to torch's batch-sampler protocol (an iterable of index lists with a
-    length, what `DataLoader(batch_sampler=...)` takes): `len` is the steps of one epoch."""
+    length, what `DataLoader(batch_sampler=...)` takes) for data streamed from the host: `len` is the steps
+    of one epoch. The same draws as the device path from a host generator."""
 
     def __init__(self, selection: BatchSelection, generator: torch.Generator) -> None:
         self.selection, self.generator = selection, generator
@@ -196,8 +249,8 @@ class EpochBatches:
         return self.selection.steps_per_epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        return self.selection.epoch(self.generator)
+        return (step.index.tolist() for step in self.selection.epoch(self.generator))
 
 
 __all__ = ["OWN_SAMPLERS", "SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonRate",
-           "PoissonSampling", "ShuffleSampling", "batch_selection", "relation_name"]
+           "PoissonSampling", "ShuffleSampling", "StepIndices", "batch_selection", "relation_name"]

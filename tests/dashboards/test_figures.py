@@ -61,14 +61,14 @@ def test_overhead_curves_and_verdicts_have_their_content(records):
     # Split by epsilon (a legend names them), dataset / model in the titles, no trial clipped at the top.
     (legend,) = fig.legends
     assert [x.get_text() for x in legend.get_texts()] == ["non-private", "epsilon 1", "epsilon 8"]
-    assert t.get_title() == "digits / mlp: step time" and m.get_title() == "digits / mlp: peak memory per trial"
+    assert t.get_title() == m.get_title() == "digits / mlp" and t.get_ylabel() == "step time / non-private"
     for ax in (t, m):
         top = max(max(ln.get_ydata()) for ln in ax.get_lines() if len(ln.get_ydata()))
         assert ax.get_ylim()[1] >= 1.1 * top
     assert not m.containers  # memory: each trial's own peak, no mean +- std bar
     curves_fig = figures.curves(records)
     curve_axes = curves_fig.axes
-    assert len({a.get_title() for a in curve_axes}) == len(curve_axes)  # distinct panel titles
+    assert len({(a.get_title(), a.get_ylabel()) for a in curve_axes}) == len(curve_axes)  # each panel named
     (shared,) = curves_fig.legends
     assert not any(a.get_legend() for a in curve_axes) and len(shared.get_texts()) == 5
     styles = {(ln.get_color(), ln.get_linestyle()) for ln in curve_axes[0].get_lines()}

@@ -1,7 +1,8 @@
-"""What a user sees in `privbench ui`, read through the MLflow REST API of a real server subprocess:
-the runs table opens (experiment kind) on the trials' key columns (the runs view), durations are the
-trials' wall time, Source and Dataset are filled, and the sweep's parent run holds the grid, the
-leaderboard and the figures."""
+"""What a user sees in `privbench ui`, through the MLflow REST API of a real server subprocess and in headless
+Chromium (slow tests): the experiment opened from MLflow's experiments list lands on its runs table with the
+trials' key columns, rounded, within 1400 px; a trial's page groups its numbers; durations are the trials'
+wall time, Source and Dataset are filled, and the sweep's own run holds the grid, the leaderboard and the
+figures, out of the trials' list."""
 
 from __future__ import annotations
 
@@ -17,18 +18,17 @@ import pytest
 
 from storage.mlflow_sink import SWEEP_RUN_ID_TAG
 from storage.mlflow_view import RUNS_VIEW_KEY, RUNS_VIEW_TAG
-from tests.dashboards.test_report import chromium
 from tests.dashboards.test_ui import free_port
 
 
 @pytest.fixture(scope="module")
 def api(figure_store, tmp_path_factory):
     port = free_port()
-    printed = tmp_path_factory.mktemp("ui") / "stdout.txt"
-    with printed.open("w") as stdout:
+    folder = tmp_path_factory.mktemp("ui")
+    printed, errors = folder / "stdout.txt", folder / "stderr.txt"
+    with printed.open("w") as stdout, errors.open("w") as stderr:
         server = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", "--store", str(figure_store),
-                                   "--port", str(port)], stdout=stdout, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
+                                   "--port", str(port)], stdout=stdout, stderr=stderr, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
 
     def call(path: str, body: dict | None = None, raw: bool = False):
@@ -48,6 +48,8 @@ def api(figure_store, tmp_path_factory):
         except OSError:
             time.sleep(0.2)
     call.printed = printed.read_text()  # what `privbench ui` told the user, before the server started
+    call.base = base
+    call.stderr_text = errors.read_text
     try:
         yield call
     finally:
@@ -66,73 +68,124 @@ def runs(api):
     return exp, found["runs"]
 
 
-def test_experiment_opens_on_the_runs_table(runs):
+def test_experiment_is_a_model_training_experiment_with_the_sweep_as_its_description(runs):
     exp, _ = runs
-    assert {t["key"]: t["value"] for t in exp["tags"]}["mlflow.experimentKind"] == "custom_model_development"
+    tags_ = {t["key"]: t["value"] for t in exp["tags"]}
+    assert tags_["mlflow.experimentKind"] == "custom_model_development"
+    summary = tags_["mlflow.note.content"]  # the sweep's summary: a line, then the compact leaderboard
+    assert summary.startswith("**figs**: 10 trials, 10 finished. Grid, leaderboard and figures: the run `figs (sweep)`")
+    assert "| mechanism | eps target |" in summary
 
 
 def test_experiment_carries_the_runs_view_of_the_key_columns(runs):
-    """The view the printed link selects: the trials' key params, metrics and claim status, each a name the
-    trial runs really have (a column MLflow cannot fill would be an empty one)."""
+    """The view: rounded display params first, then seed, dataset and model; a search that lists trials only.
+    Each column is a name the trial runs really have (a column MLflow cannot fill would be an empty one)."""
     exp, found = runs
     view = json.loads({t["key"]: t["value"] for t in exp["tags"]}[RUNS_VIEW_TAG])
     assert view["selectedColumns"] == view["columnOrder"] == [
-        "params.`mechanism`", "params.`epsilon`", "params.`seed`", "params.`dataset`", "params.`model`",
-        "metrics.`accuracy`", "metrics.`epsilon_certified`", "metrics.`epsilon_audited`", "tags.`claim_status`"]
-    trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
-    data = {"params": {p["key"] for p in trial["data"]["params"]},
-            "metrics": {m["key"] for m in trial["data"]["metrics"]}, "tags": set(tags(trial))}
+        "params.`mechanism`", "params.`eps target`", "params.`accuracy`", "params.`eps certified`",
+        "params.`eps audited`", "params.`status`", "params.`seed`", "params.`dataset`", "params.`model`"]
+    assert view["searchFilter"] == "tags.`privbench.trial_key` LIKE '%'"
+    trial = next(r for r in found if tags(r).get("mechanism") == "gredp")
+    params = {p["key"]: p["value"] for p in trial["data"]["params"]}
     for column in view["selectedColumns"]:
-        kind, name = column.split(".", 1)
-        assert name.strip("`") in data[kind], column
+        assert column.split(".", 1)[1].strip("`") in params, column
+    metrics = {m["key"]: m["value"] for m in trial["data"]["metrics"]}
+    assert params["accuracy"] == f"{metrics['accuracy']:.4f}"
+    assert float(params["eps certified"]) >= metrics["epsilon_certified"]  # rounded up: never under-reported
+    assert len(params["eps certified"]) <= 5 and params["status"] == tags(trial)["claim_status"]
 
 
-def page_text(tmp_path, url: str, size: str = "1600,1200") -> str:
-    """The text a browser shows for `url` once MLflow's single-page app has rendered it (the runs table draws
-    only the columns inside the window)."""
-    dom = chromium(tmp_path, "--virtual-time-budget=30000", f"--window-size={size}", "--dump-dom", url)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout))
+def test_a_trial_page_groups_its_numbers_in_its_description(runs):
+    _, found = runs
+    trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
+    note = tags(trial)["mlflow.note.content"]
+    lines = note.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["- utility", "- privacy", "- audit", "- overhead"]
+    assert "eps certified **" in lines[1] and "throughput **" in lines[3]
+    assert not re.search(r"\d\.\d{5,}", note)  # rounded
+
+
+BROWSER_WIDTHS = (1400, 1920)
+FIRST_COLUMNS = ("mechanism", "eps target", "accuracy", "eps certified", "eps audited", "status")
+
+
+def open_from_the_list(browser, base: str, name: str) -> None:
+    """As a person does: the experiments list, then a click on the sweep's name."""
+    browser.open(base + "/#/experiments")
+    browser.wait_for(f"[...document.querySelectorAll('a')].some(a => a.textContent.trim() === {json.dumps(name)})")
+    browser.evaluate(f"[...document.querySelectorAll('a')].find(a => a.textContent.trim() === {json.dumps(name)})"
+                     ".click()")
+
+
+HEADERS_JS = """[...document.querySelectorAll('[role=columnheader]')].map(h => {
+    const r = h.getBoundingClientRect(); return [h.innerText.trim(), r.left, r.right]; })"""
 
 
 @pytest.mark.slow
-def test_the_printed_links_open_the_runs_table_in_a_browser(api, runs, tmp_path):
-    """Viewed in headless Chromium: MLflow 3's UI shows its GenAI overview for an experiment unless the
-    link says otherwise, and its runs table shows no param or metric column until one is picked. The link
-    `privbench ui` prints selects the machine-learning pages and the sweep's runs view: the trials are rows
-    (not collapsed under the sweep's run) with their mechanism, epsilon, seed, dataset, model, accuracy,
-    epsilons and claim status. A trial's page, opened the same way, is a training run's page (not GenAI's
-    "Evaluations") and shows duration, source and dataset."""
+@pytest.mark.parametrize("width", BROWSER_WIDTHS)
+def test_the_experiment_opened_from_the_list_shows_the_trials_columns_rounded(api, runs, width):
+    """Headless Chromium with a fresh profile: the sweep opened from MLflow's experiments list lands on its
+    runs table (not the GenAI overview), lists the trials only (not the sweep's own run), and shows
+    mechanism, eps target, accuracy, eps certified, eps audited and status, rounded, within the window."""
+    from tests.browser import Browser
+
+    _, found = runs
+    trials = [r for r in found if "privbench.trial_key" in tags(r)]
+    with Browser(width, 1000) as browser:
+        open_from_the_list(browser, api.base, "figs")
+        browser.wait_for(f"{HEADERS_JS}.some(h => h[0] === 'status') && "
+                         "document.body.innerText.includes('matching runs')")
+        assert "/runs" in browser.evaluate("location.href")
+        text = browser.text()
+        assert "Traces\n0" not in text and "Detect Issues" not in text  # not the GenAI overview
+        headers = {h: (left, right) for h, left, right in browser.evaluate(HEADERS_JS)}
+        for column in FIRST_COLUMNS:
+            assert column in headers and headers[column][1] <= width, (column, headers)
+        order = [headers[c][0] for c in FIRST_COLUMNS]
+        assert order == sorted(order)  # in this order, left to right
+        assert f"{len(trials)} matching runs" in text
+        assert not browser.evaluate("[...document.querySelectorAll('a')].some(a => a.textContent.includes('(sweep)'))")
+        assert not re.search(r"\d\.\d{6,}", text)  # nothing like 7.999424731
+        params = {p["key"]: p["value"] for p in trials[0]["data"]["params"]}
+        assert params["eps certified"] in text and params["accuracy"] in text
+
+
+@pytest.mark.slow
+def test_the_printed_links_open_the_runs_view_and_a_trial_page(api, runs):
+    """The links `privbench ui` prints: the experiments list, and per sweep its runs view (the view is
+    stored on the experiment, so it works in a browser that has other columns saved). A trial's page is a
+    training run's page with duration, source, dataset and the grouped description."""
+    from tests.browser import Browser
+
     exp, found = runs
     links = dict(re.findall(r"^(\S+): (http://\S+)$", api.printed, re.M))
-    assert set(links) == {"figs", "figs-b"}
+    assert set(links) == {"figs", "figs-b"} and f"MLflow UI: {api.base}/#/experiments" in api.printed
     assert links["figs"].endswith(f"/#/experiments/{exp['experiment_id']}/runs?workflowType=machine_learning"
                                   f"&viewStateShareKey={RUNS_VIEW_KEY}")
-    table = page_text(tmp_path, links["figs"], "1920,1000")
-    assert "Traces 0" not in table and "Detect Issues" not in table  # not the GenAI overview
-    assert "shared view" in table and "does not exist" not in table  # the view loaded
-    headers = table[table.index("Run Name"):]
-    for shown in ("Parameters", "Metrics", "Created", "mechanism", "epsilon", "seed", "dataset", "model",
-                  "accuracy", "epsilon_certified", "epsilon_audited", "claim_status"):
-        assert re.search(rf"\b{shown}\b", headers), (shown, headers[:600])
-    trials = [r for r in found if "privbench.trial_key" in tags(r)]
-    for run in trials:  # every trial is a row of the first page, with its values
-        assert run["info"]["run_name"] in table, run["info"]["run_name"]
-    statuses = {tags(r)["claim_status"] for r in trials if "claim_status" in tags(r)}
-    assert len(statuses) > 1  # the sweep has private trials that pass and GReDP's that do not
-    for value in ("dpsgd", "gredp", "nonprivate", "digits", "mlp", *statuses):
-        assert re.search(rf"\b{value}\b", headers), value
     trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
-    page = page_text(tmp_path, links["figs"].split("&")[0].replace("/runs?", f"/runs/{trial['info']['run_id']}?"))
-    assert trial["info"]["run_name"] in page
-    assert f"{exp['name']} Runs {trial['info']['run_name']}" in page  # breadcrumb: Runs, not Evaluations
-    assert "Evaluations" not in page
+    with Browser(1400, 1000) as browser:
+        browser.open(links["figs"])
+        browser.wait_for(f"document.body.innerText.includes({json.dumps(trial['info']['run_name'])})")
+        assert "shared view" in browser.text()
+        browser.open(links["figs"].split("&")[0].replace("/runs?", f"/runs/{trial['info']['run_id']}?"))
+        browser.wait_for("document.body.innerText.includes('About this run')")
+        browser.wait_for("document.body.innerText.includes('utility: accuracy')")
+        page = re.sub(r"\s+", " ", browser.text())
+    assert f"{exp['name']} Runs {trial['info']['run_name']}" in page and "Evaluations" not in page
     about = page[page.index("About this run"):]
     seconds = (trial["info"]["end_time"] - trial["info"]["start_time"]) / 1000
-    assert re.search(r"Duration (\d+(\.\d+)?)s", about), about[:400]
     assert abs(float(re.search(r"Duration (\d+(\.\d+)?)s", about)[1]) - seconds) < 0.15
     assert "Source privbench" in about
     assert re.search(r"Datasets digits \([0-9a-f]{8}\) training", about, re.I), about[:600]
+    assert page.index("utility: accuracy") < page.index("Metrics (")  # the grouped numbers come first
+
+
+def test_ui_prints_no_stray_server_lines(api):
+    """Not MLflow's start-up noise (`from starlette.middleware.wsgi import ...`), nor a traceback when a
+    browser closes a page that was loading (the slow tests above do)."""
+    text = api.stderr_text()
+    assert "starlette" not in text and "Warning" not in text and "Traceback" not in text, text[-2000:]
 
 
 def test_trial_runs_carry_wall_time_source_and_dataset(runs):

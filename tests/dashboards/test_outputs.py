@@ -109,10 +109,10 @@ def test_plot_onto_an_unwritable_file_is_one_line_and_exit_2(figure_store, tmp_p
 
 
 def test_pdf_figures_embed_no_type3_font_at_paper_widths(figure_store, tmp_path):
-    """IEEE's and ACM's checks reject Type 3 fonts; `--size` gives one-column and two-column widths."""
+    """IEEE's and ACM's checks reject Type 3 fonts; `--size` gives the default venue's column and text widths."""
     assert shutil.which("pdffonts"), "pdffonts missing: scripts/setup.sh installs poppler-utils"
     for kind in ("privacy-utility", "overhead", "curves", "verdicts"):
-        for size, inches in (("single", 3.3), ("double", 7.0)):
+        for size, inches in (("single", 229.5 / 72.27), ("double", 469 / 72.27)):  # the article's widths
             out = tmp_path / f"{kind}-{size}.pdf"
             assert invoke("plot", "figs", "--kind", kind, "--size", size, "--out", out,
                           "--store", figure_store).exit_code == 0

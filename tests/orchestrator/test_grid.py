@@ -172,16 +172,51 @@ def test_trials_are_typed_configs_that_round_trip_through_the_ledger_form():
     assert TrialConfig(dataset="digits", model="mlp", mechanism="dpsgd", epsilon=1).trial_key == base.trial_key
 
 
-def test_trial_keys_of_existing_grids_are_unchanged():
-    """Stores hold these keys (made by the dict-based grid): typing the config must not orphan them."""
-    assert [t.trial_key for t in grid.load(ROOT / "examples" / "quickstart.yaml").trials] == [
-        "898c9ddf5cef39f7", "5b025aaa7c630e8f", "06bdf95a72c49a53", "949e2169f0b9bbb2", "939115931f5cd11a",
-        "3be08b87541d12da"]
-    spec = parse({"seeds": [0, 1], "sigma": None, "grid": TINY["grid"] | {"epsilon": [1, 8]}, "delta": "1/(2N)",
-                  "audit": {"mode": False, "samples": 100}, "secure_rng": False,
-                  "train": {"epochs": 1.0, "lr": 1, "max_train_examples": None}})
-    assert [t.trial_key for t in spec.trials] == ["a58b4d8fe71aa3c2", "c497a538701df08d", "69424e0cea4cac2c",
-                                                  "e585052c75846bc8", "1696f2153adde667", "a5c9eb24971f25a3"]
+def test_trial_keys_are_canonical():
+    """Issue 31 #9: the key is the hash of the typed, normalised config: `lr: 1` is `lr: 1.0`, a default
+    written out is the default left out, an option `1.0` is the option `1`."""
+    def key(**extra) -> str:
+        return parse({"sigma": None, "grid": TINY["grid"] | {"epsilon": [1]}} | extra).trials[-1].trial_key
+
+    train = {"epochs": 1, "batch_size": 64}
+    assert key(train=train | {"lr": 1}) == key(train=train | {"lr": 1.0}) != key(train=train)
+    assert key(train=train) == key(train=train | {"lr": 0.1, "momentum": 0, "optimizer": "sgd",
+                                                   "max_train_examples": None})
+    assert key(audit={"samples": 20000}) == key() == key(audit={"mode": "step"}) != key(audit={"samples": 100})
+    from workers.config import TrialConfig
+
+    def option(value) -> str:
+        return TrialConfig(dataset="digits", model="mlp", mechanism="shuffled-dpsgd", epsilon=1.0,
+                           mechanism_options={"batch_clip_ratio": value}).trial_key
+
+    assert option(16) == option(16.0) != option(16.5)
+    assert key(sigma=1, grid=TINY["grid"]) == key(sigma=1.0, grid=TINY["grid"])
+
+
+def test_a_store_keyed_by_an_older_formula_is_renamed_not_run_again(tmp_path):
+    """Changing how keys are made must not orphan recorded trials: the ledger re-derives each stored
+    config's key (`grid.stored_key`) and renames the row, and its MLflow run's tag, in place."""
+    from storage.location import resolve
+    from storage.store import Store
+
+    spec = parse({"seeds": [0, 1]})
+    old = [t.to_dict() | {"trial_key": f"old{i}"} for i, t in enumerate(spec.trials)]
+    st = Store(resolve(tmp_path / "s"), create=True)
+    st.open_sweep(spec.name, spec.text, old)
+    for cfg in old:
+        assert st.claim(spec.name, cfg["trial_key"])
+        st.record({"sweep": spec.name, "trial_key": cfg["trial_key"], "status": "finished", "config": cfg,
+                   "metrics": {"accuracy": 0.5}})
+    st.release(spec.name)
+    st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
+    assert st.pending(spec.name) == [] and {t.trial_key for t in st.trials(spec.name)} == {
+        t.trial_key for t in spec.trials}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 's' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id])
+    assert sorted(r.data.tags["privbench.trial_key"] for r in runs if "privbench.trial_key" in r.data.tags) == sorted(
+        t.trial_key for t in spec.trials)
 
 
 def test_sigma_with_epsilon_is_refused():
@@ -307,8 +342,7 @@ def _cross_product(raw: dict) -> list[TrialConfig]:
             out.append(TrialConfig(
                 sweep=raw["name"], dataset=d, model=m, mechanism=mech, epsilon=eps, seed=seed,
                 sigma=raw.get("sigma") if private and eps is None else None, delta=raw["delta"],
-                train=TrainConfig(**settings), audit=AuditConfig(), resources=Resources(**raw["resources"]),
-                written=frozenset(f"train.{k}" for k in settings)))
+                train=TrainConfig(**settings), audit=AuditConfig(), resources=Resources(**raw["resources"])))
     return out
 
 
@@ -370,10 +404,10 @@ def test_train_precedence_dataset_then_model_then_pair_then_mechanism():
         ("synthetic", "mlp", "nonprivate"): (3, 128, 0.4, 0.2), ("synthetic", "mlp", "dpsgd"): (3, 128, 0.1, 0.2),
         ("synthetic", "cnn-small", "nonprivate"): (3, 512, 0.2, 0.1),
         ("synthetic", "cnn-small", "dpsgd"): (3, 512, 0.1, 0.1)}
-    # a setting made by any table is written, so it enters the trial key
-    written = {(t.dataset, t.model): t.written for t in spec.trials if t.mechanism == "nonprivate"}
-    assert "train.clip" in written["synthetic", "mlp"] and "train.epochs" in written["synthetic", "mlp"]
-    assert "train.clip" in written["digits", "mlp"]  # from `train`
+    # a setting made by any table enters the trial key, unless it is the default (issue 31 #9: canonical keys)
+    keyed = {(t.dataset, t.model): t._key_view()["train"] for t in spec.trials if t.mechanism == "nonprivate"}
+    assert keyed["synthetic", "mlp"]["clip"] == 0.2 and keyed["synthetic", "mlp"]["epochs"] == 3
+    assert "clip" not in keyed["digits", "mlp"] and keyed["digits", "mlp"]["lr"] == 0.5  # clip 1.0 is the default
 
 
 def test_dataset_train_changes_only_that_datasets_trials_and_their_keys():

@@ -377,3 +377,25 @@ def test_a_run_refused_on_a_server_creates_no_ledger_file(tmp_path):
         result = privbench("sweep", "run", path, "--store", url, env=env)
     assert result.returncode == 2 and "belongs to another privbench ledger" in one_line(result)
     assert not home.exists() or not list(home.rglob("*.db")), sorted(home.rglob("*"))
+
+
+@pytest.mark.slow
+def test_an_http_store_password_is_never_printed(tmp_path):
+    """Issue 31 #12 and #13: MLflow printed "View run ... at: http://alice:PASSWORD@..." on stdout for every
+    run, and a password with `#`, `/` or `?` crashed every command. A real sweep on a real `mlflow server`."""
+    from tests.servers import mlflow_server
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID)
+    (tmp_path / "srv").mkdir()
+    password = "Ha#sh/pw?x@y"
+    home = tmp_path / "home"
+    env = ENV | {"HOME": str(home), "XDG_DATA_HOME": str(home / "data")}
+    with mlflow_server(f"sqlite:///{tmp_path / 'srv' / 'mlflow.db'}", tmp_path / "srv" / "artifacts") as url:
+        store = url.replace("http://", f"http://alice:{password}@")
+        result = privbench("sweep", "run", path, "--store", store, env=env, timeout=600)
+        status = privbench("sweep", "status", "done", "--store", store, "--json", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(status.stdout)["counts"] == {"finished": 2}
+    for text in (result.stdout, result.stderr, status.stdout, status.stderr):
+        assert "Ha#sh" not in text and "View run" not in text, text[-2000:]

@@ -49,9 +49,9 @@ def test_sweep_identity_is_tagged_on_experiment_runs_and_ledger(store):
     st = opened(store)
     run_id = st.record(record_for("k0"))
     exp = client_of(store).get_experiment_by_name("s1")
-    sweep_id = st.ledger.sweep("s1")["sweep_id"]
+    sweep_id = st._ledger.sweep("s1")["sweep_id"]
     assert sweep_id and exp.tags[SWEEP_ID_TAG] == sweep_id
-    assert exp.tags["privbench.ledger_id"] == st.ledger.ledger_id()
+    assert exp.tags["privbench.ledger_id"] == st._ledger.ledger_id()
     assert client_of(store).get_run(run_id).data.tags[SWEEP_ID_TAG] == sweep_id
 
 
@@ -82,8 +82,8 @@ def test_experiment_not_made_by_privbench_is_refused_and_left_alone(store):
 def test_experiment_of_another_ledger_is_refused_and_its_runs_kept(store, tmp_path):
     first = opened(store)
     kept = first.record(record_for("k0"))
-    leftover = first.client.create_run(first.ledger.sweep("s1")["experiment_id"],
-                                       tags={SWEEP_ID_TAG: first.ledger.sweep("s1")["sweep_id"],
+    leftover = first.sink.client.create_run(first._ledger.sweep("s1")["experiment_id"],
+                                       tags={SWEEP_ID_TAG: first._ledger.sweep("s1")["sweep_id"],
                                              TRIAL_KEY_TAG: "k1"}).info.run_id
     with pytest.raises(Conflict, match="--ledger"):
         opened(store, ledger=f"sqlite:///{tmp_path / 'other-ledger.db'}")
@@ -95,9 +95,9 @@ def test_experiment_of_another_ledger_is_refused_and_its_runs_kept(store, tmp_pa
 def test_reconcile_deletes_only_its_own_leftovers(store):
     st = opened(store)
     recorded = st.record(record_for("k0"))
-    exp_id, sweep_id = st.ledger.sweep("s1")["experiment_id"], st.ledger.sweep("s1")["sweep_id"]
-    leftover = st.client.create_run(exp_id, tags={SWEEP_ID_TAG: sweep_id, TRIAL_KEY_TAG: "k1"}).info.run_id
-    by_hand = st.client.create_run(exp_id, tags={"note": "a user's own run"}).info.run_id
+    exp_id, sweep_id = st._ledger.sweep("s1")["experiment_id"], st._ledger.sweep("s1")["sweep_id"]
+    leftover = st.sink.client.create_run(exp_id, tags={SWEEP_ID_TAG: sweep_id, TRIAL_KEY_TAG: "k1"}).info.run_id
+    by_hand = st.sink.client.create_run(exp_id, tags={"note": "a user's own run"}).info.run_id
     opened(store)  # the next driver reconciles
     client = client_of(store)
     assert client.get_run(recorded).info.lifecycle_stage == "active"
@@ -105,14 +105,18 @@ def test_reconcile_deletes_only_its_own_leftovers(store):
     assert client.get_run(by_hand).info.lifecycle_stage == "active"
 
 
-def test_run_deleted_in_mlflow_is_redone(store):
+def test_a_run_deleted_in_mlflow_is_restored_from_the_ledger_not_redone(store):
+    """The mirror never rewrites the truth: a recorded trial stays recorded; its run comes back."""
     st = opened(store)
+    runs = {}
     for key in ("k0", "k1"):
         st.claim("s1", key)
-        st.record(record_for(key))
-    client_of(store).delete_run(st.ledger.run_id("s1", "k0"))
+        runs[key] = st.record(record_for(key))
+    client_of(store).delete_run(runs["k0"])
     again = opened(store)
-    assert sorted(c["trial_key"] for c in again.pending("s1")) == ["k0", "k2"]
+    assert sorted(c["trial_key"] for c in again.pending("s1")) == ["k2"]
+    assert again.reconciled["s1"].restored == ("k0",)
+    assert client_of(store).get_run(runs["k0"]).info.lifecycle_stage == "active"
 
 
 def test_deleted_experiment_is_reported_before_anything_runs(store):
@@ -126,11 +130,11 @@ def test_deleted_experiment_is_reported_before_anything_runs(store):
 
 def test_legacy_sweep_without_identity_is_adopted(store):
     st = opened(store)
-    exp_id = st.ledger.sweep("s1")["experiment_id"]
-    st.client.delete_experiment_tag(exp_id, SWEEP_ID_TAG)
-    st.ledger.update_sweep("s1", sweep_id=None)
+    exp_id = st._ledger.sweep("s1")["experiment_id"]
+    st.sink.client.delete_experiment_tag(exp_id, SWEEP_ID_TAG)
+    st._ledger.update_sweep("s1", sweep_id=None)
     again = opened(store)
-    new_id = again.ledger.sweep("s1")["sweep_id"]
+    new_id = again._ledger.sweep("s1")["sweep_id"]
     assert new_id and client_of(store).get_experiment(exp_id).tags[SWEEP_ID_TAG] == new_id
 
 
@@ -193,7 +197,7 @@ def test_drivers_creating_a_fresh_store_at_once_all_succeed(tmp_path):
     store = tmp_path / "fresh"
     assert concurrent_creation(str(store), 3) == ["ok"] * 3
     st = Store(resolve(store))
-    assert st.sweep_names() == ["race"] and len(st.ledger.trials("race")) == 3
+    assert st.sweep_names() == ["race"] and len(st._ledger.trials("race")) == 3
     assert len([e for e in client_of(store).search_experiments() if e.name == "race"]) == 1
 
 
@@ -245,10 +249,12 @@ def test_locations_mask_passwords_and_keep_artifacts_next_to_the_store(tmp_path,
     assert pg.tracking_uri.startswith("postgresql+psycopg://") and pg.ledger_uri == pg.tracking_uri
     assert "hunter2" not in pg.display and "alice:***@" in pg.display
     assert mask("could not connect to postgresql://u:p%40ss@h/db") == "could not connect to postgresql://u:***@h/db"
-    folder = resolve(tmp_path / "st")
-    assert folder.artifact_root == (tmp_path / "st" / "artifacts").as_uri()
+    folder = resolve(tmp_path / "st")  # artifacts named relative to the store, kept in its own folder
+    assert folder.artifact_root == "mlflow-artifacts:" and folder.artifacts_folder == tmp_path / "st" / "artifacts"
     lite = resolve(f"sqlite:///{tmp_path / 'x' / 'mlflow.db'}")
-    assert lite.artifact_root == (tmp_path / "x" / "artifacts").as_uri()
+    assert lite.artifact_root == "mlflow-artifacts:" and lite.artifacts_folder == tmp_path / "x" / "artifacts"
+    given = resolve(tmp_path / "st", artifacts=str(tmp_path / "elsewhere"))
+    assert given.artifact_root == (tmp_path / "elsewhere").as_uri()
     server = resolve("http://127.0.0.1:5000", ledger="postgresql://u:pw@h/ledger")
     assert server.ledger_uri.startswith("postgresql+psycopg://") and server.artifact_root is None
     assert not resolve("http://h:1").ledger_uri.startswith(f"sqlite:///{tmp_path}")  # never the working folder
@@ -267,7 +273,7 @@ def test_a_store_written_before_the_phase_column_still_reads(tmp_path):
         db.execute("ALTER TABLE privbench_trials DROP COLUMN phase_json")
         db.commit()
     reader = Store(str(tmp_path / "store"))
-    assert [t["trial_key"] for t in reader.ledger.trials("s1")] == ["k0", "k1", "k2"]
+    assert [t["trial_key"] for t in reader._ledger.trials("s1")] == ["k0", "k1", "k2"]
     reader.close()
     Store(str(tmp_path / "store"), create=True).close()
     with contextlib.closing(sqlite3.connect(ledger)) as db:

@@ -111,8 +111,9 @@ def test_a_full_disk_at_the_ledger_write_is_one_line_and_keeps_what_was_recorded
         st.record(record_for("k1"))
     monkeypatch.delenv("PRIVBENCH_FAULT")
     again = opened(store)
-    assert {t["trial_key"]: t["status"] for t in again.ledger.trials("s1")}["k0"] == "finished"
-    assert [c["trial_key"] for c in again.pending("s1")] == ["k1", "k2"]  # the rerun resumes
+    assert {t["trial_key"]: t["status"] for t in again._ledger.trials("s1")}["k0"] == "finished"
+    # the rerun resumes: k1's run was complete when the disk filled, so it is adopted rather than run again
+    assert [c["trial_key"] for c in again.pending("s1")] == ["k2"] and again.reconciled["s1"].adopted == ("k1",)
 
 
 @contextlib.contextmanager
@@ -145,7 +146,7 @@ def test_a_really_full_disk_is_one_line_and_keeps_what_was_recorded(tmp_path):
         st.close()
         filler.unlink()
         again = opened(disk / "store")
-        assert {t["trial_key"]: t["status"] for t in again.ledger.trials("s1")}["k0"] == "finished"
+        assert {t["trial_key"]: t["status"] for t in again._ledger.trials("s1")}["k0"] == "finished"
         assert again.record(record_for("k1"))  # free space, rerun: it resumes
         again.close()
 
@@ -191,3 +192,35 @@ def test_a_tracking_server_that_dies_mid_sweep_is_one_line(tmp_path):
     assert time.monotonic() - start < 120
     message = str(info.value)
     assert "\n" not in message and "stopped answering" in message and "rerun" in message
+
+
+@pytest.mark.parametrize("password", ["Ha#sh", "sl/ash", "qu?ery", "a/b@c#d:e%f g?h"])
+def test_an_http_password_with_url_characters_reaches_mlflow_whole(password):
+    """Issue 31 #13: `#`, `/` or `?` in an http store's password crashed every command ("Port could not be
+    cast to integer value as 'Ha'") and printed its prefix. MLflow gets the password percent-escaped;
+    requests decodes it for the basic-auth header."""
+    import urllib.parse
+
+    import requests
+    from mlflow.tracking import MlflowClient
+
+    location = resolve(f"http://alice:{password}@127.0.0.1:5000")
+    host = MlflowClient(location.tracking_uri)._tracking_client.store.get_host_creds().host
+    assert urllib.parse.urlparse(host).port == 5000 and urllib.parse.urlparse(host).hostname == "127.0.0.1"
+    assert requests.utils.get_auth_from_url(host) == ("alice", password)
+    assert password not in location.display and password not in mask(f"failed: {host}")
+
+
+def test_a_disk_that_fills_while_the_store_is_created_leaves_it_usable_once_space_is_freed(tmp_path):
+    """Issue 31 #16: MLflow's migrations stopped by a full disk left a half-migrated mlflow.db, and every later
+    run failed with "table _alembic_tmp_experiments already exists", even with space freed."""
+    with tiny_tmpfs(tmp_path / "disk", "400k") as disk:  # room for the ledger, not for MLflow's schema
+        with pytest.raises(StoreError) as info:
+            Store(resolve(disk / "store"), create=True)
+        assert "disk is full" in str(info.value) and "\n" not in str(info.value)
+        subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)  # space freed
+        st = Store(resolve(disk / "store"), create=True)
+        st.open_sweep("s1", "yaml", CONFIGS)
+        assert st.claim("s1", "k0") and st.record(record_for("k0"))
+        st.close()
+        assert sorted(p.name for p in (disk / "store").iterdir() if "creating" in p.name) == []

@@ -43,7 +43,7 @@ GRID = """
 name: precision
 seeds: [0]
 grid: {dataset: [digits], model: [mlp], mechanism: [dpsgd], epsilon: [8]}
-train: {epochs: 1, batch_size: 256, lr: 0.5, max_train_examples: 512}
+train: {epochs: 4, batch_size: 256, lr: 0.5, max_train_examples: 512}
 audit: {mode: "off"}
 resources: {cpus: 1, gpus: 0}
 """
@@ -54,5 +54,5 @@ def test_a_private_trial_trains_with_the_setting(train):
     trial = parse(GRID).trials[0]
     record = run_trial(dataclasses.replace(trial, train=dataclasses.replace(trial.train, **train)))
     assert record["status"] == "finished", record.get("traceback")
-    assert record["metrics"]["accuracy"] > 0.2  # 10 classes: it learned something
+    assert record["metrics"]["accuracy"] > 0.3  # 10 classes, 8 steps: it learned something
     assert record["metrics"]["steps_run"] == record["privacy"]["steps"]

@@ -29,3 +29,18 @@ def test_peak_memory_is_independent_of_what_ran_before():
     assert big > 200  # the temporary was seen
     assert min(first, after_big) > 20  # the steps hold per-example activations and gradients: tens of MB
     assert 0.6 < after_big / first < 1.7, (first, after_big)
+
+
+def test_step_timer_on_the_cpu_reads_the_host_clock_around_each_step_as_before(monkeypatch):
+    """On the CPU the work runs as it is launched, so the timer is today's: the host clock around the step, less
+    the audit's seconds; median over the steps after warm-up, examples over the summed time."""
+    from workers import measure
+
+    ticks = iter([0.0, 1.0, 10.0, 10.5, 20.0, 20.25, 30.0, 30.5])  # four steps of 1, 0.5, 0.25, 0.5 s
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(ticks))
+    timer = measure.StepTimer(warmup=1, device="cpu")
+    for excluded in (0.0, 0.0, 0.0, 0.25):
+        timer.start()
+        timer.stop(10, excluded_s=excluded)
+    assert timer.times == [1.0, 0.5, 0.25, 0.25]
+    assert timer.median_s == 0.25 and timer.examples_per_s == 40 / 2.0

@@ -7,7 +7,11 @@ per-sample gradients (measured on this project's 2-core CPU):
   HF defaults are (1, L) or expanded buffers that break Opacus' hooks and ghost norms;
 * GPT-2's `Conv1D` layers (a Linear with transposed weight) are swapped for `nn.Linear`, which Opacus
   supports in every mode, instead of falling back to slow functorch per-sample gradients;
-* each batch is trimmed to its longest example, so right padding costs no compute.
+* each training batch is trimmed to its longest example by the batches themselves (`info["trim_by"]`: the
+  lengths are known on the host, so trimming reads nothing back from the device), each evaluation chunk here;
+* BERT- and GPT-2-family models get their attention mask as the 4D boolean mask transformers would build
+  from it (bidirectional, or causal): transformers' own construction first checks on the host whether the
+  batch has padding at all, a device synchronisation in every step.
 """
 
 from __future__ import annotations
@@ -66,27 +70,25 @@ class TextClassifier(nn.Module):
             self.head = nn.Linear(config.hidden_size, num_classes)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        if not torch.is_grad_enabled() and input_ids.shape[0] > self.eval_chunk:
-            return self._bucketed(input_ids, attention_mask)
+        if not torch.is_grad_enabled():
+            if input_ids.shape[0] > self.eval_chunk:
+                return self._bucketed(input_ids, attention_mask)
+            input_ids, attention_mask = _trimmed(input_ids, attention_mask)
         return self._forward(input_ids, attention_mask)
 
     def _bucketed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Evaluation only (no autograd, so no Opacus hooks see it): run length-sorted chunks, each trimmed
         to its own longest example; on short texts this halves evaluation time."""
         order = torch.argsort(attention_mask.sum(dim=1), stable=True)
-        parts = [self._forward(input_ids[idx], attention_mask[idx]) for idx in order.split(self.eval_chunk)]
+        parts = [self._forward(*_trimmed(input_ids[idx], attention_mask[idx])) for idx in order.split(self.eval_chunk)]
         logits = torch.cat(parts)
         out = torch.empty_like(logits)
         out[order] = logits
         return out
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        if input_ids.shape[0] > 0:  # Poisson sampling can draw an empty batch
-            length = int(attention_mask.sum(dim=1).max().clamp_min(1))
-            input_ids = input_ids[:, :length].contiguous()
-            attention_mask = attention_mask[:, :length].contiguous()
         batch, length = input_ids.shape
-        kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        kwargs: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": self._mask(attention_mask)}
         if self.pass_positions:
             kwargs["position_ids"] = torch.arange(length, device=input_ids.device).expand(batch, length).contiguous()
         if self.pass_token_types:
@@ -101,6 +103,31 @@ class TextClassifier(nn.Module):
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
         return self.head(self.dropout(pooled))
+
+
+    def _mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The 4D boolean mask (True: attend) transformers builds for this model family under SDPA, built on the
+        device; another family or attention implementation gets the 2D mask, as transformers takes it."""
+        kind = MASK_KINDS.get(self.model.config.model_type)
+        if kind is None or getattr(self.model.config, "_attn_implementation", None) != "sdpa":
+            return attention_mask
+        batch, length = attention_mask.shape
+        keep = attention_mask.bool()[:, None, None, :]
+        if kind == "causal":
+            return keep & torch.ones(length, length, dtype=torch.bool, device=keep.device).tril()
+        return keep.expand(batch, 1, length, length)
+
+
+def _trimmed(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An evaluation batch cut to its longest example (a host read: evaluation is not a training step)."""
+    if input_ids.shape[0] == 0:
+        return input_ids, attention_mask
+    length = int(attention_mask.sum(dim=1).max().clamp_min(1))
+    return input_ids[:, :length].contiguous(), attention_mask[:, :length].contiguous()
+
+
+# Families whose attention mask transformers builds as a bidirectional or causal 4D mask (tested equal).
+MASK_KINDS = {"bert": "bidirectional", "gpt2": "causal"}
 
 
 class ImageClassifier(nn.Module):
@@ -205,7 +232,8 @@ def _text_bundle(module: TextClassifier, tokenizer: Any, max_length: int, traina
 
     return ModelBundle(module, encode, {
         "grad_sample_mode": TEXT_GRAD_SAMPLE_MODE, "fallback_grad_sample_mode": FALLBACK["text"],
-        "tokenizer": tokenizer, "max_length": max_length,
+        "tokenizer": tokenizer, "max_length": max_length, "trim_by": 1,  # batches cut to the attention mask's
+        # longest row: encode gives (input_ids, attention_mask), right-padded
         "trainable": trainable, "blocks": transformer_blocks(module), **counts, **info})
 
 
