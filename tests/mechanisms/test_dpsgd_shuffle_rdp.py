@@ -78,7 +78,7 @@ def test_certified_is_the_shuffled_run_and_the_verdict_is_overclaimed():
 def test_each_epoch_sees_every_example_once():
     plan = mechanisms.get("dpsgd-shuffle-rdp").plan(PrivacySpec(epsilon=None, delta=DELTA, dataset_size=100,
                                                                 batch_size=32, epochs=2, sigma=1.0))
-    seen = [i for batch in plan.parts.sampler.epoch(torch.Generator().manual_seed(0)) for i in batch]
+    seen = [i for step in plan.parts.sampler.epoch(torch.Generator().manual_seed(0)) for i in step.index.tolist()]
     assert sorted(seen) == list(range(100)) and plan.steps == 2 * 3
 
 

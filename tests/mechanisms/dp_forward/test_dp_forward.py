@@ -393,9 +393,9 @@ def test_labels_are_randomized_once_per_example():
     _, _, loader, _ = dp_forward.mechanism.make_private(model, None, base.dataset, p, criterion=None,
                                               generator=torch.Generator().manual_seed(0))
     clean = base.dataset.tensors[-1]
-    noisy = loader.dataset.tensors[-1]
+    noisy = loader.tensors[-1]  # the training set as it lives on the device, labels randomised
     assert (noisy == clean).float().mean().item() == pytest.approx(0.9, abs=0.015)  # keep e^eps2/(e^eps2+1)
-    assert torch.equal(loader.dataset.tensors[0], base.dataset.tensors[0])
+    assert torch.equal(loader.tensors[0], base.dataset.tensors[0])
     seen = {}
     for _ in range(2):  # two epochs: same noisy label for every example, new order
         for ids, _, y in loader:
