@@ -136,7 +136,7 @@ def comparison(comp: Comparison, board: list[dict]) -> str:
         for way in ways:
             row = rows.get((dataset, model, way))
             if row is None:
-                lines.append(f"| {dataset} | {model} | {comp.ways[way]} | {NOT_MEASURED} |" + " - |" * 9)
+                lines.append(f"| {dataset} | {model} | {comp.ways[way]} | {NOT_MEASURED} |" + " - |" * 8)
                 continue
             trial_s = sum(row.get(k) or 0.0 for k in ("plan_s", "accelerator_s", "analysis_s"))
             share = f"{row['train_s'] / trial_s:.0%}" if row.get("train_s") and trial_s else "-"

@@ -204,6 +204,12 @@ def write_like_the_driver(engine: sa.Engine) -> None:
     engine.dispose()
 
 
+
+def _rekeyed(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """A stored result record under its trial's new key (top level and config)."""
+    config = record.get("config")
+    return record | {"trial_key": key} | ({"config": config | {"trial_key": key}} if isinstance(config, dict) else {})
+
 class Ledger:
     def __init__(self, uri: str, *, create: bool = False, read_only: bool = False) -> None:
         self.uri = uri
@@ -359,10 +365,13 @@ class Ledger:
             for key, row in list(known.items()):
                 if key in current or key_of is None:
                     continue
-                new = key_of(json.loads(row.config_json))
-                if new in current and new not in known:
+                stored = json.loads(row.config_json)
+                new = key_of(stored)
+                if new in current and new not in known:  # the key inside the config and the record follows
+                    result = json.loads(row.result_json) if row.result_json else None
                     c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == key))
-                              .values(trial_key=new))
+                              .values(trial_key=new, config_json=json.dumps(stored | {"trial_key": new}),
+                                      result_json=None if result is None else json.dumps(_rekeyed(result, new))))
                     known[new] = known.pop(key)
                     renamed |= {row.run_id: new} if row.run_id else {}
             for key, row in known.items():

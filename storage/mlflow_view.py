@@ -102,7 +102,8 @@ def trial_summary(record: Mapping[str, Any]) -> str:
     groups = {"utility": ("utility",),
               "privacy": ("eps target", "eps claimed", "eps certified", "eps audited", "status", "sigma"),
               "audit": tuple(f.header for f in schema.displayed() if f.group == "audit"),
-              "overhead": tuple(f.header for f in schema.displayed() if f.group == "overhead")}
+              # step x is a core column, and a trial's own measurement (workers/overhead.py)
+              "overhead": ("step x", *(f.header for f in schema.displayed() if f.group == "overhead"))}
     for group, headers in groups.items():
         cells = []
         for header in headers:

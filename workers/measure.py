@@ -115,14 +115,15 @@ class StepTimer:
     On CUDA each step is bracketed by device events recorded in the stream and read once, when the times are
     asked for: the time the device spent on the step, not the time the host took to launch it (the launches
     return long before the kernels finish). On the CPU the work runs as it is launched, so the host clock
-    around the step is its time, as before.
+    around the step is its time, as before; `clock` replaces that clock (e.g. `time.process_time`).
     """
 
-    def __init__(self, warmup: int = 2, device: Any = None) -> None:
+    def __init__(self, warmup: int = 2, device: Any = None, clock: Any = None) -> None:
         self._times: list[float] = []
         self.examples = 0
         self._warmup = warmup
         self._t0 = 0.0
+        self._clock = clock or time.perf_counter  # on the CPU: the host clock around the step, or a given one
         self._cuda = device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
         self._pending: list[tuple[Any, Any, float]] = []  # CUDA: (start event, end event, excluded seconds)
         self._start: Any = None
@@ -132,7 +133,7 @@ class StepTimer:
             self._start = torch.cuda.Event(enable_timing=True)
             self._start.record()
         else:
-            self._t0 = time.perf_counter()
+            self._t0 = self._clock()
 
     def stop(self, n_examples: int, excluded_s: float = 0.0) -> None:
         """`excluded_s`: time inside the step that belongs to an audit, not to the mechanism."""
@@ -141,7 +142,7 @@ class StepTimer:
             end.record()
             self._pending.append((self._start, end, excluded_s))
         else:
-            self._times.append(time.perf_counter() - self._t0 - excluded_s)
+            self._times.append(self._clock() - self._t0 - excluded_s)
         self.examples += n_examples
 
     @property

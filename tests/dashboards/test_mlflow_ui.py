@@ -103,6 +103,7 @@ def test_a_trial_page_groups_its_numbers_in_its_description(runs):
     lines = note.splitlines()
     assert [ln.split(":")[0] for ln in lines] == ["- utility", "- privacy", "- audit", "- overhead"]
     assert "eps certified **" in lines[1] and "throughput **" in lines[3]
+    assert lines[3].startswith("- overhead: step time **")  # the trial's own paired measurement, first
     assert not re.search(r"\d\.\d{5,}", note)  # rounded
 
 

@@ -211,6 +211,8 @@ def test_a_store_keyed_by_an_older_formula_is_renamed_not_run_again(tmp_path):
     st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grid.stored_key)
     assert st.pending(spec.name) == [] and {t.trial_key for t in st.trials(spec.name)} == {
         t.trial_key for t in spec.trials}
+    for row in st.trials(spec.name):  # the record and its config carry the new key too (a rerun reads them)
+        assert row.record["trial_key"] == row.trial_key == row.record["config"]["trial_key"]
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 's' / 'mlflow.db'}")
