@@ -22,9 +22,9 @@ import time
 
 from dp_accounting import mechanism_calibration
 
-from mechanisms.accountants.calibration import calibrate_sigma
-from mechanisms.accountants.compare import DpsgdSetting
-from mechanisms.accountants.reference import FRESH, epsilon
+from mechanisms.accounting.calibration import calibrate_sigma
+from mechanisms.accounting.compare import DpsgdSetting
+from mechanisms.accounting.reference import FRESH, epsilon
 
 DELTA = 1e-5
 MNIST_Q = 256 / 60000

@@ -22,8 +22,8 @@ import time
 import numpy as np
 from scipy.special import expit
 
-from mechanisms.accountants import epsilon
-from mechanisms.accountants.compare import DpsgdSetting
+from mechanisms.accounting import epsilon
+from mechanisms.accounting.compare import DpsgdSetting
 from mechanisms.auditing import CanaryScoreAuditor, white_box
 
 SETTINGS = [  # (sigma, sample rate, steps)

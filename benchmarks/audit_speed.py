@@ -50,7 +50,7 @@ def one_run_overhead(steps: int = 30, m: int = 1000) -> dict:
     from torch import nn
     from torch.utils.data import TensorDataset
 
-    from mechanisms import dpsgd
+    from mechanisms.catalog import dpsgd
     from mechanisms.parts.plan import PrivacySpec
 
     def run(with_canaries: bool) -> tuple[float, DiracCanaries | None]:

@@ -45,7 +45,7 @@ WARMUP = 3
 def build(args: argparse.Namespace) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]:
     """The model (seeded init) and one fixed batch of real sentences, padded to `max_length`."""
     from workers import datasets, models
-    from workers.datasets.base import Split
+    from workers.datasets.contract import Split
 
     torch.manual_seed(0)
     splits = datasets.load("rotten-tomatoes")

@@ -85,7 +85,8 @@ def step_overhead(model_name: str, *, steps: int = 30, batch_size: int = 32, mod
     from torch.utils.data import DataLoader, TensorDataset
 
     import mechanisms
-    from mechanisms import private_training, shuffled_dpsgd
+    from mechanisms.catalog import shuffled_dpsgd
+    from mechanisms.framework import private_training
     from mechanisms.parts.plan import PrivacySpec
     from workers import datasets, models
     from workers.measure import PeakMemory

@@ -154,7 +154,7 @@ def timing(model: str, batch: int, rounds: int = 10, steps: int = 5) -> dict[str
     from torch.utils.data import DataLoader, TensorDataset
 
     import mechanisms
-    from mechanisms.private_training import StreamedBatches
+    from mechanisms.framework.private_training import StreamedBatches
     from workers import datasets, models
     from workers.config import TrainConfig, TrialConfig
     from workers.train import setup, tensor_dataset, train_step

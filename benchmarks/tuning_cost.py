@@ -25,8 +25,8 @@ import argparse
 import json
 import sys
 
-from mechanisms.accountants.compare import DpsgdSetting
-from mechanisms.accountants.tuning import RunCount, account, fixed_runs_epsilon
+from mechanisms.accounting.compare import DpsgdSetting
+from mechanisms.accounting.tuning_cost import RunCount, account, fixed_runs_epsilon
 
 DELTA = 1e-5
 N_TRAIN, BATCH, EPOCHS = 1258, 64, 5

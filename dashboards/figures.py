@@ -458,7 +458,7 @@ def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width
     """Utility of the selected candidates against epsilon (log x), one panel per dataset/model: a hollow
     marker at one run's certified epsilon, a filled one (with the std over cells) at the epsilon including
     tuning, joined by a dotted line, one colour per mechanism and budget. The gap is what tuning costs."""
-    from dashboards import tuning as tuned
+    from dashboards import tuned_cells as tuned
 
     board = [r for r in tuned.rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
     panels = sorted({(r.dataset, r.model) for r in board})
@@ -499,7 +499,7 @@ def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accura
     if size is not None and size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
     width = venue(venue_name).width_in(size) if size else None
-    if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuning.py)
+    if kind == TUNING_KIND:  # only for sweeps with a `tune:` block (dashboards/tuned_cells.py)
         if not has_tuned_cells(records):
             raise NoTunedCells("no tuned cells in these sweeps: --kind tuning draws sweeps whose grid has a `tune:` "
                                "block")

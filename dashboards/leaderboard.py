@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards import tuning
+from dashboards import tuned_cells
 from storage import schema
 from storage.verdicts import sweep_claim_statuses
 
@@ -74,7 +74,7 @@ class LeaderboardRow:
     accelerator_s: float | None = None
     analysis_s: float | None = None
     private: bool = True  # the mechanism claims privacy (the records' `private`); False: the non-private reference
-    # Tuning (dashboards/tuning.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
+    # Tuning (dashboards/tuned_cells.py): "tuned (...): eps incl. tuning X", or "best of N, tuning unaccounted ..."
     tuning: str | None = None
     uncertified_reason: str | None = None  # why no sound analysis of what ran is known (the first seed's)
     audit_above_ceiling: bool | None = None  # some seed's audited epsilon exceeds its ceiling beyond its noise
@@ -136,8 +136,8 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
     everything = list(records)
-    records = tuning.for_default_view(everything)  # a tuned cell is its selected candidate
-    flags = tuning.unaccounted(everything)
+    records = tuned_cells.for_default_view(everything)  # a tuned cell is its selected candidate
+    flags = tuned_cells.unaccounted(everything)
     frame = pd.DataFrame([_flat(r, metric) for r in records])
     frame["claim_status"] = sweep_claim_statuses(records)  # step audits corrected over each sweep (Holm)
     if frame.empty:
@@ -185,7 +185,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             **{f.column: _typed(f, (_max if f.aggregate == "max" else _mean)(fin[f.column])) for f in AGGREGATED
                if f.column not in PAIRED},
         ))
-    out = [dataclasses.replace(r, tuning=tuning.note_for(r, everything, flags)) for r in out]
+    out = [dataclasses.replace(r, tuning=tuned_cells.note_for(r, everything, flags)) for r in out]
     return rank(out, view)
 
 

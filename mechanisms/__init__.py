@@ -1,9 +1,9 @@
 """privbench's mechanism library: usable alone (no Ray, no MLflow), e.g. `mechanisms.get("dpsgd")`.
 
-A mechanism is a `Mechanism` (mechanisms/mechanism.py) built from parts (`mechanisms.parts`): batch
+A mechanism is a `Mechanism` (mechanisms/framework/mechanism.py) built from parts (`mechanisms.parts`): batch
 selection (`parts.batch_selection`), clipping (`parts.clipping`) and noise addition (`parts.noise_addition`),
 bundled with the DpEvent they add up to in a `PrivacyPlan` (`parts.plan`); `private_training.make_private`
-runs exactly that plan. Mechanisms are found through entry points (`mechanisms.registry`): privbench's own
+runs exactly that plan. Mechanisms are found through entry points (`mechanisms.framework.registry`): privbench's own
 and any installed plugin alike.
 
 Importing this package is light (no torch, Opacus or scipy): `Parts`, `PrivacyPlan`, `PrivacySpec` and the
@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from mechanisms.mechanism import Mechanism
-from mechanisms.registry import PluginError, UnknownName, get, names, register, unregister
+from mechanisms.framework.mechanism import Mechanism
+from mechanisms.framework.registry import PluginError, UnknownName, get, names, register, unregister
 
 _FROM_PLAN = ("Parts", "PrivacyPlan", "PrivacySpec")
 

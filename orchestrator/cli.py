@@ -85,7 +85,7 @@ def leaderboard(
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
-    from dashboards import tuning
+    from dashboards import tuned_cells
     from dashboards.latex import resolve_width
     from dashboards.render import FLOATS, FORMATS, render, rich_tables
     from dashboards.venues import venue as venue_of
@@ -109,18 +109,19 @@ def leaderboard(
     if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
         fail(f"--float {float_env} is {'one column' if float_env == 'table' else 'both columns'} wide: "
              f"use --float {'table*' if float_env == 'table' else 'table'} with --width {width}")
-    if view not in (*lb.VIEWS, tuning.TUNED_VIEW):
-        fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuning.TUNED_VIEW))}")
-    if view == tuning.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
+    if view not in (*lb.VIEWS, tuned_cells.TUNED_VIEW):
+        fail(f"unknown view {view!r}; known: {', '.join((*lb.VIEWS, tuned_cells.TUNED_VIEW))}")
+    if view == tuned_cells.TUNED_VIEW and fmt not in ("table", "markdown", "json"):
         fail(f"--view tuned writes table, markdown or json, not {fmt!r}")
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
     _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     name = " + ".join(names)
-    if view == tuning.TUNED_VIEW:
-        tuned = tuning.rows(records, metric)
-        text = json.dumps([dataclasses.asdict(r) for r in tuned], indent=1) if fmt == "json" else tuning.markdown(tuned)
+    if view == tuned_cells.TUNED_VIEW:
+        tuned = tuned_cells.rows(records, metric)
+        text = (json.dumps([dataclasses.asdict(r) for r in tuned], indent=1) if fmt == "json"
+                else tuned_cells.markdown(tuned))
         if out_file is None:
             print(text, end="")
         else:
@@ -344,9 +345,9 @@ def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|mod
                                                    "a mechanism may write with the guarantee it must keep")] = False,
                ) -> None:
     """List the names a grid file can use: privbench's and installed plugins' (entry points)."""
-    from mechanisms.accountants.accountant import described
-    from mechanisms.mechanism import FINAL, HOOKS, filled_hooks
-    from mechanisms.registry import ACCOUNTANTS, MECHANISMS
+    from mechanisms.accounting.accountant import described
+    from mechanisms.framework.mechanism import FINAL, HOOKS, filled_hooks
+    from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS
     from workers import datasets, models
 
     if hooks and what != "mechanisms":

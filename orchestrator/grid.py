@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 import mechanisms
-from mechanisms.registry import UnknownName
+from mechanisms.framework.registry import UnknownName
 from orchestrator import grid_yaml
 from workers import datasets, models
 from workers import plugins as plugins_lib
@@ -465,13 +465,13 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
     train = _train(raw, axes, problems)
     tune = None
     if "tune" in raw:  # the tuning accountant (dp-accounting) is imported only for a grid that tunes
-        from orchestrator import tuning
+        from orchestrator import tune_block
 
-        tune = tuning.grid_spec(raw, axes, options, problems)
+        tune = tune_block.grid_spec(raw, axes, options, problems)
     if problems:
         raise GridError(problems)
     trials = _expand(name, axes, shared, train, options, plugins)
-    return GridSpec(name, raw, text, tuple(tuning.expand(trials, tune) if tune else trials), plugins)
+    return GridSpec(name, raw, text, tuple(tune_block.expand(trials, tune) if tune else trials), plugins)
 
 
 def load(path: str | Path) -> GridSpec:

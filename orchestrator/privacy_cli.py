@@ -18,8 +18,8 @@ from rich.table import Table
 from orchestrator.console import err, out, styled
 from orchestrator.lazy import lazy
 
-analytic_gaussian = lazy("mechanisms.accountants.analytic_gaussian")
-compare = lazy("mechanisms.accountants.compare")
+analytic_gaussian = lazy("mechanisms.accounting.analytic_gaussian")
+compare = lazy("mechanisms.accounting.compare")
 
 app = typer.Typer(help="Privacy accounting and noise calibration.", no_args_is_help=True)
 

@@ -121,7 +121,7 @@ FIELDS: tuple[Field, ...] = (
     F("dataset_options", "config", dict, "the dataset's options"),
     F("plugins", "config", list, "modules the grid imports to register plugins"),
     F("tuning", "config", dict, "a tuned candidate's cell, place among its K candidates, draw and tune: block "
-      "(workers/tuning.py); absent for an ordinary trial"),
+      "(workers/tuning_candidates.py); absent for an ordinary trial"),
 
     # metrics: what the run measured
     F("accuracy", "metrics", NUM + OPT, "test accuracy (the default utility)", mlflow=True, abbr="acc.",
@@ -281,7 +281,7 @@ FIELDS: tuple[Field, ...] = (
       "applies Holm to the step audits' p-values on top of it)", private_only=True),
     F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private; see is_private)",
       column="private", aggregate="first"),
-    # a tuned candidate's (workers/tuning.py; docs/accountants.md "Hyperparameter tuning")
+    # a tuned candidate's (workers/tuning_candidates.py; docs/accountants.md "Hyperparameter tuning")
     F("epsilon_certified_run", "privacy", NUM + OPT, "one candidate's certified (PLD) epsilon, worst over the "
       "space's privacy settings", private_only=True, mlflow=True),
     F("epsilon_certified_tuned", "privacy", NUM + OPT, "the whole selection's epsilon (RDP, Papernot & Steinke)",
@@ -310,7 +310,7 @@ FIELDS: tuple[Field, ...] = (
     F("pareto", "derived", bool, "no other row has more utility for less epsilon", column="pareto", header="pareto",
       group="privacy"),
     F("tuning", "derived", (str, type(None)), "a tuned cell's epsilon including tuning, or 'best of N, tuning "
-      "unaccounted' for a cell compared at several training settings (dashboards/tuning.py)", column="tuning",
+      "unaccounted' for a cell compared at several training settings (dashboards/tuned_cells.py)", column="tuning",
       aggregate="none"),
 )
 

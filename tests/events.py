@@ -1,7 +1,7 @@
 """DP-SGD events for tests, built the way trial plans and `privbench privacy` build them: a sampler
 (`mechanisms.parts.batch_selection`) and DP-SGD's parts (`DpsgdSetting.parts`)."""
 
-from mechanisms.accountants.compare import DpsgdSetting
+from mechanisms.accounting.compare import DpsgdSetting
 from mechanisms.parts.plan import Parts
 
 

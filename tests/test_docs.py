@@ -221,9 +221,9 @@ def test_results_script_writes_no_wall_time_for_a_resume_that_ran_nothing():
 
 
 def test_the_plugin_docs_list_every_hook_of_the_contract():
-    """docs/plugins.md shows the contract's hooks table as `mechanisms.mechanism.HOOKS` defines it, and names
+    """docs/plugins.md shows the contract's hooks table as `mechanisms.framework.mechanism.HOOKS` defines it, and names
     every template method a plugin must not override."""
-    from mechanisms.mechanism import FINAL, HOOKS
+    from mechanisms.framework.mechanism import FINAL, HOOKS
 
     text = (ROOT / "docs" / "plugins.md").read_text()
     for hook in HOOKS:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from mechanisms.registry import ACCOUNTANTS, MECHANISMS
-from workers.datasets.base import DATASETS
-from workers.models.base import MODELS
+from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS
+from workers.datasets.contract import DATASETS
+from workers.models.contract import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "plugins" / "ext_mech"
@@ -52,7 +52,7 @@ def test_pyproject_declares_exactly_the_builtin_entry_points():
 def test_registries_import_no_torch_opacus_transformers_or_scipy():
     result = run_python("import json, sys\n"
                         "import mechanisms, workers.models as m, workers.datasets as d\n"
-                        "from mechanisms.registry import ACCOUNTANTS\n"
+                        "from mechanisms.framework.registry import ACCOUNTANTS\n"
                         "names = [mechanisms.names(), m.names(), d.names(), ACCOUNTANTS.names()]\n"
                         "descs = [mechanisms.get(n).description for n in mechanisms.names()]\n"
                         "print(json.dumps([names, descs, sorted({k.split('.')[0] for k in sys.modules})]))")
@@ -142,7 +142,7 @@ def test_a_broken_entry_point_names_itself_and_hides_nothing(tmp_path):
 
 def test_notebook_registration_and_contract_checks():
     import mechanisms
-    from mechanisms.dpsgd import DpSgd
+    from mechanisms.catalog.dpsgd import DpSgd
 
     class Mine(DpSgd):
         ID = "mine-test"

@@ -3,7 +3,7 @@
 Precision (`fp32`, the default; `bf16`; `fp16`) runs the forward pass and the loss under `torch.autocast`.
 Private training needs the book-keeping engine (`grad_sample_mode: bk`) for a narrow precision: the engine
 computes every per-sample norm and clipping factor in fp32 from the bf16 / fp16 activations and output
-gradients (mechanisms/bookkeeping/norms.py), while Opacus' modes would compute them in the narrow dtype.
+gradients (mechanisms/clipping_engine/norms.py), while Opacus' modes would compute them in the narrow dtype.
 Parameters, their gradients, the noise and the optimizer stay fp32.
 
 - `bf16`: CUDA and CPU (CPU autocast supports bf16). bf16 has fp32's exponent range, so no loss scaling.

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mechanisms.auditing.dirac_canaries import CanaryObservations, decode_array, encode_array
-from mechanisms.claims import REL_TOL
+from mechanisms.framework.claims import REL_TOL
 from workers.config import AuditConfig
 
 if TYPE_CHECKING:
-    from mechanisms.mechanism import Mechanism
+    from mechanisms.framework.mechanism import Mechanism
 
 # The least time the curve search gets, however short the training: about five of its profiles at the
 # quickstart's geometry, enough to bracket the noise multiplier when the guesses reject it.

@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from mechanisms.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
+from mechanisms.framework.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
 
 T = TypeVar("T")
 
@@ -133,7 +133,7 @@ def _grad_sample_modes() -> Any:
 
 def _accountants() -> list[str]:
     """The accountants that can calibrate (built-ins and plugins), from their registry."""
-    from mechanisms.registry import ACCOUNTANTS
+    from mechanisms.framework.registry import ACCOUNTANTS
 
     return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
 
@@ -152,7 +152,7 @@ class TrainConfig:
     max_train_examples: int | None = bounded(None, ge=1, most=1_000_000_000)
     max_test_examples: int | None = bounded(None, ge=1, most=1_000_000_000)  # a smoke run's evaluation
     eval_batch_size: int = bounded(1024, ge=1, most=1_000_000)
-    # bk (mechanisms/bookkeeping) or an Opacus mode; None: the model's default
+    # bk (mechanisms/clipping_engine) or an Opacus mode; None: the model's default
     grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)
     precision: str = bounded("fp32", choices=PRECISIONS)  # autocast dtype of the forward and backward passes
     compile: bool = False  # torch.compile the module (bk and non-private only; workers/acceleration.py)
@@ -258,7 +258,7 @@ def _typed_numbers(cls: type, mapping: Mapping[str, Any]) -> dict[str, Any]:
 def section(cls: type[T], mapping: Any, owner: str) -> T:
     """One settings mapping (a grid's `train`, `audit`, `resources`) made into `cls` by the strict
     option parser (unknown keys, types), then `cls`' own bounds. Raises ConfigError."""
-    from mechanisms.options import OptionsError, parse
+    from mechanisms.framework.options import OptionsError, parse
 
     if mapping is None:
         mapping = {}
@@ -328,11 +328,11 @@ class TrialConfig:
     # modules the workers import before the trial (a grid's `plugins:`); where code comes from, not what the
     # trial computes, so not part of the key
     plugins: tuple[str, ...] = ()
-    # The code of each plugin entry the trial uses (component -> `mechanisms.registry.Provenance` text: its
+    # The code of each plugin entry the trial uses (component -> `mechanisms.framework.registry.Provenance` text: its
     # distribution, version and source hash); part of the key, so an edited plugin runs its trials again and
     # the record names the code that produced it. {} when every entry is privbench's own.
     code: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # A candidate of a tuned cell (workers/tuning.py `TuningSetting.to_dict`); {} for an ordinary trial
+    # A candidate of a tuned cell (workers/tuning_candidates.py `TuningSetting.to_dict`); {} for an ordinary trial
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     trial_key: str = dataclasses.field(init=False, compare=False)
 

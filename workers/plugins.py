@@ -4,7 +4,7 @@ Installed plugins need nothing here: their `privbench.mechanisms|models|datasets
 points are read by each registry on first use, in the driver and in every worker. A module listed under
 `plugins:` is imported instead (the driver when it validates the grid, each worker before its trial),
 and every object in it that follows a contract (`mechanisms.Mechanism`,
-`mechanisms.accountants.accountant.Accountant`, `workers.models.Model`, `workers.datasets.Dataset`) is
+`mechanisms.accounting.accountant.Accountant`, `workers.models.Model`, `workers.datasets.Dataset`) is
 registered under its own name. The driver ships the modules' top-level packages to the cluster through
 Ray's runtime_env (`orchestrator.cluster.runtime_env`), as it ships privbench itself, so workers need no
 copy of them.
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from mechanisms.registry import ACCOUNTANTS, MECHANISMS, PluginError
-from workers.datasets.base import DATASETS
-from workers.models.base import MODELS
+from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS, PluginError
+from workers.datasets.contract import DATASETS
+from workers.models.contract import MODELS
 
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 REGISTRIES = (MECHANISMS, ACCOUNTANTS, MODELS, DATASETS)
@@ -123,7 +123,7 @@ __all__ = ["code_of", "import_plugin", "load", "register_module", "shipped"]
 
 
 def code_of(mechanism: str, model: str, dataset: str, accountant: str) -> dict[str, str]:
-    """The provenance (`mechanisms.registry.Provenance`) of each plugin entry a trial uses, by component:
+    """The provenance (`mechanisms.framework.registry.Provenance`) of each plugin entry a trial uses, by component:
     `TrialConfig.code`, computed by the driver and checked again by the worker that runs the trial."""
     entries = (("mechanism", MECHANISMS, mechanism), ("model", MODELS, model), ("dataset", DATASETS, dataset),
                ("accountant", ACCOUNTANTS, accountant))

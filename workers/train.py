@@ -11,12 +11,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mechanisms.mechanism import Mechanism
+from mechanisms.framework.mechanism import Mechanism
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
-from workers.datasets.base import Split
+from workers.datasets.contract import Split
 from workers.measure import PeakMemory, StepTimer
-from workers.models.base import ModelBundle
+from workers.models.contract import ModelBundle
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 
@@ -131,7 +131,7 @@ def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module) -
     named = bundle.info.get("grad_sample_mode")
     mode = GradSampleMode(named, "model") if named else GradSampleMode("bk", "default")
     if mode.name == "bk":
-        from mechanisms.bookkeeping import unsupported
+        from mechanisms.clipping_engine import unsupported
 
         if why := unsupported(module):
             return GradSampleMode(bundle.info.get("fallback_grad_sample_mode", "hooks"), mode.source, "; ".join(why))
@@ -160,7 +160,7 @@ def report(on_progress: Progress | None, loss: float | None, done: int, total: i
 class Setup:
     """A trial's training objects, built one way for the trainer and the benchmarks that measure its step."""
 
-    training: Any  # mechanisms.private_training.PrivateTraining
+    training: Any  # mechanisms.framework.private_training.PrivateTraining
     precision: StepPrecision
     step_module: nn.Module
     evals: dict[str, TensorDataset]
@@ -185,7 +185,7 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
                                       generator=generator, grad_sample_mode=mode.name, noise_generator=noise_generator,
                                       secure_mode=secure_mode, pad_to=PAD_TO if cfg.compile else None)
     if private and type(mechanism).make_private is Mechanism.make_private:  # the trainer's step (an override is
-        from mechanisms.private_training import step_integrity  # its own: contract_problems flags a plugin's)
+        from mechanisms.framework.private_training import step_integrity  # its own: contract_problems flags a plugin's)
 
         if problems := step_integrity(training):
             info["step_problems"] = problems

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 import mechanisms
-from mechanisms.claims import claim_status
-from mechanisms.mechanism import Mechanism, plan_for, uncertified
+from mechanisms.framework.claims import claim_status
+from mechanisms.framework.mechanism import Mechanism, plan_for, uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models, plugins
 from workers.audit import (
@@ -51,7 +51,7 @@ from workers.environment import configure
 from workers.overhead import paired_overhead
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, train
-from workers.tuning import candidate_fields, tuned_plan
+from workers.tuning_candidates import candidate_fields, tuned_plan
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
 PHASE_METRICS = ("plan_s", "accelerator_s", "analysis_s")  # per-phase seconds, flat metrics of every record

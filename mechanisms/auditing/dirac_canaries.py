@@ -163,7 +163,8 @@ class DiracCanaries:
         if self._optimizer is not None:
             raise RuntimeError("these canaries are already attached")
         if not hasattr(optimizer, "observe_releases"):
-            raise ValueError("Dirac canaries need a privbench private optimizer (mechanisms.private_training)")
+            raise ValueError("Dirac canaries need a privbench private optimizer "
+                             "(mechanisms.framework.private_training)")
         if any(isinstance(o, DiracCanaries) for o in optimizer.observers):
             raise RuntimeError("this optimizer already carries Dirac canaries")
         sizes = [p.numel() for p in optimizer.params]

@@ -2,7 +2,7 @@
 
 `claimed_step_tradeoff` (the claim for one un-subsampled step), `audit_cases` (worst-case neighbours beyond
 the Dirac canary), `audit_coordinatewise` and `privatize_step` are `Mechanism` methods with their
-guarantees stated there (mechanisms/mechanism.py). This module adds what the auditor derives from them:
+guarantees stated there (mechanisms/framework/mechanism.py). This module adds what the auditor derives from them:
 the mechanism's own plan for one step (cached), and `claimed_profile`: a claim rebuilt from that plan (the
 envelope of f_{eps(delta_i), delta_i} over a grid of deltas, a sound inner approximation of its privacy
 profile), for a mechanism whose `claimed_step_tradeoff` has no closed form.
@@ -22,7 +22,7 @@ from mechanisms.auditing import tradeoff
 from mechanisms.auditing.cases import AuditCase, dirac_case
 
 if TYPE_CHECKING:
-    from mechanisms.mechanism import Mechanism
+    from mechanisms.framework.mechanism import Mechanism
     from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
 
 # deltas at which the fallback reads the claimed privacy profile from plan(...)
@@ -50,7 +50,7 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
     Cached per (mechanism, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
-    from mechanisms.mechanism import plan_for
+    from mechanisms.framework.mechanism import plan_for
 
     batch = (options or {}).get("batch_size")
     options = mechanism.audit_options(dict(options or {}))
@@ -66,7 +66,7 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
 @functools.lru_cache(maxsize=256)
 def _cached_plan(mechanism: Mechanism, sigma: float | None, delta: float, epsilon: float | None, clip: float,
                  items: tuple[tuple[str, Any], ...], batch_size: int | None = None) -> PrivacyPlan:
-    from mechanisms.mechanism import plan_for
+    from mechanisms.framework.mechanism import plan_for
 
     return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=dict(items),
                                          batch_size=batch_size))

@@ -26,7 +26,7 @@ from mechanisms.auditing.canary import CanaryScores
 from mechanisms.auditing.cases import AuditCase
 
 if TYPE_CHECKING:
-    from mechanisms.mechanism import Mechanism
+    from mechanisms.framework.mechanism import Mechanism
 
 CHUNK_ELEMENTS = 1 << 21  # values per privatize_step call (16 MB of float64)
 PATHS = ("auto", "full", "support")

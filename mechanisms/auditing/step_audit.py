@@ -34,12 +34,12 @@ from mechanisms.auditing.binomial import clopper_pearson_upper
 from mechanisms.auditing.canary import CanaryScores, roc_counts
 from mechanisms.auditing.cases import AuditCase
 from mechanisms.auditing.sampling import choose_path, sample_scores
-from mechanisms.claims import AUDIT_SIGNIFICANCE, claim_status
+from mechanisms.framework.claims import AUDIT_SIGNIFICANCE, claim_status
 
 if TYPE_CHECKING:
-    from mechanisms.mechanism import Mechanism
+    from mechanisms.framework.mechanism import Mechanism
 
-SIGNIFICANCE = AUDIT_SIGNIFICANCE  # 0.1%: privbench's one audit significance (mechanisms/claims.py says why)
+SIGNIFICANCE = AUDIT_SIGNIFICANCE  # 0.1%: privbench's one audit significance (mechanisms/framework/claims.py says why)
 ROLES = ("epsilon", "mu", "claim")
 
 

@@ -376,7 +376,7 @@ def dpsgd_profile(sigma: float, sample_rate: float, steps: int, *, points: int =
     discretisation must be fine against the per-step privacy loss: at 1e-2 the pessimistic rounding of
     673 steps at sigma 40 (digits) inflates delta(0) several times over and the curve collapses.
     """
-    from mechanisms.accountants.gaussian_pld import gaussian_pld, hockey_stick
+    from mechanisms.accounting.gaussian_pld import gaussian_pld, hockey_stick
 
     pld = gaussian_pld(sigma, sample_rate, discretization, pessimistic=True).self_compose(steps)
     top = 1.0
@@ -512,7 +512,7 @@ def dpsgd_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, *,
 
 
 def _optimistic_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, grid: float) -> float:
-    from mechanisms.accountants.gaussian_pld import epsilon_for_delta, gaussian_pld
+    from mechanisms.accounting.gaussian_pld import epsilon_for_delta, gaussian_pld
 
     return epsilon_for_delta(gaussian_pld(sigma, sample_rate, grid, pessimistic=False).self_compose(steps), delta)
 

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import dp_accounting
 
-from mechanisms.accountants import events
-from mechanisms.accountants.validation import require_sample_rate, require_steps
+from mechanisms.accounting import events
+from mechanisms.accounting.validation import require_sample_rate, require_steps
 
 if TYPE_CHECKING:  # torch loads when batches are drawn: accounting (`privbench privacy`) never pays for it
     import torch

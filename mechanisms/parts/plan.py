@@ -15,7 +15,7 @@ from typing import Any
 
 import dp_accounting
 
-from mechanisms.claims import CALIBRATIONS
+from mechanisms.framework.claims import CALIBRATIONS
 from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
 from mechanisms.parts.clipping import Clipping
 from mechanisms.parts.noise_addition import GaussianNoise, NoiseAddition
@@ -89,7 +89,7 @@ class Parts:
     privacy and earns none).
 
     Calibration and certification both read `dp_event(sigma)` under `accounting_relation`: one event, one
-    relation (`mechanisms.accountants.calibration` asks the parts for both).
+    relation (`mechanisms.accounting.calibration` asks the parts for both).
     """
 
     sampler: BatchSelection

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dp_accounting
 import pytest
 
-from dashboards import figures, tuning
+from dashboards import figures, tuned_cells
 from dashboards import leaderboard as lb
-from mechanisms.accountants.compare import DpsgdSetting
-from mechanisms.accountants.reference import epsilon as certified_epsilon
-from mechanisms.accountants.tuning import TUNABLE
+from mechanisms.accounting.compare import DpsgdSetting
+from mechanisms.accounting.reference import epsilon as certified_epsilon
+from mechanisms.accounting.tuning_cost import TUNABLE
 
 FAMILY = DpsgdSetting.poisson(64 / 1258, 100, 1e-5).parts()
 
@@ -33,15 +33,15 @@ def record(candidate: int | None, val: float | None, test: float, *, runs: int =
 
 def test_the_best_validation_score_is_selected_ties_to_the_lowest_index():
     cell = [record(0, 0.7, 0.60), record(1, 0.8, 0.50), record(2, 0.8, 0.90)]
-    (selection,) = tuning.selections(cell)
+    (selection,) = tuned_cells.selections(cell)
     assert selection.complete and selection.selected is cell[1]  # never the best test score
 
 
 def test_failed_candidates_count_toward_k_but_are_never_selected():
     cell = [record(0, 0.6, 0.6), record(1, None, 0.0, status="failed"), record(2, 0.5, 0.9)]
-    (selection,) = tuning.selections(cell)
+    (selection,) = tuned_cells.selections(cell)
     assert selection.selected is cell[0]
-    (incomplete,) = tuning.selections(cell[:2])
+    (incomplete,) = tuned_cells.selections(cell[:2])
     assert not incomplete.complete and incomplete.selected is None
 
 
@@ -57,12 +57,12 @@ def test_the_tuned_view_ranks_by_epsilon_including_tuning():
     records = [record(0, 0.7, 0.80, runs=1, eps_tuned=2.5, mechanism="dpsgd-gdp", cell="g"),
                record(0, 0.6, 0.70, runs=2, eps_tuned=0.99, cell="d"),
                record(1, 0.9, 0.75, runs=2, eps_tuned=0.99, cell="d")]
-    rows = tuning.rows(records + [record(0, 0.5, 0.5, cell="x", runs=4)])  # incomplete cell x
+    rows = tuned_cells.rows(records + [record(0, 0.5, 0.5, cell="x", runs=4)])  # incomplete cell x
     assert [r.mechanism for r in rows] == ["dpsgd", "dpsgd-gdp"]
     dp = rows[0]
     assert dp.utility_mean == pytest.approx(0.75) and dp.epsilon_tuned == 0.99 and dp.cells == 2
     assert dp.incomplete == 1 and dp.selected_params == "lr 0.5"
-    text = tuning.markdown(rows)
+    text = tuned_cells.markdown(rows)
     assert text.splitlines()[0].startswith("| dataset | model | mechanism | eps target | utility (selected)")
     assert "| dpsgd-gdp | 1 | 0.8000 ± 0.0000 | 2.5 |" in text
 
@@ -73,7 +73,7 @@ def test_untuned_runs_at_several_settings_are_best_of_n_with_their_composition()
     board = lb.rows(runs)
     assert len(board) == 3
     composed = certified_epsilon(dp_accounting.ComposedDpEvent([FAMILY(2.0), FAMILY(2.0), FAMILY(3.0)]), 1e-5, "pld")
-    flag = tuning.unaccounted(runs)[("digits", "mlp", "dpsgd", 1.0)]
+    flag = tuned_cells.unaccounted(runs)[("digits", "mlp", "dpsgd", 1.0)]
     assert flag.settings == 3 and flag.epsilon_fixed_runs == pytest.approx(composed)
     assert all(r.tuning == flag.note() and r.tuning.startswith("best of 3, tuning unaccounted") for r in board)
     assert lb.rows(runs[:1])[0].tuning is None  # one setting: nothing was picked
@@ -83,14 +83,14 @@ def test_untuned_runs_at_several_settings_are_best_of_n_with_their_composition()
 
 def test_events_are_rebuilt_from_their_repr_and_nothing_else_is_evaluated():
     event = dp_accounting.ComposedDpEvent([FAMILY(1.3), DpsgdSetting.of("shuffle", 100, 10, 1, 1e-5).parts()(2.0)])
-    assert tuning.event_from_repr(repr(event)) == event
+    assert tuned_cells.event_from_repr(repr(event)) == event
     for text in ("__import__('os').system('true')", "GaussianDpEvent(noise_multiplier=open('x'))", "1 + 1"):
         with pytest.raises(ValueError):
-            tuning.event_from_repr(text)
+            tuned_cells.event_from_repr(text)
 
 
 def test_the_settings_list_is_the_accountants():
-    assert tuning.SETTINGS == TUNABLE
+    assert tuned_cells.SETTINGS == TUNABLE
 
 
 def test_the_figure_joins_each_epsilon_per_run_to_the_one_including_tuning():

@@ -37,8 +37,8 @@ EXPECTED = {
 
 def test_each_verdict_from_the_plan_and_the_step_audit(monkeypatch):
     import mechanisms
-    from mechanisms.claims import claim_status
-    from mechanisms.mechanism import plan_for
+    from mechanisms.framework.claims import claim_status
+    from mechanisms.framework.mechanism import plan_for
     from mechanisms.parts.plan import PrivacySpec
     from workers import plugins
     from workers.audit import step_audit

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mechanisms.claims import claim_status
+from mechanisms.framework.claims import claim_status
 
 
 @pytest.mark.parametrize("claimed, certified, audited, violated, expected", [

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import mechanisms
-from mechanisms.dpsgd_adaclip import combined_multiplier
+from mechanisms.catalog.dpsgd_adaclip import combined_multiplier
 from mechanisms.parts.plan import PrivacySpec
 from mechanisms.parts.releases import Released
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mechanisms import PrivacySpec, dpsgd, dpsgd_gdp
-from mechanisms.accountants import epsilon
+from mechanisms import PrivacySpec
+from mechanisms.accounting import epsilon
+from mechanisms.catalog import dpsgd, dpsgd_gdp
 from tests.events import poisson_events
 
 MNIST = dict(delta=1e-5, dataset_size=60000, batch_size=256)

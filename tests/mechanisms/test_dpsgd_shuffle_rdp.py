@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import mechanisms
-from mechanisms.accountants.moments_accountant import TF_PRIVACY_ORDERS
-from mechanisms.claims import claim_status
-from mechanisms.mechanism import plan_for
+from mechanisms.accounting.moments_accountant import TF_PRIVACY_ORDERS
+from mechanisms.framework.claims import claim_status
+from mechanisms.framework.mechanism import plan_for
 from mechanisms.parts.batch_selection import ShuffleSampling
 from mechanisms.parts.plan import PrivacySpec
 

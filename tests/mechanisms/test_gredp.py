@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from mechanisms import PrivacySpec, dpsgd, gredp
-from mechanisms.accountants import epsilon
+from mechanisms import PrivacySpec
+from mechanisms.accounting import epsilon
+from mechanisms.catalog import dpsgd, gredp
 from mechanisms.parts.noise_addition import FrequencyNoise
 from tests.events import poisson_events
 from workers.trial import run_trial

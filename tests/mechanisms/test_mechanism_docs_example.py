@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import mechanisms
-from mechanisms import registry
+from mechanisms.framework import registry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "mechanisms.md"
 

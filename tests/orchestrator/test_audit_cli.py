@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 import mechanisms
 from mechanisms.auditing import tradeoff
-from mechanisms.dpsgd import DpSgd
+from mechanisms.catalog.dpsgd import DpSgd
 from orchestrator.cli import app
 
 runner = CliRunner()

@@ -76,7 +76,7 @@ def test_yaml_syntax_error_has_a_line_number():
     assert "YAML syntax error" in str(e.value) and "line" in str(e.value)
 
 
-STRICT = [  # messages of the one checker: workers/config.py's bounds, mechanisms/options.py's types
+STRICT = [  # messages of the one checker: workers/config.py's bounds, mechanisms/framework/options.py's types
     ({"seeds": [0, 0, 1, 1]}, "seeds: duplicated values 0, 1"),
     ({"seeds": [-1]}, "seeds must be >= 0"),
     ({"seeds": [2**32]}, "seeds must be at most 4294967295, got 4294967296"),  # integers as integers (#21)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import mechanisms
-from mechanisms.accountants import calibrate_sigma, epsilon
+from mechanisms.accounting import calibrate_sigma, epsilon
 from mechanisms.parts.plan import PrivacySpec
 from orchestrator.cli import app
 from tests.events import poisson_event, poisson_events

@@ -64,12 +64,12 @@ def test_privacy_commands_import_only_the_accountants(tmp_path, package_itself, 
 
 
 def test_the_accountants_package_imports_its_parts_on_first_use(tmp_path, package_itself):
-    """`mechanisms.accountants` names its API lazily (PEP 562): each name is its submodule's object."""
-    modules = imported(tmp_path, "-c", "import mechanisms.accountants.analytic_gaussian")
+    """`mechanisms.accounting` names its API lazily (PEP 562): each name is its submodule's object."""
+    modules = imported(tmp_path, "-c", "import mechanisms.accounting.analytic_gaussian")
     if "dp_accounting" not in package_itself:
         assert "dp_accounting" not in modules
-    import mechanisms.accountants as accountants
-    from mechanisms.accountants import analytic_gaussian, compare, reference
+    import mechanisms.accounting as accountants
+    from mechanisms.accounting import analytic_gaussian, compare, reference
 
     assert accountants.epsilon is reference.epsilon and accountants.sigma_for is compare.sigma_for
     assert accountants.amgm_sigma is analytic_gaussian.amgm_sigma

@@ -2,8 +2,8 @@
 
 import pytest
 
-from mechanisms.accountants.tuning import Choice, LogRange, RunCount
-from orchestrator.tuning import parse_tune
+from mechanisms.accounting.tuning_cost import Choice, LogRange, RunCount
+from orchestrator.tune_block import parse_tune
 
 OPTIONS = {"dpsgd": set(), "dpsgd-gdp": {"mu_rounding"}}
 GOOD = {"space": {"lr": [0.05, 0.1, 0.2], "clip": {"log": [0.01, 1]}, "batch_size": [64, 128]},

@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 import yaml
 
-from mechanisms.accountants.tuning import candidate_seed
+from mechanisms.accounting.tuning_cost import candidate_seed
 from orchestrator import grid
 from workers.config import TrialConfig
-from workers.tuning import TuningSetting
+from workers.tuning_candidates import TuningSetting
 
 TUNED = {
     "name": "tuned", "seeds": [0, 1], "delta": 1e-5,
@@ -35,7 +35,7 @@ def test_each_cell_becomes_its_drawn_candidates():
     spec = parse()
     untuned = grid.parse(yaml.safe_dump({k: v for k, v in TUNED.items() if k != "tune"}))
     cells = {t.trial_key: t for t in untuned.trials}
-    from workers.tuning import spec_from_dict
+    from workers.tuning_candidates import spec_from_dict
 
     tune = spec_from_dict(spec.trials[0].tuning["spec"])
     expected = sum(len(tune.draw(c.seed)) for c in cells.values())

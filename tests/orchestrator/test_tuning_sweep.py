@@ -9,10 +9,10 @@ import json
 import pytest
 import yaml
 
-from dashboards import tuning
+from dashboards import tuned_cells
 from storage.location import resolve
 from storage.store import Store
-from workers.tuning import RECORD_FIELDS
+from workers.tuning_candidates import RECORD_FIELDS
 
 GRID = {
     "name": "tuned", "seeds": [0], "delta": 1e-5,
@@ -70,7 +70,7 @@ def test_a_tuned_sweep_records_resumes_and_ranks(cli, tmp_path, store):
         path.write_text(yaml.safe_dump(plain))
         assert cli("sweep", "run", path, "--store", store).exit_code == 0
     board = cli("leaderboard", "plain-a", "plain-b", "--store", store, "--format", "markdown").stdout
-    flag = tuning.unaccounted(records(store, "plain-a") + records(store, "plain-b"))
+    flag = tuned_cells.unaccounted(records(store, "plain-a") + records(store, "plain-b"))
     (note,) = flag.values()
     assert note.settings == 2 and note.epsilon_fixed_runs > 2.0
     assert board.count(f"dpsgd eps 2: {note.note()}") == 2

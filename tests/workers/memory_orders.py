@@ -9,7 +9,7 @@ import sys
 import torch
 from torch import nn
 
-from mechanisms.bookkeeping import BookkeepingEngine, BookkeepingLoss
+from mechanisms.clipping_engine import BookkeepingEngine, BookkeepingLoss
 from workers.measure import PeakMemory
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mechanisms.registry import UnknownName
+from mechanisms.framework.registry import UnknownName
 from workers import datasets
-from workers.datasets.base import Splits
+from workers.datasets.contract import Splits
 from workers.datasets.text import AttributedSplit
 
 SMALL = {"synthetic": {"n_train": 200, "n_test": 50}, "synthetic-text": {"n_train": 200, "n_test": 50}}

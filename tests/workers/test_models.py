@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from mechanisms.registry import UnknownName
+from mechanisms.framework.registry import UnknownName
 from workers import datasets, models
-from workers.datasets.base import Split, Splits
+from workers.datasets.contract import Split, Splits
 from workers.models import tokenize
 from workers.models.transformers import TextClassifier, conv1d_to_linear, set_trainable
 

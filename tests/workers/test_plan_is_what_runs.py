@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import mechanisms
-from mechanisms import private_training
+from mechanisms.framework import private_training
 from mechanisms.parts.plan import PrivacySpec
 from orchestrator.grid import parse
 from workers.config import Resources

@@ -12,7 +12,7 @@ import types
 
 from dashboards.leaderboard import rows
 from mechanisms import get
-from mechanisms.claims import claim_status
+from mechanisms.framework.claims import claim_status
 from storage.verdicts import sweep_claim_statuses
 from workers.audit import AuditConfig, step_audit
 

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 import mechanisms
-from mechanisms.accountants.reference import epsilon as certified_epsilon
-from mechanisms.accountants.tuning import RunCount, account, tuned_epsilon
+from mechanisms.accounting.reference import epsilon as certified_epsilon
+from mechanisms.accounting.tuning_cost import RunCount, account, tuned_epsilon
 from orchestrator import grid
 from workers.trial import plan_phase
-from workers.tuning import TuningSetting, candidate_fields
+from workers.tuning_candidates import TuningSetting, candidate_fields
 
 GRID = {
     "name": "tuned", "seeds": [0], "delta": 1e-5,

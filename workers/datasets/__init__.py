@@ -5,7 +5,7 @@ first time a name is asked for; importing this package loads nothing else. `hf:<
 served by the Hugging Face dataset (a prefix entry).
 """
 
-from workers.datasets.base import (
+from workers.datasets.contract import (
     DATASETS,
     Dataset,
     Splits,

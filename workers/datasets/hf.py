@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, dataset, split_off, three_way
+from workers.datasets.contract import Split, Splits, dataset, split_off, three_way
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 TEXT_COLUMNS = ("text", "sentence", "content", "review", "document", "question")

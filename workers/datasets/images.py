@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, dataset, split_off, three_way
+from workers.datasets.contract import Split, Splits, dataset, split_off, three_way
 
 FASHION_MNIST_DIR = Path(os.environ.get("PRIVBENCH_FASHION_MNIST", "/usr/share/datasets/fashion-mnist"))
 

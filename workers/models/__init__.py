@@ -4,7 +4,7 @@ Models are found through `privbench.models` entry points, privbench's own (`cata
 plugins', the first time a name is asked for; importing this package loads no torch.
 """
 
-from workers.models.base import (
+from workers.models.contract import (
     MODELS,
     Model,
     ModelBundle,

@@ -4,7 +4,7 @@ Each names its builder as `module:function`, imported (with torch and transforme
 built or its options are checked; listing and naming models imports nothing heavy.
 """
 
-from workers.models.base import Model
+from workers.models.contract import Model
 
 MLP = Model("mlp", ("image", "tabular"), "2-layer perceptron (hidden 128 by default, tanh)",
             "workers.models.vision:mlp")

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from workers.datasets.base import Split, Splits
-from workers.models.base import ModelBundle
+from workers.datasets.contract import Split, Splits
+from workers.models.contract import ModelBundle
 from workers.models.vision import GRAD_SAMPLE_MODE, flat_size
 
 J, L, ORDER = 2, 8, 2  # the paper's transform: 1 + J L + L^2 J (J - 1) / 2 = 81 channels per input channel

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.datasets.base import Split, Splits
+from workers.datasets.contract import Split, Splits
 from workers.datasets.hf import hub_is_offline, hub_offline_default
-from workers.models.base import ModelBundle
+from workers.models.contract import ModelBundle
 from workers.models.tokenize import DEFAULT_TOKENIZER, encode_texts, load_tokenizer, minilm_dir
 
 # Models whose default position ids are computed per example from input_ids (offset by the padding
@@ -37,7 +37,7 @@ PADDING_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "data2vec-tex
 # Opacus modes measured with benchmarks/mechanism_overhead.py (README, Workloads): ghost clipping is 1.3-3.2x
 # faster than hooks on the text models (whose 30k-token embeddings make per-sample gradients costly), but
 # slower on ViT, whose patch Conv2d and LayerNorms fall back to per-sample gradients in ghost mode anyway.
-# Since issue 11 the default is the book-keeping engine (mechanisms/bookkeeping, docs/clipping.md), measured
+# Since issue 11 the default is the book-keeping engine (mechanisms/clipping_engine, docs/clipping.md), measured
 # faster than every Opacus mode on each registry model by benchmarks/clipping_engine.py; a checkpoint it
 # cannot clip (an unsupported layer) falls back to the Opacus mode measured best before, recorded per trial.
 TEXT_GRAD_SAMPLE_MODE = "bk"

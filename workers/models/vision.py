@@ -7,10 +7,10 @@ import math
 import torch
 from torch import nn
 
-from workers.datasets.base import Split, Splits
-from workers.models.base import ModelBundle
+from workers.datasets.contract import Split, Splits
+from workers.models.contract import ModelBundle
 
-# book-keeping clipping (mechanisms/bookkeeping): measured faster than Opacus' modes (docs/clipping.md)
+# book-keeping clipping (mechanisms/clipping_engine): measured faster than Opacus' modes (docs/clipping.md)
 GRAD_SAMPLE_MODE = "bk"
 
 

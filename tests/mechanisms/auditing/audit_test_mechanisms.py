@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from mechanisms.auditing import AuditCase, Gaussian, hooks
-from mechanisms.dpsgd import DpSgd
+from mechanisms.catalog.dpsgd import DpSgd
 
 
 class HalfNoise(DpSgd):

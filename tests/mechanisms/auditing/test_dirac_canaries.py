@@ -10,9 +10,9 @@ from scipy.stats import norm
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mechanisms import dpsgd
-from mechanisms.accountants import epsilon
+from mechanisms.accounting import epsilon
 from mechanisms.auditing import DiracCanaries
+from mechanisms.catalog import dpsgd
 from mechanisms.parts.clipping import FlatClipping, PerLayerClipping
 from mechanisms.parts.noise_addition import GaussianNoise
 from mechanisms.parts.plan import PrivacySpec

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.accountants import epsilon
+from mechanisms.accounting import epsilon
 from mechanisms.auditing import one_run, white_box
 from tests.events import poisson_event
 

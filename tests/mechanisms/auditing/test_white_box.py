@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mechanisms.accountants import epsilon
+from mechanisms.accounting import epsilon
 from mechanisms.auditing import CanaryScoreAuditor, white_box
 from tests.events import poisson_event
 

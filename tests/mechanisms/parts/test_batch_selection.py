@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
 import mechanisms
+from mechanisms.framework.private_training import plan_loader
 from mechanisms.parts.batch_selection import SAMPLERS, FixedSizeSampling, PoissonSampling, ShuffleSampling
 from mechanisms.parts.plan import PrivacySpec
-from mechanisms.private_training import plan_loader
 
 # N/B with fractional part just below and just above .5 (round() decides steps per epoch), and the
 # geometries of the issue that exposed the plan/loader mismatch.

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
 
 import mechanisms
-from mechanisms import dp_forward
+from mechanisms.catalog import dp_forward
 from mechanisms.parts.clipping import FlatClipping, PerLayerClipping
 from mechanisms.parts.noise_addition import BatchClippedGaussian, FrequencyNoise, GaussianNoise
 from mechanisms.parts.plan import PrivacySpec
@@ -134,7 +134,7 @@ def test_gredp_real_noise_is_certified_infinite_hence_overclaimed():
                        options={"noise": "real"})
     plan = mechanisms.get("gredp").plan(spec)
     assert math.isinf(plan.epsilon_certified) and math.isfinite(plan.epsilon_claimed)
-    from mechanisms.claims import claim_status
+    from mechanisms.framework.claims import claim_status
 
     assert claim_status(plan.epsilon_claimed, plan.epsilon_certified) == "overclaimed"
     with pytest.raises(ValueError, match="without noise"):
@@ -143,7 +143,7 @@ def test_gredp_real_noise_is_certified_infinite_hence_overclaimed():
 
 
 def test_nan_epsilon_is_an_error_never_a_verdict():
-    from mechanisms.claims import claim_status
+    from mechanisms.framework.claims import claim_status
 
     with pytest.raises(ValueError, match="NaN"):
         claim_status(float("nan"), 1.0)
@@ -176,7 +176,7 @@ def test_dp_forward_event_is_recomputed_by_dp_accounting_to_the_certified_value(
     # the same number as composing the pieces by hand: Gaussian releases 2C apart, RR once
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    from mechanisms.dp_forward import label_rr
+    from mechanisms.catalog.dp_forward import label_rr
 
     by_hand = pld_lib.from_gaussian_mechanism(2.0 / (2 * math.sqrt(3)), sensitivity=1.0).compose(
         pld_lib.from_randomized_response(label_rr.rr_noise_parameter(math.log(9), 2), 2,

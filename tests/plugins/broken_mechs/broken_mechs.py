@@ -18,8 +18,8 @@ import dataclasses
 from typing import Any
 
 from mechanisms import Mechanism
-from mechanisms.dpsgd_adaclip import AdaClipDpSgd
-from mechanisms.mechanism import Claim
+from mechanisms.catalog.dpsgd_adaclip import AdaClipDpSgd
+from mechanisms.framework.mechanism import Claim
 from mechanisms.parts.clipping import FlatClipping
 
 
@@ -38,12 +38,12 @@ class ClaimsDpSgd(Mechanism):
         return dpsgd_parts(spec)
 
     def claimed_sigma(self, spec: Any, options: Any, parts: Any) -> float:
-        from mechanisms.accountants import calibrate_sigma
+        from mechanisms.accounting import calibrate_sigma
 
         return calibrate_sigma(self.claimed_parts(spec), spec.epsilon, spec.delta, spec.accountant).sigma
 
     def claim(self, sigma: float, spec: Any, options: Any, parts: Any, certified: float | None) -> Claim:
-        from mechanisms.accountants import epsilon
+        from mechanisms.accounting import epsilon
 
         claimed = self.claimed_parts(spec)
         return Claim(epsilon(claimed.dp_event(sigma), spec.delta, spec.accountant, claimed.accounting_relation),
@@ -92,12 +92,12 @@ class IgnoresRelease(AdaClipDpSgd):
     ID = "broken-ignores-release"
 
     def claim(self, sigma: float, spec: Any, options: Any, parts: Any, certified: float | None) -> Claim:
-        from mechanisms.accountants import epsilon
+        from mechanisms.accounting import epsilon
 
         return Claim(epsilon(dpsgd_parts(spec).dp_event(sigma), spec.delta, spec.accountant), "the gradient alone")
 
     def claimed_sigma(self, spec: Any, options: Any, parts: Any) -> float:
-        from mechanisms.accountants import calibrate_sigma
+        from mechanisms.accounting import calibrate_sigma
 
         return calibrate_sigma(dpsgd_parts(spec), spec.epsilon, spec.delta, spec.accountant).sigma
 

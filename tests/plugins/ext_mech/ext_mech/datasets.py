@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from workers.datasets import Splits, dataset
-from workers.datasets.base import three_way
+from workers.datasets.contract import three_way
 
 
 @dataset("ext-blobs", "image", "Gaussian blobs as 1x4x4 images, one prototype per class (seeded)")
