@@ -73,13 +73,14 @@ def _bound(cls: type, field: str, option: str, value: Any) -> None:
 
 def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: float, dim: int, clip: float,
               seed: int, path: str) -> None:
-    from workers.config import SIGMA_MIN, AuditConfig, TrialConfig
+    from mechanisms.accounting.validation import SIGMA_FLOOR
+    from workers.config import AuditConfig, TrialConfig
 
     if sigma is not None and epsilon is not None:
         raise _Invalid("give --sigma or --epsilon, not both")
     _positive("sigma", sigma)
-    if sigma is not None and sigma < SIGMA_MIN:
-        raise _Invalid(f"--sigma must be at least {SIGMA_MIN:g}, got {sigma:g}")
+    if sigma is not None and sigma < SIGMA_FLOOR:
+        raise _Invalid(f"--sigma must be at least {SIGMA_FLOOR:g}, got {sigma:g}")
     _positive("epsilon", epsilon)
     _positive("clip", clip)
     _bound(AuditConfig, "samples", "samples", samples)  # a grid's audit caps them alike (memory grows with them)

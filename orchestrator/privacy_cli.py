@@ -115,12 +115,12 @@ def _steps_bound(what: str, steps: int) -> None:
 
 
 def _sigma(text: str | None) -> float:
-    """The noise multiplier, at least `SIGMA_MIN` as in a grid (below it the accountants overflow)."""
-    from workers.config import SIGMA_MIN
+    """The noise multiplier, at least `SIGMA_FLOOR` as in a grid (below it the accountants overflow)."""
+    from mechanisms.accounting.validation import SIGMA_FLOOR
 
     value = _number("sigma", text, required=True)
-    if value < SIGMA_MIN:
-        raise _Invalid(f"--sigma must be at least {SIGMA_MIN:g}, got {value:g}")
+    if value < SIGMA_FLOOR:
+        raise _Invalid(f"--sigma must be at least {SIGMA_FLOOR:g}, got {value:g}")
     return value
 
 

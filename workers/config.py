@@ -18,6 +18,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from mechanisms.accounting.validation import SIGMA_FLOOR
 from mechanisms.framework.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
 
 T = TypeVar("T")
@@ -25,7 +26,6 @@ T = TypeVar("T")
 ECHO_CHARS = 80  # how much of a bad value an error message repeats
 SEED_MAX = 2**32 - 1  # numpy's seeds
 INT_MAX = 2**63 - 1  # the largest integer a setting holds (orchestrator/grid_yaml.py refuses larger ones)
-SIGMA_MIN = 1e-3  # below it the accountants overflow (and epsilon is above 10^5 for a single step)
 OPTIMIZERS = ("sgd", "adam", "adamw")  # workers/train.py builds each
 PRECISIONS = ("fp32", "bf16", "fp16")  # workers/acceleration.py runs each
 COMPILABLE_MODES = ("bk",)  # private grad-sample modes the compiled step supports (non-private always)
@@ -312,7 +312,7 @@ class TrialConfig:
     mechanism: str
     epsilon: float | None = bounded(None, gt=0)
     seed: int = bounded(0, ge=0, most=SEED_MAX)
-    sigma: float | None = bounded(None, ge=SIGMA_MIN, most=1e6)
+    sigma: float | None = bounded(None, ge=SIGMA_FLOOR, most=1e6)
     delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
     accountant: str = bounded("pld", choices=_accountants)
     calibration: str = bounded("claimed", choices=CALIBRATIONS)

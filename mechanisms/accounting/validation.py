@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 
+# The smallest noise multiplier privbench accepts (grids, `privbench privacy`, `privbench audit`): below it the
+# accountants overflow, and epsilon is above 10^5 for a single step.
+SIGMA_FLOOR = 1e-3
+
 
 def require_positive(name: str, value: float, *, finite: bool = True) -> float:
     """`value > 0` (and finite unless `finite=False`), e.g. sigma, epsilon, sensitivity."""

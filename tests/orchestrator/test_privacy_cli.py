@@ -113,8 +113,8 @@ def test_human_output_is_a_table():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["epsilon", "--sigma", "0", *SHORT], "sigma must be > 0"),
-    (["epsilon", "--sigma", "-1", *SHORT], "sigma must be > 0"),
+    (["epsilon", "--sigma", "0", *SHORT], "sigma must be at least 0.001"),
+    (["epsilon", "--sigma", "-1", *SHORT], "sigma must be at least 0.001"),
     (["epsilon", "--sigma", "1", "--sample-rate", "0", "--steps", "10", "--delta", "1e-5"], "sample_rate"),
     (["epsilon", "--sigma", "1", "--sample-rate", "1.5", "--steps", "10", "--delta", "1e-5"], "sample_rate"),
     (["epsilon", "--sigma", "1", "--sample-rate", "0.1", "--steps", "0", "--delta", "1e-5"], "steps"),
