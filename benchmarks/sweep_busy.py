@@ -11,7 +11,7 @@ Grids (each runs as `privbench sweep run` in a fresh process with its own local 
 - `quickstart`: examples/quickstart.yaml as it is (on CPU its resources become `{cpus: 1, gpus: 0}`);
 - `digits`: 20 trials, mlp and vit-tiny x nonprivate, dpsgd, dpsgd-gdp x epsilon 1 and 8 x 2 seeds, with
   `resources: {cpus: 2, gpus: 0.25}` on a GPU (`{cpus: 1, gpus: 0}` on CPU).
-`--small` shrinks both to a few trials of one epoch on 256 examples without audits: the CI smoke run.
+`--small` shrinks both to a few trials of one epoch on 256 examples (batch 64) without audits: the CI smoke run.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ DIGITS = {
              "epsilon": [1, 8]},
     "train": {"epochs": 3, "batch_size": 256, "lr": 0.5},
 }
-SMALL_TRAIN = {"epochs": 1, "max_train_examples": 256}
+SMALL_TRAIN = {"epochs": 1, "max_train_examples": 256, "batch_size": 64}
 
 
 def grid(name: str, *, gpu: bool, small: bool) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def grid(name: str, *, gpu: bool, small: bool) -> dict[str, Any]:
         spec["grid"] = spec["grid"] | {"model": spec["grid"]["model"][:1], "epsilon": [8],
                                        "mechanism": ["nonprivate", "dpsgd"]}
         spec["train"] = spec.get("train", {}) | SMALL_TRAIN
-        spec["mechanism_train"] = {m: {k: v for k, v in t.items() if k != "epochs"}
+        spec["mechanism_train"] = {m: {k: v for k, v in t.items() if k not in SMALL_TRAIN}
                                    for m, t in spec.get("mechanism_train", {}).items()}
         spec["audit"] = {"mode": "off"}
     spec["name"] = f"{spec['name']}-busy" if not spec["name"].endswith("-busy") else spec["name"]
