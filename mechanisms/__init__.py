@@ -17,6 +17,7 @@ from typing import Any
 
 from mechanisms.framework.mechanism import Mechanism
 from mechanisms.framework.registry import PluginError, UnknownName, get, names, register, unregister
+from mechanisms.lazy import submodule
 
 _FROM_PLAN = ("Parts", "PrivacyPlan", "PrivacySpec")
 
@@ -24,12 +25,7 @@ _FROM_PLAN = ("Parts", "PrivacyPlan", "PrivacySpec")
 def __getattr__(name: str) -> Any:
     if name in _FROM_PLAN:
         return getattr(importlib.import_module("mechanisms.parts.plan"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return submodule(__name__, name)
 
 
 __all__ = ["Mechanism", "Parts", "PluginError", "PrivacyPlan", "PrivacySpec", "UnknownName", "get", "names",

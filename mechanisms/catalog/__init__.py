@@ -4,14 +4,10 @@ Submodules load on first use (PEP 562), so importing the package stays light."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from types import ModuleType
+
+from mechanisms.lazy import submodule
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+def __getattr__(name: str) -> ModuleType:
+    return submodule(__name__, name)
