@@ -30,7 +30,7 @@ TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibrati
              "mechanism_train", "model_train", "dataset_train", "secure_rng", "max_trials", "plugins", "tune"}
 GRID_AXES = ("dataset", "model", "mechanism", "epsilon")
 GRID_KEYS = (*GRID_AXES, "pairs")  # `pairs` lists (dataset, model) pairs instead of crossing the two axes
-PAIR_KEYS = ("dataset", "model", "train")
+PAIR_KEYS = ("dataset", "model", "train", "model_options")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_AXIS_VALUES = 10_000
 MAX_TRIALS = 100_000  # a grid's trial count above this needs `max_trials:` (docs/grid.md)
@@ -144,6 +144,8 @@ class Axes:
     pairs: list[tuple[str, str]]
     # a pair's own `train` settings, with where they were given (`grid.pairs[3].train`)
     pair_train: dict[tuple[str, str], tuple[str, dict[str, Any]]]
+    # a pair's own model options (over `model_options[model]`), with where they were given
+    pair_model_options: dict[tuple[str, str], tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def count(self) -> int:
         """Trials the grid expands to, counted without expanding it."""
@@ -201,18 +203,22 @@ def _plugins(raw: dict[str, Any], source: str, problems: list[str]) -> tuple[str
     return tuple(str(n) for n in names)
 
 
-def _pairs(value: Any,
-           problems: list[str]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], tuple[str, dict[str, Any]]]]:
-    """`grid.pairs`: a list of {dataset, model} mappings (each with an optional `train` of its own), both
-    names known and each pair listed once."""
+PairSettings = dict[tuple[str, str], tuple[str, dict[str, Any]]]
+
+
+def _pairs(value: Any, problems: list[str]) -> tuple[list[tuple[str, str]], PairSettings, PairSettings]:
+    """`grid.pairs`: a list of {dataset, model} mappings (each with an optional `train` and `model_options` of
+    its own), both names known and each pair listed once."""
     if not isinstance(value, list) or not value:
         problems.append(f"grid.pairs: must be a non-empty list of {{dataset: NAME, model: NAME}} mappings, "
                         f"got {shown(value)}")
-        return [], {}
+        return [], {}, {}
     if len(value) > MAX_AXIS_VALUES:
         problems.append(f"grid.pairs: at most {MAX_AXIS_VALUES} pairs, got {len(value)}")
         value = value[:MAX_AXIS_VALUES]
-    pairs, train = [], {}
+    pairs: list[tuple[str, str]] = []
+    train: PairSettings = {}
+    model_options: PairSettings = {}
     for i, entry in enumerate(value):
         where = f"grid.pairs[{i}]"
         if not isinstance(entry, dict):
@@ -232,9 +238,10 @@ def _pairs(value: Any,
             problems.append(f"{where}: the pair ({d[0]}, {m[0]}) is listed twice (each trial must be distinct)")
             continue
         pairs.append((d[0], m[0]))
-        if entry.get("train") is not None:
-            train[d[0], m[0]] = (f"{where}.train", _mapping(f"{where}.train", entry["train"], problems))
-    return pairs, train
+        for key, table in (("train", train), ("model_options", model_options)):
+            if entry.get(key) is not None:
+                table[d[0], m[0]] = (f"{where}.{key}", _mapping(f"{where}.{key}", entry[key], problems))
+    return pairs, train, model_options
 
 
 def _axes(raw: dict[str, Any], problems: list[str]) -> Axes:
@@ -259,16 +266,17 @@ def _axes(raw: dict[str, Any], problems: list[str]) -> Axes:
         if not values[a] and a != "epsilon":
             problems.append(f"{where}: at least one value is needed")
     if paired:
-        pairs, pair_train = _pairs(grid["pairs"], problems)
+        pairs, pair_train, pair_options = _pairs(grid["pairs"], problems)
         names = [list(dict.fromkeys(d for d, _ in pairs)), list(dict.fromkeys(m for _, m in pairs))]
     else:
         names = [_names("dataset", values["dataset"], datasets.get_loader, problems),
                  _names("model", values["model"], models.get_entry, problems)]
-        pairs, pair_train = list(itertools.product(*names)), {}
+        pairs, pair_train, pair_options = list(itertools.product(*names)), {}, {}
     names.append(_names("mechanism", values["mechanism"], mechanisms.get, problems))
     epsilons = [float(e) for e in _numbers("grid.epsilon", "epsilon", values["epsilon"], problems)]
     seeds = _numbers("seeds", "seed", values["seeds"], problems)
-    return Axes(*names, epsilons, seeds, frozenset(m for m in names[2] if mechanism_private(m)), pairs, pair_train)
+    return Axes(*names, epsilons, seeds, frozenset(m for m in names[2] if mechanism_private(m)), pairs, pair_train,
+                pair_options)
 
 
 def _trial_count(raw: dict[str, Any], axes: Axes, problems: list[str]) -> None:
@@ -413,6 +421,11 @@ def _options(raw: dict[str, Any], axes: Axes, problems: list[str]) -> dict[str, 
                 problems += [f"{key}.{p}" for p in check(name, table.get(name, {}))]
             except UnknownName:
                 pass  # reported with the grid axis
+    for (_, m), (where, given) in axes.pair_model_options.items():  # a pair's own, over the model's
+        try:
+            problems += [f"{where}: {p}" for p in models.option_problems(m, out["model_options"].get(m, {}) | given)]
+        except UnknownName:
+            pass
     return out
 
 
@@ -445,7 +458,7 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, s
                 accountant=shared.accountant, calibration=shared.calibration, sampler=shared.sampler,
                 secure_rng=shared.secure_rng, train=train_cfg, audit=shared.audit, resources=shared.resources,
                 mechanism_options=options["mechanism_options"].get(mech, {}),
-                model_options=options["model_options"].get(m, {}),
+                model_options=options["model_options"].get(m, {}) | axes.pair_model_options.get((d, m), ("", {}))[1],
                 dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
                 code=plugins_lib.code_of(mech, m, d, shared.accountant))
 

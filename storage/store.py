@@ -474,8 +474,10 @@ class Store:
     # trials -------------------------------------------------------------------------------------
     @_translating
     def pending(self, sweep: str) -> list[dict[str, Any]]:
-        """Configs of trials not finished (pending, running when the driver died, or failed)."""
-        return [self._ledger.loads(t, "config_json") for t in self._ledger.trials(sweep)
+        """Configs of trials not finished (pending, running when the driver died, or failed), each under its
+        row's key (a row renamed to the canonical key by an older privbench kept the old key in its config,
+        and a failed trial must still be retried)."""
+        return [self._ledger.loads(t, "config_json") | {"trial_key": t["trial_key"]} for t in self._ledger.trials(sweep)
                 if t["status"] not in ("finished", "superseded")]
 
     @_translating

@@ -156,6 +156,38 @@ def report(on_progress: Progress | None, loss: float | None, done: int, total: i
         on_progress(done, total, {"epoch": epoch + 1, "loss": loss})
 
 
+STATISTICS_CHUNK = 4096  # examples per call of a model's per-example statistic (bounds its working memory)
+
+
+@torch.no_grad()
+def release_statistics(bundle: ModelBundle, train_split: Split, plan: Any, generator: torch.Generator | None, *,
+                       secure: bool = False) -> None:
+    """Release the statistics of the training set the model needs (`bundle.statistics`) and hand them to it,
+    before training: privately, as the plan accounts them (`plan.parts.dataset_releases`: each example's rows
+    clipped, Gaussian noise added by the part), or exactly for a reference run, which claims no privacy.
+
+    The statistics released are the plan's, checked against the model's: a model asking for a statistic
+    the plan did not account (or one the plan accounts and nothing releases) stops the trial."""
+    declared = {use.release.name: use for use in bundle.statistics}
+    planned = None if plan.parts is None else {r.name: r for r in plan.parts.dataset_releases}
+    if planned is not None and planned != {name: use.release for name, use in declared.items()}:
+        raise RuntimeError(f"the plan accounts the statistics {sorted(planned)} but the model releases "
+                           f"{sorted(declared)}; the accounted process must be the executed one")
+    if not declared:
+        return
+    inputs = bundle.encode(train_split)
+    n = len(train_split)
+    for name, use in declared.items():
+        rows = torch.cat([use.per_example(tuple(x[i:i + STATISTICS_CHUNK] for x in inputs)).double()
+                          for i in range(0, n, STATISTICS_CHUNK)])
+        if planned is None:
+            released = rows.sum(0)
+        else:
+            device = generator.device if generator is not None else rows.device
+            released = planned[name].release(rows.to(device), generator, secure=secure).cpu()
+        use.receive(released, n)
+
+
 @dataclasses.dataclass
 class Setup:
     """A trial's training objects, built one way for the trainer and the benchmarks that measure its step."""

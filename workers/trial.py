@@ -50,7 +50,7 @@ from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
 from workers.overhead import paired_overhead
 from workers.result import TrialResult
-from workers.train import Diverged, Progress, train
+from workers.train import Diverged, Progress, release_statistics, train
 from workers.tuning_candidates import candidate_fields, tuned_plan
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
@@ -97,8 +97,10 @@ def pick_device(gpus: float | str) -> torch.device:
     return torch.device("cuda") if wanted and torch.cuda.is_available() else torch.device("cpu")
 
 
-def privacy_spec(config: TrialConfig, dataset_size: int,
-                 trainable: list[torch.nn.Parameter] | None = None) -> PrivacySpec:
+def privacy_spec(config: TrialConfig, dataset_size: int, trainable: list[torch.nn.Parameter] | None = None,
+                 bundle: Any = None) -> PrivacySpec:
+    """The privacy side of the trial: its target and batch geometry, the trainable tensors' sizes, and the
+    statistics the model (`bundle`) has released about the training set before training."""
     delta = config.delta
     if delta == "1/(2N)":  # resolved here, where N (the training set actually used) is known
         delta = 1 / (2 * dataset_size)
@@ -111,6 +113,7 @@ def privacy_spec(config: TrialConfig, dataset_size: int,
         model_dim=sum(p.numel() for p in trainable) if trainable else None,
         n_tensors=len(trainable) if trainable else None,
         tensor_sizes=tuple(p.numel() for p in trainable) if trainable else None,
+        dataset_statistics=tuple(s.release for s in bundle.statistics) if bundle is not None else (),
     )
 
 
@@ -172,7 +175,7 @@ def plan_phase(config: TrialConfig) -> Planned:
     t0 = time.perf_counter()
     _prepare(config)
     _, train_split, bundle = _workload(config)
-    spec = privacy_spec(config, len(train_split), _trainable(bundle))
+    spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
     t1 = time.perf_counter()
     mechanism = mechanisms.get(config.mechanism)
     plan, tuning = tuned_plan(config.tuning, spec, mechanism) if config.tuning else (plan_for(mechanism, spec), {})
@@ -218,18 +221,19 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
            "cpus": cpus} | _ray_node()
     generator = seed_everything(config.seed)
     splits, train_split, bundle = _workload(config)
-    if privacy_spec(config, len(train_split), _trainable(bundle)) != planned.spec:
+    if privacy_spec(config, len(train_split), _trainable(bundle), bundle) != planned.spec:
         raise RuntimeError("the plan was made for another training set or model than the one that would run; "
                            "the accounted process must be the executed one")
     plan, audit = planned.plan, config.audit
     mechanism = mechanisms.get(config.mechanism)
     one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
+    noise = noise_generator(config.seed, device, config.secure_rng)
+    release_statistics(bundle, train_split, plan, noise, secure=config.secure_rng)  # before the model is copied
     pristine = copy.deepcopy(bundle.module) if config.private and plan.parts is not None else None
     outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism,
                     plan, config.train, device=device, generator=generator, on_progress=on_progress,
-                    noise_generator=noise_generator(config.seed, device, config.secure_rng),
-                    secure_mode=config.secure_rng, attach=one_run.attach if one_run else None,
-                    private=config.private)
+                    noise_generator=noise, secure_mode=config.secure_rng,
+                    attach=one_run.attach if one_run else None, private=config.private)
     losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
     if pristine is not None and type(mechanism).make_private is Mechanism.make_private:  # the trainer's DP step
         outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,

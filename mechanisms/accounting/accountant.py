@@ -176,13 +176,17 @@ class ClaimedDpsgd(Accountant):
     sound: bool = False
     formula: str = ""
     poisson_only: bool = False
+    composes_once: bool = False  # whether the formula composes the run's one-time releases (`DpsgdRun.once`)
 
     def supports(self, event: Any, relation: Any = None) -> bool:
         from mechanisms.accounting.events import DpsgdRun
 
-        return isinstance(event, DpsgdRun) and (event.sampler == "poisson" or not self.poisson_only)
+        return isinstance(event, DpsgdRun) and (event.sampler == "poisson" or not self.poisson_only) and \
+            (self.composes_once or not event.once)
 
     def unsupported_note(self, event: Any, relation: Any) -> str:
+        if getattr(event, "once", ()) and not self.composes_once:
+            return f"{self.name} does not compose one-time releases with DP-SGD's steps"
         return f"{self.name} analyses DP-SGD's setting{' under Poisson sampling' if self.poisson_only else ''} only"
 
     def _epsilon(self, event: Any, delta: float, relation: Any) -> EpsilonReport:
@@ -250,7 +254,7 @@ GDP = ClaimedDpsgd("gdp", "mu-GDP central limit theorem (arXiv 1911.11607, dpsgd
                    formula="mechanisms.accounting.gdp:run_epsilon")
 MA_CLASSIC = ClaimedDpsgd("ma_classic", "moments accountant with the classic conversion (Abadi et al. 2016 as "
                                         "published)", formula="mechanisms.accounting.moments_accountant:run_epsilon",
-                          poisson_only=True)
+                          poisson_only=True, composes_once=True)
 FENTON_WILKINSON = FentonWilkinson("fenton_wilkinson", "Fenton-Wilkinson Thm 6 + advanced composition "
                                                        "(arXiv 2407.15414, shuffled-dpsgd); not a bound",
                                    formula="mechanisms.accounting.fenton_wilkinson:run_epsilon")

@@ -36,7 +36,9 @@ class DpsgdRun(dp_accounting.DpEvent):
     classic moments accountant, Fenton-Wilkinson) are functions of this setting, not of an event algebra, so
     the claimed accountants read it; no sound accountant supports it. `dim`, `batch_clip_ratio`,
     `batch_size` and `delta_split` are what shuffled DP-SGD's Theorem 6 also takes (d, c'/c, B, the share of
-    delta given to advanced composition's slack)."""
+    delta given to advanced composition's slack). `once` are the multipliers of Gaussian releases made once on
+    the whole training set and composed with the run (Tramer & Boneh's private standardisation: one per
+    statistic row); an analysis that does not compose them does not support the run."""
 
     noise_multiplier: float
     sampling_probability: float
@@ -46,6 +48,7 @@ class DpsgdRun(dp_accounting.DpEvent):
     batch_clip_ratio: float | None = None
     batch_size: int | None = None
     delta_split: float = 0.5
+    once: tuple[float, ...] = ()
 
 
 __all__ = ["DpsgdRun", "poisson_sampled", "sampled_without_replacement"]

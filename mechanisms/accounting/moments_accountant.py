@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from mechanisms.accounting.events import DpsgdRun
 
 def epsilon_classic(sigma: float, sample_rate: float, steps: int, delta: float,
-                    orders: tuple[float, ...] = TF_PRIVACY_ORDERS) -> float:
-    """Epsilon of T Poisson-subsampled Gaussian steps with the classic RDP -> (epsilon, delta) conversion."""
+                    orders: tuple[float, ...] = TF_PRIVACY_ORDERS, once: tuple[float, ...] = ()) -> float:
+    """Epsilon of T Poisson-subsampled Gaussian steps with the classic RDP -> (epsilon, delta) conversion, composed
+    (RDP adds up) with one unsampled Gaussian release per multiplier in `once`."""
     require_positive("sigma", sigma)
     require_sample_rate(sample_rate)
     require_steps(steps)
@@ -38,10 +39,13 @@ def epsilon_classic(sigma: float, sample_rate: float, steps: int, delta: float,
 
     order_array = np.asarray(orders, dtype=np.float64)
     rdp = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=sigma, steps=steps, orders=list(orders)))
+    for z in once:
+        require_positive("a one-time release's noise multiplier", z)
+        rdp = rdp + np.asarray(compute_rdp(q=1.0, noise_multiplier=z, steps=1, orders=list(orders)))
     return float(np.min(rdp + np.log(1 / delta) / (order_array - 1)))
 
 
 def run_epsilon(run: DpsgdRun, delta: float) -> float:
     """The classic moments accountant's epsilon of a Poisson-sampled DP-SGD run: what `accountant.MA_CLASSIC`
     reports."""
-    return epsilon_classic(run.noise_multiplier, run.sampling_probability, run.steps, delta)
+    return epsilon_classic(run.noise_multiplier, run.sampling_probability, run.steps, delta, once=run.once)

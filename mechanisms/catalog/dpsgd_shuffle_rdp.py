@@ -43,11 +43,14 @@ CLAIMED_ACCOUNTANT = "ma_classic"  # the registered claimed accountant that stat
 
 
 def claimed_run(sigma: float, spec: PrivacySpec) -> Any:
-    """The run their analysis reads: Poisson sampling at q = B / N over the steps the shuffled loader executes."""
+    """The run their analysis reads: Poisson sampling at q = B / N over the steps the shuffled loader executes,
+    and each row of the model's one-time statistics as its own Gaussian (their code's 2 x RDP of the noised
+    mean and mean square)."""
     from mechanisms.accounting.events import DpsgdRun
 
     claimed = _selection(spec, CLAIMED_SAMPLER)
-    return DpsgdRun(sigma, claimed.sample_rate, claimed.steps, sampler=CLAIMED_SAMPLER)
+    once = tuple(z for statistic in spec.dataset_statistics for z in statistic.row_multipliers())
+    return DpsgdRun(sigma, claimed.sample_rate, claimed.steps, sampler=CLAIMED_SAMPLER, once=once)
 
 
 def claimed_epsilon(sigma: float, spec: PrivacySpec) -> float:
@@ -86,8 +89,7 @@ class ShuffleRdpDpSgd(Mechanism):
         accountant's looseness and the sampler's gap, told apart."""
         from mechanisms.accounting import epsilon
 
-        poisson = self.parts(spec, options)
-        poisson = dataclasses.replace(poisson, sampler=_selection(spec, CLAIMED_SAMPLER))
+        poisson = dataclasses.replace(parts, sampler=_selection(spec, CLAIMED_SAMPLER))
         claimed = _selection(spec, CLAIMED_SAMPLER)
         extra = {"claimed_sampler": CLAIMED_SAMPLER, "claimed_sample_rate": claimed.sample_rate,
                  "claimed_steps": claimed.steps,

@@ -57,8 +57,8 @@ CLIPPINGS = tuple(CLIPPING_RULES)  # the `clipping` option's values: flat, per-l
 BESIDE = ("rdp", "prv")  # accountants recorded next to the certified (PLD) epsilon
 # The template methods: what privbench runs the same way for every mechanism. A plugin overriding one of them
 # replaces what is accounted, trained or audited (`contract_problems`).
-FINAL = ("options", "option_problems", "plan", "certified_sigma", "make_private", "privatize_step", "audit_parts",
-         "audit_options")
+FINAL = ("options", "option_problems", "plan", "planned_parts", "certified_sigma", "make_private", "privatize_step",
+         "audit_parts", "audit_options")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +247,14 @@ class Mechanism:
         clipper = FlatClipping(spec.clip)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))
 
+    def planned_parts(self, spec: PrivacySpec, options: Any) -> Parts | None:
+        """The mechanism's `parts` with the statistics the model releases before training (`spec.dataset_statistics`):
+        the model, not the mechanism, decides those, and the trainer releases exactly these."""
+        parts = self.parts(spec, options)
+        if parts is None or parts.dataset_releases == spec.dataset_statistics:
+            return parts
+        return dataclasses.replace(parts, dataset_releases=spec.dataset_statistics)
+
     # ---- analysis (hooks: claimed_sigma, claim, certification_gap) ----------------------------------------
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
@@ -285,7 +293,7 @@ class Mechanism:
         the mechanism's own analysis (`claim`).
         """
         options = self.options(spec.options)
-        parts = self.parts(spec, options)
+        parts = self.planned_parts(spec, options)
         if parts is None:
             return self._reference_plan(spec)
         extra: Mapping[str, Any] = {}
@@ -298,7 +306,7 @@ class Mechanism:
             if isinstance(chosen, Calibrated):
                 if chosen.options is not None and chosen.options != options:
                     options = chosen.options
-                    parts = self.parts(spec, options)
+                    parts = self.planned_parts(spec, options)
                 sigma, extra = chosen.sigma, chosen.extra
             else:
                 sigma = chosen

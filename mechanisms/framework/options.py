@@ -103,15 +103,22 @@ def problems(cls: type, options: Mapping[str, Any] | None, owner: str) -> list[s
 
 def _value_problem(key: str, value: Any) -> str | None:
     """The value rules builder options share: seeds >= 0, other integers (sizes, counts) >= 1,
-    fractions in [0, 1)."""
+    fractions in [0, 1), other floats >= 0; noise multipliers and clip bounds (keys ending in `multiplier` or
+    `bounds`) > 0, each number of a list or tuple by its key's rule."""
+    if isinstance(value, list | tuple):
+        return next((p for v in value if (p := _value_problem(key, v))), None)
     if isinstance(value, bool) or value is None:
         return None
+    if isinstance(value, int | float) and key.endswith(("multiplier", "bounds")) and not value > 0:
+        return f"option {key} must be > 0, got {value}"
     if isinstance(value, int) and key.endswith("seed") and value < 0:
         return f"option {key} must be >= 0, got {value}"
     if isinstance(value, int) and not key.endswith("seed") and value < 1:
         return f"option {key} must be >= 1, got {value}"
     if isinstance(value, float) and key.endswith("fraction") and not 0 <= value < 1:
         return f"option {key} must lie in [0, 1), got {value}"
+    if isinstance(value, float) and value < 0:
+        return f"option {key} must be >= 0, got {value}"
     return None
 
 

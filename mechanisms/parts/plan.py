@@ -19,7 +19,7 @@ from mechanisms.framework.claims import CALIBRATIONS
 from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
 from mechanisms.parts.clipping import Clipping
 from mechanisms.parts.noise_addition import GaussianNoise, NoiseAddition
-from mechanisms.parts.releases import Release
+from mechanisms.parts.releases import DatasetStatistic, Release
 
 GRADIENT = "gradient"  # the clipped gradient sum's name among a step's releases
 
@@ -42,6 +42,9 @@ class PrivacySpec:
     model_dim: int | None = None  # trainable parameters (e.g. d in the shuffled-DP-SGD accountant)
     n_tensors: int | None = None  # trainable parameter tensors (per-layer clipping's sensitivity)
     tensor_sizes: tuple[int, ...] | None = None  # elements of each trainable tensor, in parameter order
+    # statistics of the training set the model has released once before training (its private standardisation):
+    # the plan composes them with the steps (`Parts.dataset_releases`) and the trainer releases exactly these
+    dataset_statistics: tuple[DatasetStatistic, ...] = ()
 
     def __post_init__(self) -> None:
         if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -84,7 +87,10 @@ class Parts:
     every other statistic in `releases` (e.g. adaptive clipping's noised unclipped count), all computed on
     the batch `sampler` draws. The run's event is derived from them (`dp_event`): the releases' Gaussian
     multipliers combine exactly into one (`mechanisms.parts.releases`), and `sampler.dp_event` composes it
-    over the run. `extra_events` are releases made once, outside the steps (DP-Forward's randomized labels);
+    over the run. `dataset_releases` are statistics of the training set released once before training (a
+    model's private standardisation: the plan takes them from the spec, whatever the mechanism's parts say),
+    each its own Gaussian composed with the steps. `extra_events` are other releases made once, outside the
+    steps, as events (DP-Forward's randomized labels);
     `post_processing` names what runs on the released update without touching the data (it costs no
     privacy and earns none).
 
@@ -98,6 +104,7 @@ class Parts:
     releases: tuple[Release, ...] = ()
     extra_events: tuple[dp_accounting.DpEvent, ...] = ()
     post_processing: str | None = None
+    dataset_releases: tuple[DatasetStatistic, ...] = ()
 
     def __post_init__(self) -> None:
         names = [r.name for r in self.releases]
@@ -141,6 +148,13 @@ class Parts:
             out[release.name] = unit * release.noise_multiplier(sigma, relation)
         return out
 
+    def dataset_multipliers(self) -> dict[str, float]:
+        """Each dataset statistic's Gaussian multiplier, in the units of the accounting relation (as
+        `release_multipliers`)."""
+        unit = 2.0 if self.accounting_relation == dp_accounting.NeighboringRelation.REPLACE_ONE else 1.0
+        relation = dp_accounting.NeighboringRelation.REPLACE_ONE if unit == 2.0 else self.neighboring_relation
+        return {r.name: unit * r.multiplier(relation) for r in self.dataset_releases}
+
     def noise_multiplier(self, sigma: float) -> float:
         """The step's one Gaussian multiplier: (sum_r z_r^-2)^-1/2 over its releases; 0 when one leaves a
         direction without noise."""
@@ -170,7 +184,9 @@ class Parts:
         if not multiplier > 0:
             return dp_accounting.NonPrivateDpEvent()
         event = self.sampler.dp_event(dp_accounting.GaussianDpEvent(multiplier))
-        return dp_accounting.ComposedDpEvent([event, *self.extra_events]) if self.extra_events else event
+        once = [dp_accounting.GaussianDpEvent(z) for z in self.dataset_multipliers().values()]
+        once += self.extra_events
+        return dp_accounting.ComposedDpEvent([event, *once]) if once else event
 
     def __call__(self, sigma: float) -> dp_accounting.DpEvent:
         """Parts are a hashable event family sigma -> DpEvent (calibration caches on it)."""
@@ -180,7 +196,8 @@ class Parts:
         return {**self.sampler.describe(), "clipping": type(self.clipper).__name__,
                 "clip_bound": self.clipper.bound, "sensitivity": self.clipper.sensitivity(self.neighboring_relation),
                 **self.noise.describe(), "releases": [r.describe() for r in self.releases],
-                "post_processing": self.post_processing, "extra_events": [repr(e) for e in self.extra_events]}
+                "post_processing": self.post_processing, "extra_events": [repr(e) for e in self.extra_events],
+                "dataset_releases": [r.describe() for r in self.dataset_releases]}
 
 
 def foreign_parts(parts: Parts) -> list[str]:
@@ -189,12 +206,13 @@ def foreign_parts(parts: Parts) -> list[str]:
     from mechanisms.parts.batch_selection import OWN_SAMPLERS
     from mechanisms.parts.clipping import OWN_CLIPPERS
     from mechanisms.parts.noise_addition import OWN_NOISES
-    from mechanisms.parts.releases import RELEASES
+    from mechanisms.parts.releases import RELEASES, DatasetStatistic
 
     found = []
     for role, part, own in (("sampler", parts.sampler, OWN_SAMPLERS), ("clipper", parts.clipper, OWN_CLIPPERS),
                             ("noise", parts.noise, OWN_NOISES),
-                            *(("release", r, tuple(RELEASES.values())) for r in parts.releases)):
+                            *(("release", r, tuple(RELEASES.values())) for r in parts.releases),
+                            *(("dataset release", r, (DatasetStatistic,)) for r in parts.dataset_releases)):
         if type(part) not in own:
             kind = type(part)
             found.append(f"the {role} {kind.__module__}.{kind.__qualname__} is not one of privbench's parts, so "

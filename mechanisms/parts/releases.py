@@ -15,6 +15,10 @@ z_r = s_r / Delta_r (Theorem 1 of Andrew et al. is the two-release case). Under 
 releases share the sample, so the step is `PoissonSampled(Gaussian(z))`; composing each release as its own
 sampled event would treat the samples as independent and under-report epsilon, so privbench never does.
 
+A `DatasetStatistic` is the other kind of release: made once, before training, on the whole training set
+(a private standardisation's channel means, Tramer & Boneh 2021). It is its own Gaussian mechanism, composed
+with the run's steps (`Parts.dp_event`), not folded into a step's sample.
+
 Only the release classes defined here (and the gradient sum of `mechanisms.parts.clipping` and
 `noise_addition` parts) are privbench's: `owned` checks parts by exact type, so a plugin's own subclass,
 whose code privbench has not verified, makes the plan `uncertified` with the reason.
@@ -136,7 +140,64 @@ class Released:
         return self.values[name]
 
 
+@dataclasses.dataclass(frozen=True)
+class DatasetStatistic:
+    """A statistic of the whole training set, released once before training: for each row r,
+    sum_i clip(f_r(x_i), bounds[r]) + N(0, (noise_multiplier * bounds[r])^2 I), f_r(x_i) a per-example vector
+    (a model supplies f, e.g. each channel's mean and mean square; privbench clips and noises it here).
+
+    Guarantee (tested): each row's per-example vector is clipped to L2 norm `bounds[r]` by this class, so one
+    example moves row r by at most bounds[r] (2 bounds[r] when replaced) whatever f computes per example; the
+    rows' noise is independent. One example touches every row, so the release is ONE Gaussian of multiplier
+    noise_multiplier / sqrt(R) under add/remove (the same combination as a step's releases), the exact value of
+    R Gaussian events of `noise_multiplier` composed (what Tramer & Boneh's code accounts by RDP).
+    What f must keep: row i of its output depends on example i alone (a mean over the batch would not).
+    """
+
+    name: str
+    bounds: tuple[float, ...]  # one clip bound per row
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        if not self.bounds or any(not (b > 0 and math.isfinite(b)) for b in self.bounds):
+            raise ValueError(f"{self.name}: each row's clip bound must be a positive finite number, got {self.bounds}")
+        if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"{self.name}: the noise multiplier must be a positive finite number, got "
+                             f"{self.noise_multiplier}")
+
+    def multiplier(self, relation: NeighborRel) -> float:
+        """The release's one Gaussian multiplier in add/remove units: each row's std over its sensitivity
+        under `relation`, combined over the rows."""
+        return self.noise_multiplier / (relation_factor(relation) * math.sqrt(len(self.bounds)))
+
+    def row_multipliers(self) -> tuple[float, ...]:
+        """Each row as its own Gaussian event under add/remove (a papers' accountant composes them one by one)."""
+        return (self.noise_multiplier,) * len(self.bounds)
+
+    def release(self, contributions: torch.Tensor, generator: torch.Generator | None, *,
+                secure: bool = False) -> torch.Tensor:
+        """The noised sums (R, K) of per-example contributions (N, R, K), each example's row r clipped to
+        bounds[r]. Summed in float64 (60,000 examples of float32 would lose the noise's last digits)."""
+        import torch
+
+        from mechanisms.parts.noise_addition import gaussian
+
+        values = contributions.to(torch.float64)
+        if values.dim() != 3 or values.shape[1] != len(self.bounds):
+            raise ValueError(f"{self.name}: contributions must be (examples, {len(self.bounds)}, width), got "
+                             f"{tuple(values.shape)}")
+        bounds = torch.tensor(self.bounds, dtype=torch.float64, device=values.device)
+        norms = values.norm(dim=2)
+        values = values * (bounds / (norms + 1e-12)).clamp(max=1.0).unsqueeze(2)
+        total = values.sum(0)
+        std = (self.noise_multiplier * bounds).unsqueeze(1)
+        return total + gaussian(total, 1.0, generator, secure) * std
+
+    def describe(self) -> dict[str, Any]:
+        return {"statistic": self.name, "bounds": list(self.bounds), "noise_multiplier": self.noise_multiplier}
+
+
 # The release classes privbench ships (beside the clippers and noise parts of their own modules).
 RELEASES: dict[str, type[Release]] = {r.name: r for r in (UnclippedCount,)}
 
-__all__ = ["RELEASES", "ExampleView", "Release", "Released", "UnclippedCount"]
+__all__ = ["RELEASES", "DatasetStatistic", "ExampleView", "Release", "Released", "UnclippedCount"]

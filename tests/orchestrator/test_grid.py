@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import yaml
@@ -219,6 +220,28 @@ def test_a_store_keyed_by_an_older_formula_is_renamed_not_run_again(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id])
     assert sorted(r.data.tags["privbench.trial_key"] for r in runs if "privbench.trial_key" in r.data.tags) == sorted(
         t.trial_key for t in spec.trials)
+
+
+def test_a_failed_row_whose_config_kept_an_older_key_is_retried(tmp_path):
+    """A store renamed by an older privbench kept the old key inside the failed row's config: the row's key is the
+    one a rerun retries (it was counted as finished and never run again)."""
+    import sqlalchemy as sa
+
+    from storage.location import resolve
+    from storage.store import Store
+
+    spec = parse({"seeds": [0], "grid": TINY["grid"] | {"mechanism": ["nonprivate"]}})
+    (trial,) = spec.trials
+    st = Store(resolve(tmp_path / "s"), create=True)
+    st.open_sweep(spec.name, spec.text, [trial.to_dict()], key_of=grid.stored_key)
+    assert st.claim(spec.name, trial.trial_key)
+    st.record({"sweep": spec.name, "trial_key": trial.trial_key, "status": "failed", "config": trial.to_dict(),
+               "error": "boom"})
+    st.release(spec.name)
+    stale = json.dumps(trial.to_dict() | {"trial_key": "0123456789abcdef"})
+    with st._ledger.engine.begin() as db:
+        db.execute(sa.text("UPDATE privbench_trials SET config_json = :c"), {"c": stale})
+    assert [c["trial_key"] for c in st.pending(spec.name)] == [trial.trial_key]
 
 
 def test_sigma_with_epsilon_is_refused():
@@ -450,6 +473,8 @@ PAIR = {"dataset": "digits", "model": "mlp"}
      "grid.pairs[1]: the pair (digits, mlp) is listed twice"),
     ({"grid": {"pairs": [PAIR | {"train": {"lr": 0}}], "mechanism": ["dpsgd"]}}, "grid.pairs[0].train: lr must be > 0"),
     ({"grid": {"pairs": [PAIR | {"train": [1]}], "mechanism": ["dpsgd"]}}, "grid.pairs[0].train: must be a mapping"),
+    ({"grid": {"pairs": [PAIR | {"model_options": {"hidden": 0}}], "mechanism": ["dpsgd"]}},
+     "grid.pairs[0].model_options: mlp: option hidden must be >= 1"),
     ({"dataset_train": {"cifar-99": {"lr": 1}}}, "dataset_train: unknown dataset 'cifar-99'"),
     ({"dataset_train": {"digits": {"epochs": 0}}}, "dataset_train.digits: epochs must be >= 1"),
     ({"dataset_train": {"digits": {"bogus": 1}}}, "dataset_train.digits: unknown option(s) bogus"),
@@ -478,3 +503,9 @@ def test_the_tramer_boneh_preset_pairs_each_dataset_with_its_models_and_their_se
     assert len(got) == 6 and len(spec.trials) == 6 * 2 * 3
     assert {t.mechanism for t in spec.trials} == {"dpsgd", "dpsgd-shuffle-rdp"}
     assert all(t.dataset_options == {"scaling": "unit"} and t.epsilon == 3 for t in spec.trials)
+    # their MNIST ScatterNets standardise with private statistics (a pair's own model options, over the model's)
+    norms = {(t.dataset, t.model): dict(t.model_options) for t in spec.trials if t.model.startswith("scatternet")}
+    assert norms == {("fashion-mnist", "scatternet-linear"): {"groups": 27},
+                     ("fashion-mnist", "scatternet-cnn"): {"groups": 27},
+                     ("mnist", "scatternet-linear"): {"groups": 27, "norm": "private"},
+                     ("mnist", "scatternet-cnn"): {"groups": 27, "norm": "private"}}

@@ -150,6 +150,54 @@ def test_standardize_refuses_to_run_until_statistics_are_released():
     assert torch.allclose(out[:, 1], (x[:, 1] - mean[1]) / torch.sqrt(var[1] + 1e-5))
 
 
+def test_private_standardisation_is_a_statistic_the_model_declares(images):
+    bundle = models.build("scatternet-linear", images, {"norm": "private", "norm_noise_multiplier": 6.0,
+                                                         "norm_bounds": [0.5, 0.25]})
+    assert isinstance(bundle.module[0], scatternet.Standardize)
+    (use,) = bundle.statistics
+    assert (use.release.name, use.release.bounds, use.release.noise_multiplier) == ("channel_moments", (0.5, 0.25), 6.0)
+    (features,) = bundle.encode(images.train)
+    rows = use.per_example((features,))
+    assert rows.shape == (16, 2, 81)
+    changed = features.clone()
+    changed[3] += 1.0
+    moved = (use.per_example((changed,)) != rows).flatten(1).any(1)
+    assert moved.tolist() == [i == 3 for i in range(16)]  # row i depends on example i alone
+    use.receive(rows.double().sum(0), 16)  # the exact sums: the layer standardises with the exact moments
+    out = bundle.module[0](features)
+    assert torch.allclose(out.mean((0, 2, 3)), torch.zeros(81), atol=1e-3)
+
+
+@pytest.mark.parametrize("mechanism", ["dpsgd", "nonprivate"])
+def test_a_trial_releases_the_statistics_its_plan_accounts(mechanism):
+    from workers.trial import run_trial
+
+    record = run_trial({"sweep": "t", "dataset": "synthetic", "model": "scatternet-linear", "mechanism": mechanism,
+                        "sigma": 1.0 if mechanism == "dpsgd" else None, "model_options": {"norm": "private"},
+                        "dataset_options": {"side": 28, "n_train": 128, "n_test": 32},
+                        "audit": {"mode": "off", "mia": "off"},
+                        "train": {"epochs": 1, "batch_size": 32, "lr": 0.5, "clip": 0.1}})
+    assert record["status"] == "finished", record.get("error")
+    if mechanism == "dpsgd":
+        assert record["privacy"]["parts"]["dataset_releases"] == [
+            {"statistic": "channel_moments", "bounds": [0.3, 0.15], "noise_multiplier": 8.0}]
+        assert "GaussianDpEvent(noise_multiplier=5.65" in record["privacy"]["effective_event"]
+
+
+def test_a_statistic_the_plan_did_not_account_stops_the_trial(images):
+    import mechanisms
+    from mechanisms.parts.plan import PrivacySpec
+    from workers.train import release_statistics
+
+    bundle = models.build("scatternet-linear", images, {"norm": "private"})
+    plan = mechanisms.get("dpsgd").plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=16,
+                                                    batch_size=4, epochs=1))
+    with pytest.raises(RuntimeError, match=r"accounts the statistics \[\] but the model releases \['channel_mom"):
+        release_statistics(bundle, images.train, plan, None)
+    with pytest.raises(RuntimeError, match="no statistics were released"):
+        bundle.module(*bundle.encode(images.test))
+
+
 def test_tabular_models_take_feature_vectors():
     splits = datasets.load("breast-cancer")
     for name, count in (("linear", 30 * 2 + 2), ("mlp", 30 * 128 + 128 + 128 * 2 + 2)):

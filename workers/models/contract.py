@@ -15,14 +15,32 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from mechanisms.parts.releases import DatasetStatistic
+
+
+@dataclasses.dataclass(frozen=True)
+class Statistic:
+    """A statistic of the training set a model needs before it trains (a private standardisation's channel
+    means): privbench computes `per_example` on the encoded training set, releases the sums through `release`
+    (privbench's part: it clips each example's rows and adds the noise; the plan composes it with the steps),
+    and hands the noised sums and the training set's size to `receive`, which is post-processing.
+
+    Guarantee a model keeps: row i of `per_example(inputs)` depends on example i alone."""
+
+    release: DatasetStatistic
+    per_example: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]  # encoded inputs (B, ...) -> (B, rows, width)
+    receive: Callable[[torch.Tensor, int], None]  # the released sums (rows, width) and N, into the model
+
 
 @dataclasses.dataclass
 class ModelBundle:
-    """A classifier whose `module(*encode(split.inputs))` gives logits, whatever the modality."""
+    """A classifier whose `module(*encode(split.inputs))` gives logits, whatever the modality; `statistics`
+    are what it needs released about the training set before training (none for most models)."""
 
     module: nn.Module
     encode: Callable[[Split], tuple[torch.Tensor, ...]]
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. trainable params, tokenizer
+    statistics: tuple[Statistic, ...] = ()
 
 
 Builder = Callable[..., ModelBundle]
