@@ -12,7 +12,7 @@ import importlib.util
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,40 @@ class GridSpec:
     @property
     def gpus_requested(self) -> float:
         return max((float(t.resources.gpus) for t in self.trials if t.resources.gpus != "auto"), default=0.0)
+
+
+ONLY_AXES = ("dataset", "model", "mechanism", "epsilon", "seed")  # what `sweep run --only AXIS=VALUE` selects by
+
+
+def select(spec: GridSpec, only: Sequence[str]) -> tuple[TrialConfig, ...]:
+    """The trials of `spec` that `--only AXIS=VALUE` selects: values of one axis are alternatives, different
+    axes must all match. A grid too long for one sitting runs in parts this way, under its own grid (so no part
+    supersedes another). Raises GridError (one problem per bad item) when an item is malformed or selects
+    nothing."""
+    wanted: dict[str, set[str]] = {}
+    problems = []
+    for item in only:
+        axis, sep, value = item.partition("=")
+        if not sep or axis not in ONLY_AXES or not value:
+            problems.append(f"--only {shown(item)}: must be AXIS=VALUE with AXIS one of {', '.join(ONLY_AXES)}")
+            continue
+        values = {str(getattr(t, axis)) for t in spec.trials}
+        if axis == "epsilon":  # 3, 3.0 and 3e0 name the same target
+            try:
+                value = str(float(value))
+            except ValueError:
+                pass
+        if value not in values:
+            problems.append(f"--only {axis}={shown(value)}: no trial of the grid has it (it has "
+                            f"{', '.join(sorted(values))})")
+            continue
+        wanted.setdefault(axis, set()).add(value)
+    if problems:
+        raise GridError(problems)
+    chosen = tuple(t for t in spec.trials if all(str(getattr(t, a)) in vs for a, vs in wanted.items()))
+    if not chosen:
+        raise GridError([f"--only {' '.join(only)}: no trial of the grid has all of these"])
+    return chosen
 
 
 def stored_key(config: Mapping[str, Any]) -> str:

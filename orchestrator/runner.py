@@ -179,18 +179,25 @@ def _store_error(e: Exception, code: int = 2) -> SweepError:
 def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = None, *,
         ledger: str | None = None, artifacts: str | None = None, address: str | None = None,
         max_concurrent: int | None = None, retries: int = 0, steal_leases: bool = False,
-        reconcile: bool = False, callbacks: Iterable[Callback] = ()) -> SweepSummary:
+        reconcile: bool = False, callbacks: Iterable[Callback] = (), only: Sequence[str] = ()) -> SweepSummary:
     """Run every trial of the grid that the ledger does not already mark finished.
 
     Several drivers can run the same grid at once: each trial is leased by one driver, and a driver
     that dies gives its trials back when its lease expires. `steal_leases` takes over the trials other
     drivers hold; `reconcile` checks MLflow against the ledger even when every trial is finished.
+    `only` (`AXIS=VALUE` items, `orchestrator.grid.select`) runs part of the grid: the sweep stays the whole
+    grid's, so the parts of a long grid run one after another (or side by side) without superseding each other.
     A failed trial is recorded and reported in the summary, not raised.
     """
+    from orchestrator import grid as grids
     from storage.errors import StoreError, translated
     from storage.store import Store, preflight
 
     spec = load_grid(grid)
+    try:
+        selected = grids.select(spec, only) if only else spec.trials
+    except grids.GridError as e:
+        raise SweepError("; ".join(e.problems), problems=e.problems) from None
     location = locate(store, ledger, artifacts)
     cb = _All(callbacks)
 
@@ -202,7 +209,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
                 Store(location).close()
     except StoreError as e:
         raise _store_error(e) from None
-    if not (steal_leases or reconcile):
+    if not (steal_leases or reconcile or only):
         early = _nothing_to_do(location, spec)
         if early is not None:
             cb.on_sweep_end(early)
@@ -223,15 +230,17 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
 
     stopping = _Stopping()  # after ray.init: Ray's own SIGTERM handler would abort with a crash dump
     try:
-        return _open_and_run(spec, location, resources, max_concurrent, retries, steal_leases, cb, stopping)
+        return _open_and_run(spec, location, resources, max_concurrent, retries, steal_leases, cb, stopping,
+                             selected)
     finally:
         stopping.restore()
 
 
 def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[str, float],
                   max_concurrent: int | None, retries: int, steal_leases: bool, cb: Callback,
-                  stopping: _Stopping) -> SweepSummary:
-    """Open the sweep in the store and run what it has to do (`run`, once Ray is connected)."""
+                  stopping: _Stopping, selected: Sequence[TrialConfig]) -> SweepSummary:
+    """Open the sweep in the store (the whole grid) and run what it has to do of the `selected` trials (`run`,
+    once Ray is connected)."""
     from orchestrator import cluster
     from orchestrator import grid as grids
     from storage.errors import StoreError
@@ -244,12 +253,12 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
         if steal_leases:
             st.steal_leases(spec.name)
-        by_key = {t.trial_key: t for t in spec.trials}  # the grid's current settings (e.g. resources)
+        by_key = {t.trial_key: t for t in selected}  # the grid's current settings (e.g. resources)
         todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
         raise _store_error(e) from None
     todo.sort(key=lambda c: not grids.mechanism_private(c.mechanism))  # long (private) trials first
-    finished_before = len(spec.trials) - len(todo)
+    finished_before = len(selected) - len(todo)
     memory = {}
     if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):
         from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
@@ -258,7 +267,8 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
     todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0), memory)
     per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
-    cb.on_sweep_start(spec, todo, limit, location.display)
+    cb.on_sweep_start(spec if len(selected) == len(spec.trials) else dataclasses.replace(spec, trials=tuple(selected)),
+                      todo, limit, location.display)
     failures: list[Mapping[str, Any]] = []
     skipped: list[str] = []
     from orchestrator.submit import ClusterLost
@@ -267,6 +277,7 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         if todo:
             _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped, stopping)
         counts = st.status_counts(spec.name)
+        unrun = _unrun(st, spec.name, counts, selected, len(spec.trials))
         st.check_intact()
     except StoreError as e:  # the store failed mid-sweep: what was recorded is kept, a rerun resumes
         raise _store_error(e, code=1) from None
@@ -283,21 +294,20 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name}; every result that had arrived is "
                          "recorded and the other trials' leases are given back: run the sweep again to resume",
                          code=128 + stopping.signal.value)
-    unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
     message, alive, owners = None, False, ()
     if unrun:
         try:
             watch = st.lease_watch(spec.name)
             if watch.alive and not watch.leases:  # the other drivers recorded them while this one watched
                 counts = st.status_counts(spec.name)
-                unrun = sum(n for s, n in counts.items() if s in ("pending", "running"))
+                unrun = _unrun(st, spec.name, counts, selected, len(spec.trials))
         except StoreError as e:
             raise _store_error(e) from None
         alive = watch.alive
         owners = tuple(sorted({owner for owner, _ in watch.leases}))
         if not alive:
             message = not_run_message(spec.name, unrun, list(watch.leases))
-    summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(spec.trials),
+    summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(selected),
                            finished_before=finished_before, started=len(todo), counts=dict(counts),
                            failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
                            not_run_message=message, running_elsewhere=alive, leased_by=owners)
@@ -348,6 +358,14 @@ def not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> 
     return (f"sweep {sweep}: {count} trial(s) not run: leased by {len(owners)} other driver(s) "
             f"({', '.join(owners[:3])}) whose leases lapse in {wait:.0f} s unless renewed; run again then, "
             "or pass --steal-leases if that driver is dead")
+
+
+def _unrun(st: Any, sweep: str, counts: Mapping[str, int], selected: Sequence[TrialConfig], total: int) -> int:
+    """Trials still pending or running: of the whole sweep, or of the `selected` part when `--only` chose one."""
+    if len(selected) == total:
+        return sum(n for s, n in counts.items() if s in ("pending", "running"))
+    keys = {t.trial_key for t in selected}
+    return sum(1 for row in st.trials(sweep) if row.trial_key in keys and row.status in ("pending", "running"))
 
 
 def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | None:

@@ -63,6 +63,11 @@ def run(
     reconcile: Annotated[bool, typer.Option(
         "--reconcile", help="Check MLflow against the ledger even when every trial is finished (a rerun "
                             "with nothing to do reads only the ledger).")] = False,
+    only: Annotated[list[str] | None, typer.Option(
+        "--only", metavar="AXIS=VALUE",
+        help="Run only the trials with this dataset, model, mechanism, epsilon or seed (repeat it: values of one "
+             "axis are alternatives, axes combine). The sweep stays the whole grid's, so a long grid runs in "
+             "parts, one after another or side by side, without one part superseding another.")] = None,
 ) -> None:
     """Run every trial of GRID_FILE that the ledger does not already mark finished.
 
@@ -75,14 +80,21 @@ def run(
     """
     from orchestrator import runner
 
+    from orchestrator import grid as grids
+
     try:
         spec = runner.load_grid(grid_file)
         location = runner.locate(store, ledger, artifacts)
+        try:
+            selected = grids.select(spec, only) if only else spec.trials
+        except grids.GridError as e:
+            raise runner.SweepError("; ".join(e.problems), problems=e.problems) from None
         if dry_run:
-            table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials")
+            part = f" ({len(selected)} selected by --only)" if only else ""
+            table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials{part}")
             for col in ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed"):
                 table.add_column(col)
-            for t in spec.trials:
+            for t in selected:
                 table.add_row(t.trial_key, t.dataset, t.model, t.mechanism,
                               "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
             out.print(table)
@@ -90,7 +102,7 @@ def run(
         with RichProgress() as display:
             summary = runner.run(spec, location, address=address, max_concurrent=max_concurrent,
                                  retries=retries, steal_leases=steal_leases, reconcile=reconcile,
-                                 callbacks=[display])
+                                 callbacks=[display], only=only or ())
     except runner.SweepError as e:
         for problem in e.problems:
             err.print(styled("[bold red]error:[/] {problem}", problem=problem), soft_wrap=True)

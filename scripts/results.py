@@ -14,7 +14,8 @@ A grid that reproduces a published table (`COMPARISONS`) gets that table beside 
 paper's cell, ours (mean +- std over the seeds the store holds), the difference, and each way's sigma,
 claimed, certified and audited epsilon, verdict and time, with every cell the store does not hold marked
 `not measured`. `--no-run` writes the blocks from what the store holds without running the grids (for a
-grid too long for one sitting, run in parts into the same store), and says how many trials that is.
+grid too long for one sitting, run in parts into the same store with `privbench sweep run GRID --only ...`),
+and says how many trials that is.
 
     python scripts/results.py [--store DIR] [--no-run] [--print] [quickstart gredp ...]   # default: every block
 """

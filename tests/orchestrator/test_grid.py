@@ -244,6 +244,20 @@ def test_a_failed_row_whose_config_kept_an_older_key_is_retried(tmp_path):
     assert [c["trial_key"] for c in st.pending(spec.name)] == [trial.trial_key]
 
 
+def test_only_selects_by_axes_values_of_one_axis_are_alternatives():
+    spec = parse({"sigma": None, "seeds": [0, 1], "grid": TINY["grid"] | {"epsilon": [1, 8]}})
+    picked = grid.select(spec, ["seed=1", "mechanism=dpsgd", "epsilon=8.0"])
+    assert [(t.mechanism, t.epsilon, t.seed) for t in picked] == [("dpsgd", 8.0, 1)]
+    both = grid.select(spec, ["epsilon=1", "epsilon=8", "seed=0"])
+    assert [(t.mechanism, t.epsilon) for t in both] == [("dpsgd", 1.0), ("dpsgd", 8.0)]
+    with pytest.raises(grid.GridError) as e:
+        grid.select(spec, ["seed=0", "mechanism=nonprivate", "epsilon=8"])
+    assert e.value.problems == ["--only seed=0 mechanism=nonprivate epsilon=8: no trial of the grid has all of these"]
+    with pytest.raises(grid.GridError) as e:
+        grid.select(spec, ["lr=1", "model=cnn"])
+    assert len(e.value.problems) == 2 and "AXIS one of dataset, model, mechanism, epsilon, seed" in e.value.problems[0]
+
+
 def test_sigma_with_epsilon_is_refused():
     """Issue 23 #2: both used to run calibrated to epsilon, with `sigma` silently dropped."""
     with pytest.raises(grid.GridError) as e:

@@ -84,6 +84,25 @@ def test_edited_grid_supersedes_old_trials_and_reverting_restores_them(cli, writ
     assert status["counts"] == {"finished": 2, "superseded": 1}
 
 
+def test_a_grid_runs_in_parts_with_only_and_no_part_supersedes_another(cli, write_grid, store):
+    """`--only` runs part of the grid under the whole grid: the part's trials run, the others stay pending (not
+    superseded, no 'not run' failure), and the next part completes the sweep."""
+    grid = write_grid({"name": "parts", "seeds": [0, 1]})
+    first = cli("sweep", "run", grid, "--store", store, "--only", "seed=0")
+    assert first.exit_code == 0, first.output
+    assert "2 trials, 0 already finished, 2 to run" in first.output.replace("\n", " ")
+    status = json.loads(cli("sweep", "status", "parts", "--store", store, "--json").stdout)
+    assert status["counts"] == {"finished": 2, "pending": 2}
+    board = json.loads(cli("leaderboard", "parts", "--store", store, "--format", "json").stdout)
+    assert {r["mechanism"]: r["n_finished"] for r in board} == {"nonprivate": 1, "dpsgd": 1}
+    rest = cli("sweep", "run", grid, "--store", store)
+    assert rest.exit_code == 0 and "2 already finished, 2 to run" in rest.output.replace("\n", " ")
+    status = json.loads(cli("sweep", "status", "parts", "--store", store, "--json").stdout)
+    assert status["counts"] == {"finished": 4}
+    bad = cli("sweep", "run", grid, "--store", store, "--only", "seed=7")
+    assert bad.exit_code == 2 and "--only seed='7': no trial of the grid has it (it has 0, 1)" in bad.output
+
+
 def test_failing_trial_is_recorded_and_the_rest_finish(cli, write_grid, store):
     grid = write_grid({"name": "withfail", "grid": {"dataset": ["digits", "synthetic"], "model": ["mlp"],
                                                     "mechanism": ["nonprivate"]},

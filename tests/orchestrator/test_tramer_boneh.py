@@ -73,6 +73,14 @@ def test_the_preset_at_a_smoke_size_runs_both_ways_on_every_pair(cli, tmp_path, 
     check_both_ways(board, len(preset["grid"]["pairs"]))
     shuffled = next(r for r in board if r["mechanism"] == "dpsgd-shuffle-rdp")
     assert shuffled["sampler"] == "shuffle"
+    out = tmp_path / "export.json"
+    assert cli("export", "tramer-boneh", "--store", store, "--out", out).exit_code == 0
+    released = {(r["config"]["dataset"], r["config"]["model"]): [d["statistic"] for d in
+                                                                  r["privacy"]["parts"]["dataset_releases"]]
+                for r in json.loads(out.read_text())}
+    # their MNIST ScatterNets standardise with privately released statistics, composed with DP-SGD
+    assert released == {pair: ["channel_moments"] if pair[0] == "mnist" and pair[1].startswith("scatternet") else []
+                        for pair in released} and len(released) == 6
 
     text = run_results(store, "tramer_boneh")
     assert "| mnist | cnn-tanh | 98.1 |" in text and "overclaimed" in text
