@@ -78,9 +78,8 @@ def run(
     A grid with `plugins:` is code: its modules are imported while the grid is read, --dry-run included.
     SIGTERM and Ctrl-C stop after recording what arrived (exit 143 and 130).
     """
-    from orchestrator import runner
-
     from orchestrator import grid as grids
+    from orchestrator import runner
 
     try:
         spec = runner.load_grid(grid_file)
