@@ -149,16 +149,34 @@ def comparison(comp: Comparison, board: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def per_trial(sweep: str, store: str) -> dict[tuple[str, str, str], dict[str, float]]:
-    """Means over the finished trials per (dataset, model, mechanism) of what the leaderboard does not carry,
-    from `privbench export`: the training seconds (`train_s`) and the best epoch's test accuracy (what a
-    stopping rule that reads the test set, as Tramèr & Boneh's code did, would report)."""
+def exported(sweep: str, store: str) -> list[dict]:
+    """Every trial record of the sweep (`privbench export`)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "export.json"
         privbench("export", sweep, "--store", store, "--format", "json", "--out", str(out), capture=True)
-        records = json.loads(out.read_text())
+        return json.loads(out.read_text())
+
+
+def span(records: list[dict]) -> str:
+    """Where and over how long the store's finished trials ran: their devices, and the seconds from the first
+    trial's start to the last one's end (what a --no-run block can say of a sweep run elsewhere)."""
+    done = [r["environment"] for r in records if r.get("status") == "finished" and r.get("environment")]
+    if not done:
+        return "no finished trial"
+    devices = ", ".join(sorted({e.get("device", "?") for e in done}))
+    hosts = len({e.get("hostname") for e in done})
+    seconds = max(e["finished_at"] for e in done) - min(e["started_at"] for e in done)
+    minutes, rest = divmod(round(seconds), 60)
+    where = f"on {devices} ({hosts} host{'s' if hosts > 1 else ''})"
+    return f"{where}, {minutes} min {rest:02d} s from the first trial's start to the last one's end"
+
+
+def per_trial(records: list[dict]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Means over the finished trials per (dataset, model, mechanism) of what the leaderboard does not carry,
+    from `privbench export`: the training seconds (`train_s`) and the best epoch's test accuracy (what a
+    stopping rule that reads the test set, as Tramèr & Boneh's code did, would report)."""
     found: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     for r in records:
         if r.get("status") != "finished":
@@ -193,15 +211,17 @@ def block(name: str, store: str, previous: str | None, run: bool = True) -> str:
         after, total = finished(sweep, store)
         when = timing(after - before, total, wall, previous, machine())
     else:
-        when = (f"not run to the end here: the store holds {before} of its {grid_size(grid)} trials, the rest are "
-                "`not measured`; each trial's seconds are below")
+        total = grid_size(grid)
+        rest = ", the rest are `not measured`" if before < total else ""
+        when = (f"not run by this script: the store holds {before} of its {total} trials{rest}, run "
+                f"{span(exported(sweep, store))}; each trial's seconds are below")
     table = privbench("leaderboard", sweep, *LEADERBOARD_ARGS, "--store", store, capture=True)
     text = (f"`privbench sweep run {grid}` ({when}), then `privbench leaderboard {sweep} "
             f"{' '.join(LEADERBOARD_ARGS)}`:\n\n{table.strip()}\n")
     if name in COMPARISONS:
         comp = COMPARISONS[name]
         board = json.loads(privbench("leaderboard", sweep, "--format", "json", "--store", store, capture=True))
-        extra = per_trial(sweep, store)
+        extra = per_trial(exported(sweep, store))
         board = [r | extra.get((r["dataset"], r["model"], r["mechanism"]), {}) for r in board]
         text += (f"\nBeside {comp.reference} (accuracy in points; `privbench leaderboard {sweep} --format json` and "
                  f"`privbench export {sweep}`):\n\n{comparison(comp, board)}")

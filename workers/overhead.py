@@ -9,7 +9,7 @@ mechanism's cost. `benchmarks/clipping_engine.py` measures the engines the same 
 What is measured: two fresh copies of the model as it was before training, one wrapped by the mechanism at the
 plan's sigma (no canaries: the audit is not the mechanism), one with the plain optimizer; both take the same
 batch of the training set, WARMUP steps each and then rounds in turns (MIN_ROUNDS, more while both sides have
-spent less than BUDGET_S, at most MAX_ROUNDS), each step bracketed by a synchronisation (device events on CUDA:
+spent less than the budget, at most MAX_ROUNDS), each step bracketed by a synchronisation (device events on CUDA:
 `StepTimer`). On the CPU a step's time is the process's CPU time (`time.process_time`), not the wall clock: a
 step's work runs in this process as it is launched, and CPU time does not count the moments the scheduler gives
 the cores to other processes, which a busy machine's wall clock does, differently for each step. Peak memory:
@@ -32,8 +32,9 @@ from workers.config import TrainConfig
 from workers.measure import PeakMemory, StepTimer
 
 WARMUP = 3
-# Rounds in turns: at least MIN_ROUNDS, then more until both sides have run BUDGET_S (a millisecond step's median
-# needs hundreds of rounds to hold within a few percent), at most MAX_ROUNDS.
+# Rounds in turns: at least MIN_ROUNDS, then more until both sides have run the budget (a millisecond step's median
+# needs hundreds of rounds to hold within a few percent), at most MAX_ROUNDS. The budget is BUDGET_S, or the trial's
+# own training time when that is shorter: measuring the overhead never costs more than the training it measures.
 MIN_ROUNDS, MAX_ROUNDS, BUDGET_S = 20, 400, 2.0
 
 
@@ -51,7 +52,8 @@ class Overhead:
 
 
 def paired_overhead(pristine: nn.Module, bundle: Any, train_split: Any, mechanism: Any, plan: Any, cfg: TrainConfig,
-                    *, device: torch.device, seed: int, memory_floor_mb: float = 50.0) -> Overhead:
+                    *, device: torch.device, seed: int, memory_floor_mb: float = 50.0,
+                    budget_s: float = BUDGET_S) -> Overhead:
     """The private step's time and memory over the non-private step's, measured in turns (module docstring).
     `pristine` is the model as it was before training. The memory ratio is None when the non-private step needs
     less than `memory_floor_mb` (a ratio of two tiny, noisy numbers means nothing)."""
@@ -73,7 +75,7 @@ def paired_overhead(pristine: nn.Module, bundle: Any, train_split: Any, mechanis
     timers = {side: StepTimer(warmup=WARMUP, device=device, clock=clock) for side in ("private", "plain")}
     sides = {"private": private, "plain": plain}
     rounds = 0
-    while rounds < WARMUP + MIN_ROUNDS or (rounds < WARMUP + MAX_ROUNDS and sum(timers["plain"].times) < BUDGET_S):
+    while rounds < WARMUP + MIN_ROUNDS or (rounds < WARMUP + MAX_ROUNDS and sum(timers["plain"].times) < budget_s):
         for name in (("private", "plain") if rounds % 2 == 0 else ("plain", "private")):
             timers[name].start()
             train_step(sides[name], batch)

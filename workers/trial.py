@@ -48,7 +48,7 @@ from workers.audit import (
 )
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
-from workers.overhead import paired_overhead
+from workers.overhead import BUDGET_S, paired_overhead
 from workers.result import TrialResult
 from workers.train import Diverged, Progress, release_statistics, train
 from workers.tuning_candidates import candidate_fields, tuned_plan
@@ -236,8 +236,9 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
                     attach=one_run.attach if one_run else None, private=config.private)
     losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
     if pristine is not None and type(mechanism).make_private is Mechanism.make_private:  # the trainer's DP step
+        budget = min(BUDGET_S, float(outcome.metrics.get("train_s") or 0.0))  # never more than the training
         outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
-                                           device=device, seed=config.seed).metrics()
+                                           device=device, seed=config.seed, budget_s=budget).metrics()
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
                              one_run.result() if one_run is not None else None, losses,
                              env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0)

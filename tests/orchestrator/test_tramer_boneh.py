@@ -91,7 +91,7 @@ def test_the_preset_at_a_smoke_size_runs_both_ways_on_every_pair(cli, tmp_path, 
 @pytest.mark.usefixtures("local_ray")
 def test_the_full_preset_reproduces_the_published_cells(cli, store):
     """The issue's check: each as-published cell within 1 point of the paper (mean of 3 seeds), each as-certified
-    row at certified epsilon <= 3. About 15 hours on a 2-core CPU; a GPU runs it in well under one."""
+    row at certified epsilon <= 3. About 5 hours on a 2-core CPU; 4 minutes on one H200 (docs/results.md)."""
     spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
     results = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(results)

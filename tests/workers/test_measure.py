@@ -44,3 +44,25 @@ def test_step_timer_on_the_cpu_reads_the_host_clock_around_each_step_as_before(m
         timer.stop(10, excluded_s=excluded)
     assert timer.times == [1.0, 0.5, 0.25, 0.25]
     assert timer.median_s == 0.25 and timer.examples_per_s == 40 / 2.0
+
+
+def test_the_paired_overhead_never_costs_more_than_the_training_it_measures():
+    """Rounds beyond MIN_ROUNDS run only while the non-private side has spent less than the budget, which the trial
+    sets to its own training time when that is shorter than BUDGET_S."""
+    import torch
+
+    import mechanisms
+    from mechanisms.parts.plan import PrivacySpec
+    from workers import datasets, models
+    from workers.config import TrainConfig
+    from workers.overhead import BUDGET_S, MAX_ROUNDS, MIN_ROUNDS, paired_overhead
+
+    splits = datasets.load("digits")
+    bundle = models.build("mlp", splits)
+    plan = mechanisms.get("dpsgd").plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(splits.train),
+                                                    batch_size=64, epochs=1))
+    cfg = TrainConfig(epochs=1, batch_size=64, lr=0.1)
+    run = lambda budget: paired_overhead(bundle.module, bundle, splits.train, mechanisms.get("dpsgd"), plan, cfg,  # noqa: E731
+                                         device=torch.device("cpu"), seed=0, budget_s=budget)
+    assert run(0.0).rounds == MIN_ROUNDS
+    assert MIN_ROUNDS < run(BUDGET_S).rounds <= MAX_ROUNDS  # an mlp step takes well under 2 s / 20
