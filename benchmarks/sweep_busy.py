@@ -2,10 +2,12 @@
 
     python benchmarks/sweep_busy.py [--grids quickstart,digits] [--small] [--json out.json]
 
-Busy fraction = (sum over trials of the training phase's seconds) / (sweep wall seconds x slots). The
-training phase is a record's `metrics.accelerator_s` when the trial records its phases, else its
-`metrics.train_s` (the training loop). Slots: the GPUs on a GPU machine; on CPU, the machine's cores
-divided by each trial's `resources.cpus`, so the figure says how much of the machine training used.
+Busy fraction, on a GPU machine: the share of the sweep's wall time during which at least one trial was in its
+accelerator phase (the union of the records' `environment.started_at` .. `accelerator_finished_at` intervals,
+over the GPUs), so trials packed onto one GPU (`gpus: 0.25`, `auto`) count once, not once each. On CPU:
+(sum over trials of the training phase's seconds) / (sweep wall seconds x slots), slots being the machine's cores
+divided by each trial's `resources.cpus`, so the figure says how much of the machine training used. The training
+phase is a record's `metrics.accelerator_s` when the trial records its phases, else its `metrics.train_s`.
 
 Grids (each runs as `privbench sweep run` in a fresh process with its own local Ray and a fresh store):
 - `quickstart`: examples/quickstart.yaml as it is (on CPU its resources become `{cpus: 1, gpus: 0}`);
@@ -68,6 +70,18 @@ def phase_s(record: dict[str, Any]) -> float:
     return float(value if value is not None else metrics.get("train_s") or 0.0)
 
 
+def covered_s(records: list[dict[str, Any]]) -> float:
+    """Seconds during which at least one trial was in its accelerator phase (the union of their intervals)."""
+    spans = sorted((e["started_at"], e["accelerator_finished_at"]) for r in records
+                   if "accelerator_finished_at" in (e := r.get("environment") or {}) and "started_at" in e)
+    total, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
 def slots(spec: dict[str, Any], gpus: int) -> float:
     if gpus:
         return float(gpus)
@@ -103,7 +117,7 @@ def run(name: str, *, gpu: bool, gpus: int, small: bool) -> dict[str, Any]:
     analysis = sum(m.get("analysis_s") or 0.0 for m in metrics)
     return {"grid": name, "trials": len(records), "finished": sum(r["status"] == "finished" for r in records),
             "wall_s": wall, "phase_s": busy, "plan_s": plan, "analysis_s": analysis, "slots": n_slots,
-            "busy_fraction": busy / (wall * n_slots),
+            "busy_fraction": covered_s(records) / (wall * gpus) if gpus else busy / (wall * n_slots),
             "phase_field": "accelerator_s" if any("accelerator_s" in (r.get("metrics") or {}) for r in records)
             else "train_s", "device": "cuda" if gpu else "cpu"}
 

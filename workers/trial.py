@@ -305,8 +305,9 @@ def step_memory(config: TrialConfig) -> tuple[float, float | None]:
     audits. On a GPU the figure is the allocator's peak reservation (weights, optimizer state, activations,
     per-sample norms); on CPU, the extra resident memory of the step.
     """
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # a reused worker's cached blocks are not this trial's
+    if torch.cuda.is_available():  # a reused worker's cached blocks and peak are not this trial's
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     private = config.private
     probe = dataclasses.replace(
         config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
