@@ -1,4 +1,7 @@
-"""SIGKILL the driver mid-sweep, rerun: every trial ends up exactly once in MLflow and the ledger."""
+"""SIGKILL the driver mid-sweep, rerun: every trial ends up exactly once in MLflow and the ledger.
+
+Slow (three minutes on a 2-core machine): the default suite covers each kill point with fault injection
+(tests/storage/test_integrity.py) and the driver's signals end to end (test_driver_signals.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 
@@ -23,6 +27,7 @@ def finished_count(ledger: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_kill_driver_then_rerun_completes_each_trial_once(write_grid, store):
     grid = write_grid({"name": "killme", "seeds": [0, 1, 2], "train": {"epochs": 2, "batch_size": 64, "lr": 0.5}})
     cmd = [sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--store", str(store),
