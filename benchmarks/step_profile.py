@@ -107,7 +107,7 @@ def build(model: str, mechanism: str, *, device: torch.device, canaries: bool, s
     generator = seed_everything(seed)
     splits = datasets.load(dataset, dataset_options)
     bundle = models.build(model, splits, model_options)
-    spec = privacy_spec(config, len(splits.train), [p for p in bundle.module.parameters() if p.requires_grad])
+    spec = privacy_spec(config, len(splits.train), [p for p in bundle.module.parameters() if p.requires_grad], bundle)
     mech = mechanisms.get(mechanism)
     plan = mech.plan(spec)
     s = setup(bundle, splits.train, {}, mech, plan, config.train, device=device, generator=generator,
@@ -165,7 +165,7 @@ def timing(model: str, batch: int, rounds: int = 10, steps: int = 5) -> dict[str
     generator = seed_everything(0)
     splits = datasets.load("fashion-mnist")
     bundle = models.build(model, splits, {})
-    spec = privacy_spec(config, len(splits.train), [p for p in bundle.module.parameters() if p.requires_grad])
+    spec = privacy_spec(config, len(splits.train), [p for p in bundle.module.parameters() if p.requires_grad], bundle)
     mech = mechanisms.get("dpsgd")
     plan = mech.plan(spec)
     s = setup(bundle, splits.train, {}, mech, plan, config.train, device=torch.device("cpu"), generator=generator,
