@@ -129,6 +129,17 @@ def load_grid(grid: str | Path | GridSpec) -> GridSpec:
         raise SweepError("; ".join(e.problems), problems=e.problems) from None
 
 
+def select(spec: GridSpec, only: Sequence[str] = ()) -> tuple[TrialConfig, ...]:
+    """The trials `--only` items select (`orchestrator.grid.select`; every trial without items). Raises
+    `SweepError` (code 2) listing every bad item."""
+    from orchestrator import grid as grids
+
+    try:
+        return grids.select(spec, only) if only else spec.trials
+    except grids.GridError as e:
+        raise SweepError("; ".join(e.problems), problems=e.problems) from None
+
+
 def locate(store: str | Path | StoreLocation | None, ledger: str | None = None,
            artifacts: str | None = None) -> StoreLocation:
     """Where the store is (`storage.location.resolve`); a bad location is a `SweepError` (code 2)."""
@@ -189,15 +200,11 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     grid's, so the parts of a long grid run one after another (or side by side) without superseding each other.
     A failed trial is recorded and reported in the summary, not raised.
     """
-    from orchestrator import grid as grids
     from storage.errors import StoreError, translated
     from storage.store import Store, preflight
 
     spec = load_grid(grid)
-    try:
-        selected = grids.select(spec, only) if only else spec.trials
-    except grids.GridError as e:
-        raise SweepError("; ".join(e.problems), problems=e.problems) from None
+    selected = select(spec, only)
     location = locate(store, ledger, artifacts)
     cb = _All(callbacks)
 

@@ -78,16 +78,12 @@ def run(
     A grid with `plugins:` is code: its modules are imported while the grid is read, --dry-run included.
     SIGTERM and Ctrl-C stop after recording what arrived (exit 143 and 130).
     """
-    from orchestrator import grid as grids
     from orchestrator import runner
 
     try:
         spec = runner.load_grid(grid_file)
         location = runner.locate(store, ledger, artifacts)
-        try:
-            selected = grids.select(spec, only) if only else spec.trials
-        except grids.GridError as e:
-            raise runner.SweepError("; ".join(e.problems), problems=e.problems) from None
+        selected = runner.select(spec, only or ())
         if dry_run:
             part = f" ({len(selected)} selected by --only)" if only else ""
             table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials{part}")

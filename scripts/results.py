@@ -23,6 +23,7 @@ and says how many trials that is.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -149,8 +150,10 @@ def comparison(comp: Comparison, board: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@functools.cache
 def exported(sweep: str, store: str) -> list[dict]:
-    """Every trial record of the sweep (`privbench export`)."""
+    """Every trial record of the sweep (`privbench export`), read once per call of this script: a block reads
+    it after its sweep has run, for its timing and its comparison alike."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:

@@ -136,23 +136,26 @@ class Parts:
         bound when the noise follows the bound in force (their ratio is fixed), else the largest bound."""
         return self.clipper.bound if getattr(self.noise, "follows_bound", False) else self.clipper.max_bound
 
+    def _units(self) -> tuple[dp_accounting.NeighboringRelation, float]:
+        """The relation a release's sensitivity is taken under, and the factor that puts its multiplier in the
+        units of the accounting relation (`accounting_relation`: under REPLACE_ONE, PLD doubles the sensitivity
+        itself, so the multiplier is taken at half the replace-one sensitivity)."""
+        if self.accounting_relation == dp_accounting.NeighboringRelation.REPLACE_ONE:
+            return dp_accounting.NeighboringRelation.REPLACE_ONE, 2.0
+        return self.neighboring_relation, 1.0
+
     def release_multipliers(self, sigma: float) -> dict[str, float]:
         """Each release's own Gaussian multiplier (std over sensitivity), in the units of the accounting
         relation: the gradient sum under `GRADIENT`, the others under their names."""
-        relation = self.neighboring_relation
-        unit = 1.0
-        if self.accounting_relation == dp_accounting.NeighboringRelation.REPLACE_ONE:
-            relation, unit = dp_accounting.NeighboringRelation.REPLACE_ONE, 2.0
+        relation, unit = self._units()
         out = {GRADIENT: unit * self.noise.noise_multiplier(sigma, self.clipper, relation)}
         for release in self.releases:
             out[release.name] = unit * release.noise_multiplier(sigma, relation)
         return out
 
     def dataset_multipliers(self) -> dict[str, float]:
-        """Each dataset statistic's Gaussian multiplier, in the units of the accounting relation (as
-        `release_multipliers`)."""
-        unit = 2.0 if self.accounting_relation == dp_accounting.NeighboringRelation.REPLACE_ONE else 1.0
-        relation = dp_accounting.NeighboringRelation.REPLACE_ONE if unit == 2.0 else self.neighboring_relation
+        """Each dataset statistic's Gaussian multiplier, in the units of the accounting relation."""
+        relation, unit = self._units()
         return {r.name: unit * r.multiplier(relation) for r in self.dataset_releases}
 
     def noise_multiplier(self, sigma: float) -> float:
