@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.file_proxy import FileProxy
 from rich.markup import escape
 from rich.text import Text
 
@@ -56,7 +57,12 @@ def use_ascii_spelling() -> None:
 class _TrimmedLines(io.TextIOBase):
     """The stream rich writes to: `sys.stdout` (or `sys.stderr`) looked up at each write, so that a stream
     swapped later (a test runner's) is the one written; where it is not a terminal, the spaces that end a
-    line are dropped."""
+    line are dropped.
+
+    A live display (rich's `Progress`, `Live`) swaps `sys.stdout` and `sys.stderr` for a `FileProxy` that
+    prints to its console, which is one of ours: writing to the proxy would print to the console, which
+    writes to the proxy again, forever (`sweep run` hung in every terminal). So the lookup sees through
+    such proxies to the stream they wrap."""
 
     def __init__(self, name: str) -> None:
         super().__init__()
@@ -65,7 +71,10 @@ class _TrimmedLines(io.TextIOBase):
 
     @property
     def _stream(self) -> io.TextIOBase:
-        return getattr(sys, self._name)
+        stream = getattr(sys, self._name)
+        while isinstance(stream, FileProxy):
+            stream = stream.rich_proxied_file
+        return stream
 
     def write(self, text: str) -> int:
         stream = self._stream
