@@ -347,7 +347,7 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     if float_env not in FLOATS:
         raise ValueError(f"unknown float {float_env!r}; known: {', '.join(FLOATS)}")
     if (caption or label) and float_env == "none":
-        raise ValueError("--caption and --label need a float: --float table or table*")
+        raise ValueError("--caption and --label need a float: --float table or --float 'table*'")
     points = resolve_width(width, venue)
     multi = len({r.sweep for r in board}) > 1
 

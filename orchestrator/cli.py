@@ -74,10 +74,10 @@ def leaderboard(
                                               "audited, status, step x, runs): privacy, audit, overhead or all, "
                                               "comma-separated. CSV and JSON always hold every field.")] = "core",
     float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (bare tables), table (one column) "
-                                                           "or table* (both columns).")] = "none",
+                                                           "or 'table*' (both columns; quoted, or the shell expands it).")] = "none",
     width: Annotated[str | None, typer.Option(help="LaTeX only: the width the table is made to fit: single (one "
                                                    "column), double (both) or a number of points; default: single, "
-                                                   "double for --float table*.")] = None,
+                                                   "double for --float 'table*'.")] = None,
     venue: Annotated[str, typer.Option(help="LaTeX only: whose column widths and font size: article (LaTeX's "
                                             "two-column article), acm (sigconf) or ieee (conference).")] = "article",
     caption: Annotated[str | None, typer.Option(help="LaTeX only: the float's caption (LaTeX).")] = None,
@@ -105,7 +105,7 @@ def leaderboard(
     if fmt != "latex" and (width or caption or label or float_env != "none"):
         fail("--width, --float, --caption and --label apply to --format latex only")
     if (caption or label) and float_env == "none":
-        fail("--caption and --label need a float: --float table or table*")
+        fail("--caption and --label need a float: --float table or --float 'table*'")
     if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
         fail(f"--float {float_env} is {'one column' if float_env == 'table' else 'both columns'} wide: "
              f"use --float {'table*' if float_env == 'table' else 'table'} with --width {width}")
