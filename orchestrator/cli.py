@@ -74,7 +74,8 @@ def leaderboard(
                                               "audited, status, step x, runs): privacy, audit, overhead or all, "
                                               "comma-separated. CSV and JSON always hold every field.")] = "core",
     float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (bare tables), table (one column) "
-                                                           "or 'table*' (both columns; quoted, or the shell expands it).")] = "none",
+                                                           "or 'table*' (both columns; quoted, or the shell "
+                                                           "expands it).")] = "none",
     width: Annotated[str | None, typer.Option(help="LaTeX only: the width the table is made to fit: single (one "
                                                    "column), double (both) or a number of points; default: single, "
                                                    "double for --float 'table*'.")] = None,
