@@ -238,12 +238,15 @@ FIELDS: tuple[Field, ...] = (
       "step scale, scale across steps, lag k, partial sums L)", private_only=True),
     F("audit_noise_checks_skipped", "privacy", (str, type(None)), "why the noise checks did not run",
       private_only=True),
+    F("audit_canary_push", "privacy", NUM + OPT, "how far a joining canary moved the release, in the plan's bound "
+      "(at most 1 when the step clips as planned)", private_only=True, mlflow=True),
+    F("audit_canary_push_se", "privacy", NUM + OPT, "the standard error of audit_canary_push", private_only=True),
     F("audit_findings", "privacy", list, "what the run's audits found that refutes the claim, in words (the audited "
       "epsilon above the ceiling beyond its noise, a failed noise check, a family bound above the claim)",
       private_only=True),
-    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, noise below "
-      "declared, noise repeats across steps, noise correlated across steps, family bound above claim)",
-      private_only=True),
+    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, canaries pushed "
+      "beyond the bound, noise below declared, noise repeats across steps, noise correlated across steps, family "
+      "bound above claim)", private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),

@@ -308,10 +308,17 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
             findings.append(f"the measured noise {n.sigma_upper:.3g} (upper bound) is below the {sigma:.3g} "
                             "the plan declares")
             labels.append("noise below declared")
-    if c.noise_summary is not None and cfg.family_bounds:
-        from mechanisms.auditing import noise_checks
+    from mechanisms.auditing import noise_checks
 
-        report = noise_checks.check_noise(c.noise_summary, sigma)
+    # the run's checks share privbench's audit significance: half to the noise checks, half to the push (Bonferroni)
+    push = noise_checks.push_check(c.scores, c.included, rate, c.steps, significance=noise_checks.SIGNIFICANCE / 2)
+    if push is not None:
+        out |= {"audit_canary_push": push.push, "audit_canary_push_se": push.std_error}
+        if push.failed:
+            findings.append(push.words)
+            labels.append(push.label)
+    if c.noise_summary is not None and cfg.family_bounds:
+        report = noise_checks.check_noise(c.noise_summary, sigma, significance=noise_checks.SIGNIFICANCE / 2)
         out["audit_noise_checks"] = [f.check for f in report.findings]
         if report.skipped:
             out["audit_noise_checks_skipped"] = report.skipped

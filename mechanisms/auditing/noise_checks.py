@@ -283,6 +283,47 @@ def _declared(summary: NoiseSummary) -> str:
     return f"; the plan declares the noise's correlation as {summary.correlation}"
 
 
+@dataclasses.dataclass(frozen=True)
+class PushCheck:
+    """How far the canaries were pushed, in the plan's units (see `push_check`)."""
+
+    push: float  # the estimated push of a joining canary (1 for a canary clipped at the plan's bound)
+    std_error: float
+    z: float  # (push - 1) / std_error
+    p_value: float  # one-sided: above 1
+    failed: bool
+    words: str
+    label: str = "canaries pushed beyond the bound"
+
+
+def push_check(scores: np.ndarray, included: np.ndarray, sample_rate: float, steps: int, *,
+               significance: float = SIGNIFICANCE) -> PushCheck | None:
+    """Test that a joining canary moved the release by at most one plan unit.
+
+    A canary example enters the step before clipping with a gradient far above the plan's bound, so the
+    engine's clipping leaves at most the plan's bound of it: an included canary's summed residual over the run
+    has mean q T (push) and an excluded one's 0 (the data's sum and the neighbours' random-signed pushes are
+    the same for both in expectation). The push estimate is their difference over q T, with the standard error
+    read off the two groups' spread; a push significantly above 1 (one-sided z-test) means the step gave the
+    canaries, and so every example, more weight than the plan accounts for (a bound changed after planning, a
+    sum scaled before the noise). None when a group is empty or the run had no steps.
+    """
+    scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
+    n_in, n_out = int(included.sum()), int((~included).sum())
+    if n_in < 2 or n_out < 2 or steps < 1 or not sample_rate > 0:
+        return None
+    scale = sample_rate * steps
+    inside, outside = scores[included], scores[~included]
+    push = (inside.mean() - outside.mean()) / scale
+    se = math.sqrt(inside.var(ddof=1) / n_in + outside.var(ddof=1) / n_out) / scale
+    z = (push - 1.0) / se if se > 0 else (math.inf if push > 1.0 + 1e-9 else 0.0)
+    p = _normal_sf(z)
+    return PushCheck(push, se, z, p, p < significance,
+                     f"each joining canary moved the release by {push:.3g} times the plan's bound (standard error "
+                     f"{se:.2g}), where the plan's clipping allows at most 1: the step weighs an example more than "
+                     "the plan accounts for")
+
+
 class SeriesKeeper:
     """The residual series of up to `MAX_VALUES / steps` excluded canaries, kept as a run's steps arrive (on the
     host, from blocks of steps the canaries score anyway: no extra synchronisation), then summarised."""
@@ -303,5 +344,5 @@ class SeriesKeeper:
 
 
 __all__ = ["BLOCKS", "INDEPENDENT", "LAGS", "Correlation", "Covariance", "Independent", "NoiseFinding",
-           "NoiseReport", "NoiseSummary", "SeriesKeeper", "check_noise", "summarize", "tree_covariance",
-           "tree_noise"]
+           "NoiseReport", "NoiseSummary", "PushCheck", "SeriesKeeper", "check_noise", "push_check", "summarize",
+           "tree_covariance", "tree_noise"]
