@@ -254,6 +254,28 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
     return out
 
 
+# each run audit's check name in the record's integrity fields, by the few words of its findings
+AUDIT_CHECKS = {"above ceiling": "audit_ceiling", "canaries pushed beyond the bound": "audit_push",
+                "noise below declared": "audit_noise", "noise repeats across steps": "audit_noise",
+                "noise correlated across steps": "audit_noise", "family bound above claim": "audit_family"}
+
+
+def audit_integrity_findings(audits: dict[str, Any]) -> list[Any]:
+    """The run audits' checks as `integrity.Finding`s (the one type every check of what ran reports through):
+    each check that ran, passed or failed with its findings in words. A failed audit makes the trial
+    `violated` (it refutes the claim), where a failed integrity check makes it `uncertified`."""
+    from mechanisms.framework.integrity import Finding
+
+    ran = {"audit_ceiling": "audit_above_ceiling" in audits, "audit_push": "audit_canary_push" in audits,
+           "audit_noise": bool(audits.get("audit_noise_checks")),
+           "audit_family": any(audits.get(k) is not None for k in ("epsilon_audited_curve", "epsilon_audited_noise"))}
+    failed: dict[str, list[str]] = {}
+    for label, words in zip(audits.get("audit_violations") or (), audits.get("audit_findings") or (), strict=True):
+        failed.setdefault(AUDIT_CHECKS.get(label, "audit_" + label.replace(" ", "_")), []).append(words)
+    checks = [c for c, yes in ran.items() if yes or c in failed] + [c for c in failed if c not in ran]
+    return [Finding(c, c not in failed, "; ".join(failed.get(c, ()))) for c in checks]
+
+
 def above_ceiling(audited: float, ceiling: float, noise: float) -> bool:
     """Whether an audited epsilon lies above what the same analysis reaches on the certified mechanism by more
     than the ceiling's noise allows (`white_box.CEILING_FLAG_NOISES` of it, and the claims' tolerance): then
@@ -335,7 +357,7 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     if out and claimed is not None or findings:
         out["audit_run_violated"] = bool(findings)
     if findings:
-        out["audit_findings"], out["audit_violations"] = findings, list(dict.fromkeys(labels))
+        out["audit_findings"], out["audit_violations"] = findings, labels  # parallel: one label per finding
     if out:
         out["audit_family_s"] = time.perf_counter() - t0
     return out

@@ -1,11 +1,14 @@
-"""Three mechanisms that leave their plan through `after_step`'s hook with privbench's own parts (issue 37's
-table), for the one-run audit to catch by measuring what ran (tests/mechanisms/auditing/test_audit_sweep.py):
+"""Three mechanisms that change the private step after planning, with privbench's own parts (issue 37's table),
+for the one-run audit to catch by measuring what ran (tests/mechanisms/auditing/test_audit_sweep.py). The hooks
+no longer reach the optimizer (they see copies of the releases), so each reaches it as a plugin still could: by
+overriding the template step `post_processing` (which the contract check reports, and the step guards see). The
+audit must call each `violated` on its own measurements, whatever the other checks say:
 
 | mechanism | what is wrong | what the audit reads |
 |---|---|---|
-| audit-engine-2c | the engine clips at 2C after planning | above ceiling |
-| audit-sum-doubled | a release observer doubles the clipped sum before the noise | above ceiling |
-| audit-reused-noise | the noise generator is reseeded after every step: the same noise every step | noise repeats across steps |
+| audit-engine-2c | the engine clips at 2C after planning | canaries pushed 2x, above ceiling |
+| audit-sum-doubled | a release observer doubles the clipped sum before the noise | canaries pushed 2x, above ceiling |
+| audit-reused-noise | the noise generator is reseeded after every step | noise repeats across steps |
 
 Each declares DP-SGD's parts (privbench's classes), so its plan certifies DP-SGD; only the step differs.
 """
@@ -32,7 +35,7 @@ class DeclaresDpSgd(Mechanism):
 class EngineAt2C(DeclaresDpSgd):
     ID = "audit-engine-2c"
 
-    def after_step(self, module: Any, plan: Any, options: Any, generator: Any) -> AfterStepPart:
+    def post_processing(self, module: Any, plan: Any, options: Any, generator: Any) -> AfterStepPart:
         bound = 2.0 * plan.parts.clipper.bound
 
         def clip_at_2c(optimizer: Any) -> None:
@@ -57,7 +60,7 @@ class Doubler:
 class SumDoubled(DeclaresDpSgd):
     ID = "audit-sum-doubled"
 
-    def after_step(self, module: Any, plan: Any, options: Any, generator: Any) -> AfterStepPart:
+    def post_processing(self, module: Any, plan: Any, options: Any, generator: Any) -> AfterStepPart:
         def register(optimizer: Any) -> None:
             if not any(isinstance(o, Doubler) for o in optimizer.observers):
                 optimizer.observe_releases(Doubler())
@@ -68,7 +71,7 @@ class SumDoubled(DeclaresDpSgd):
 class ReusedNoise(DeclaresDpSgd):
     ID = "audit-reused-noise"
 
-    def after_step(self, module: Any, plan: Any, options: Any, generator: Any) -> AfterStepPart:
+    def post_processing(self, module: Any, plan: Any, options: Any, generator: Any) -> AfterStepPart:
         def reseed(optimizer: Any) -> None:
             optimizer.generator.manual_seed(1234)
 
