@@ -178,6 +178,7 @@ class NoiseFinding:
     p_value: float  # one test's p-value (before the Bonferroni correction)
     failed: bool
     words: str
+    adjusted: float = 1.0  # the p-value after the Bonferroni correction over the checks (and the steps)
 
     @property
     def label(self) -> str:
@@ -208,6 +209,11 @@ class NoiseReport:
 
     def labels(self) -> list[str]:
         return list(dict.fromkeys(f.label for f in self.failed))
+
+    @property
+    def p_value(self) -> float:
+        """The family's p-value: the smallest Bonferroni-adjusted one (failed iff <= significance)."""
+        return min((f.adjusted for f in self.findings), default=1.0)
 
 
 def _normal_sf(z: float) -> float:
@@ -246,7 +252,8 @@ def check_noise(summary: NoiseSummary, sigma: float, *, significance: float = SI
         p = 1.0 - _normal_sf(z)  # lower tail
         failed = p * per < alpha
         findings.append(NoiseFinding(name, var / var0, z, p, failed, words.format(
-            measured=math.sqrt(max(var, 0.0)), declared=sigma, ratio=math.sqrt(max(var, 0.0)) / sigma)))
+            measured=math.sqrt(max(var, 0.0)), declared=sigma, ratio=math.sqrt(max(var, 0.0)) / sigma),
+            min(1.0, p * per * tests)))
 
     scale("scale", v, n * t, "the noise measured at the excluded canaries is {measured:.3g} (in units of the plan's "
           "clip bound), below the {declared:.3g} the plan declares ({ratio:.2f} of it)")
@@ -265,7 +272,7 @@ def check_noise(summary: NoiseSummary, sigma: float, *, significance: float = SI
         p = 2.0 * _normal_sf(abs(z))
         findings.append(NoiseFinding(f"lag {k}", r, z, p, p < alpha,
                                      f"the noise of steps {k} apart is correlated (autocorrelation {r:.3g}, "
-                                     f"{abs(z):.1f} standard errors from 0){_declared(summary)}"))
+                                     f"{abs(z):.1f} standard errors from 0){_declared(summary)}", min(1.0, p * tests)))
     for size, ss, nb in blocks:
         q = ss / (n * (nb - 1) * size * vd)
         dof = n * (nb - 1)
@@ -273,7 +280,8 @@ def check_noise(summary: NoiseSummary, sigma: float, *, significance: float = SI
         p = 2.0 * _normal_sf(abs(z))
         findings.append(NoiseFinding(f"partial sums {size}", q, z, p, p < alpha,
                                      f"sums of {size} consecutive steps' noise have {q:.3g} times the variance "
-                                     f"independent noise gives ({abs(z):.1f} standard errors off){_declared(summary)}"))
+                                     f"independent noise gives ({abs(z):.1f} standard errors off){_declared(summary)}",
+                                     min(1.0, p * tests)))
     return NoiseReport(tuple(findings), significance)
 
 

@@ -76,3 +76,8 @@ class ReusedNoise(DeclaresDpSgd):
             optimizer.generator.manual_seed(1234)
 
         return AfterStepPart(after_step=reseed)
+
+
+engine_at_2c = EngineAt2C()
+sum_doubled = SumDoubled()
+reused_noise = ReusedNoise()
