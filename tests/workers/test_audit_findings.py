@@ -111,3 +111,17 @@ def test_noise_scale_in_records_is_in_the_plans_units(bad):
     """The checks compare with the plan's sigma: half of it is a finding, twice it is not."""
     out = fields(observations(bad * SIGMA * np.random.default_rng(5).standard_normal((STEPS, 300))))
     assert out["audit_run_violated"] is (bad < 1)
+
+
+def test_the_reports_verdict_sentence_names_the_findings():
+    import dataclasses as dc
+
+    from dashboards.leaderboard import LeaderboardRow
+    from dashboards.report import verdict_sentence
+
+    fields = {f.name: None for f in dc.fields(LeaderboardRow) if f.default is dc.MISSING}
+    row = LeaderboardRow(**fields | {"dataset": "d", "model": "m", "mechanism": "x", "metric": "accuracy",
+                                      "n_finished": 1, "n_failed": 0, "claim_status": "violated",
+                                      "epsilon_claimed": 2.0, "epsilon_certified": 2.0, "epsilon_audited": 0.5},
+                         audit_violation="canaries pushed beyond the bound")
+    assert "the run's audits found: canaries pushed beyond the bound" in verdict_sentence(row)
