@@ -448,7 +448,7 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
         if report.skipped:
             out["audit_noise_checks_skipped"] = report.skipped
         findings += report.reasons()
-        labels += report.labels()
+        labels += [f.label for f in report.failed]  # one label per finding (`audit_integrity_findings` pairs them)
     claimed = getattr(plan, "epsilon_claimed", None)
     if claimed is not None:
         for key, what in (("epsilon_audited_curve", "the bound within the certified family"),

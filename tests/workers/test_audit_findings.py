@@ -11,7 +11,7 @@ import pytest
 from mechanisms.auditing import noise_checks
 from mechanisms.auditing.dirac_canaries import CanaryObservations
 from mechanisms.framework.claims import claim_status
-from workers.audit import OneRunResult, family_fields, one_run_fields
+from workers.audit import OneRunResult, audit_integrity_findings, family_fields, one_run_fields
 from workers.config import AuditConfig
 
 SIGMA, RATE, STEPS = 1.2, 0.05, 200
@@ -55,6 +55,10 @@ def test_reused_noise_is_a_violation_in_words():
     assert "noise repeats across steps" in out["audit_violations"]
     assert any("repeats" in words for words in out["audit_findings"])
     assert claim_status(2.0, 2.0, 0.0, audit_violated=out["audit_run_violated"]) == "violated"
+    assert len(out["audit_violations"]) == len(out["audit_findings"])  # one label per finding
+    checks = {f.check: f for f in audit_integrity_findings(out)}
+    assert checks["audit_noise"].passed is False and "repeats" in checks["audit_noise"].reason
+    assert checks["audit_push"].passed
 
 
 def test_a_guard_that_sets_a_low_noise_reading_aside_records_it():
