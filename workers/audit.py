@@ -229,7 +229,7 @@ class OneRun:
 
     def attach(self, optimizer: Any) -> Callable[[], float] | None:
         """Returns a clock of the seconds the canaries spent inside optimizer steps (kept out of the step time)."""
-        if not hasattr(optimizer, "observe_releases"):
+        if not hasattr(optimizer, "attach_probe"):
             self.skipped = "the mechanism has no private optimizer releasing noisy gradients to carry canaries"
             return None
         from mechanisms.auditing import DiracCanaries
