@@ -131,6 +131,7 @@ def own_class(cls: type) -> bool:
     return own_module(cls.__module__)
 
 
+@functools.cache
 def _trusted_roots() -> tuple[list[str], list[str]]:
     """(folders whose code the private step may run: privbench's packages, Opacus, torch, the standard library;
     folders excluded from them: installed packages inside the standard library's folder)."""
@@ -300,11 +301,11 @@ class StepGuard:
         self.trace = StateTrace(sum(p.numel() for p in params)) if trace else None
 
     # -- host checks ------------------------------------------------------------------------------------------
-    def fail(self, check: str, reason: str) -> None:
-        """Record a failure once (with the step it was first seen at)."""
+    def fail(self, check: str, reason: str, *, during: bool = True) -> None:
+        """Record a failure once (`during` training: with the step it was first seen at)."""
         seen = self.failures.setdefault(check, [])
         if reason not in {r.split(" (first at step")[0] for r in seen} and len(seen) < 5:
-            seen.append(f"{reason} (first at step {self.steps + 1})")
+            seen.append(f"{reason} (first at step {self.steps + 1})" if during else reason)
 
     def before_release(self) -> None:
         """At the start of each release: the plan's objects and numbers, the noise stream, the observers, and the
@@ -369,12 +370,13 @@ class StepGuard:
         clamped, out_of_range = (int(x) for x in self._flags.tolist())
         if clamped:
             self.fail("clip_range", f"the mechanism's state set the clip bound outside the clipper's declared range "
-                                    f"[{self.range[0]:g}, {self.range[1]:g}] in {clamped} step(s): it was clamped")
+                                    f"[{self.range[0]:g}, {self.range[1]:g}] in {clamped} step(s): it was clamped",
+                      during=False)
         if out_of_range:
             self.fail("clip_range", f"the clip bound in force was outside the declared range [{self.range[0]:g}, "
-                                    f"{self.range[1]:g}] at {out_of_range} step(s)")
+                                    f"{self.range[1]:g}] at {out_of_range} step(s)", during=False)
         if self.shadow is not None and (why := self.shadow.verdict()):
-            self.fail("model_update", why)
+            self.fail("model_update", why, during=False)
         checks = ["hooks", "clip_range", "plan_parameters", "noise_stream", "observers", "model_update"]
         out = [Finding(c, c not in self.failures, "; ".join(self.failures.get(c, ()))) for c in checks]
         if self.shadow is None:
