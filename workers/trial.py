@@ -263,8 +263,9 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
     findings = integrity_findings(config, planned, output)
-    if (reason := integrity.certify(findings)) and config.private:  # what ran is not what the plan accounts
-        plan = uncertified(plan, "; ".join(r for r in (planned.plan.uncertified_reason, reason) if r))
+    known = planned.plan.uncertified_reason or ""  # the plan's own reason survives; a finding it names is not repeated
+    if (reason := integrity.certify(f for f in findings if f.reason not in known)) and config.private:
+        plan = uncertified(plan, "; ".join(r for r in (known, reason) if r))  # what ran is not what was accounted
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
         audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
