@@ -242,12 +242,24 @@ FIELDS: tuple[Field, ...] = (
       "step scale, scale across steps, lag k, partial sums L)", private_only=True),
     F("audit_noise_checks_skipped", "privacy", (str, type(None)), "why the noise checks did not run",
       private_only=True),
+    F("audit_step_probe_push", "privacy", NUM + OPT, "the step audit's canary layer: how far a canary moved the "
+      "release through the mechanism's own make_private, engine and hooks, in the plan's bound", private_only=True),
+    F("audit_step_probe_p_value", "privacy", NUM + OPT, "the canary layer's p-value (push and noise checks, "
+      "Bonferroni); the step audit's p-value is Bonferroni over it and the curve test", private_only=True),
+    F("audit_step_probe_findings", "privacy", list, "what the canary layer found, in words", private_only=True),
+    F("audit_step_probe_skipped", "privacy", (str, type(None)), "why the canary layer did not run",
+      private_only=True),
+    F("audit_step_probe_steps", "privacy", int, "the canary layer's steps", private_only=True),
+    F("audit_step_probe_s", "privacy", NUM + OPT, "the canary layer's seconds (in audit_step_s)", private_only=True),
+    F("audit_canary_push", "privacy", NUM + OPT, "how far a joining canary moved the release, in the plan's bound "
+      "(at most 1 when the step clips as planned)", private_only=True, mlflow=True),
+    F("audit_canary_push_se", "privacy", NUM + OPT, "the standard error of audit_canary_push", private_only=True),
     F("audit_findings", "privacy", list, "what the run's audits found that refutes the claim, in words (the audited "
       "epsilon above the ceiling beyond its noise, a failed noise check, a family bound above the claim)",
       private_only=True),
-    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, noise below "
-      "declared, noise repeats across steps, noise correlated across steps, family bound above claim)",
-      private_only=True),
+    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, canaries pushed "
+      "beyond the bound, noise below declared, noise repeats across steps, noise correlated across steps, family "
+      "bound above claim)", private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),

@@ -43,6 +43,7 @@ from workers.audit import (
     OneRun,
     OneRunResult,
     audit_cost,
+    audit_integrity_findings,
     loss_threshold_mia,
     mia_losses,
     one_run_fields,
@@ -285,7 +286,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                                           or audits.get("audit_run_violated")),
                                      private=private),
     } | dict(planned.tuning) | candidate_fields(config.tuning) | (
-        integrity.record_fields(findings) if private else {})
+        integrity.record_fields(findings + audit_integrity_findings(audits)) if private else {})
     if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
         privacy["claim_status_without_step"] = claim_status(
             plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
