@@ -70,6 +70,8 @@ class PrivateOptimizerMixin:
                  declared_bound: float | None = None, **kwargs: Any) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
+        # a correlated-noise part keeps its state across steps in a stream (one per run); memoryless parts have none
+        self.noise_stream = noise.start() if hasattr(noise, "start") else None
         self.after_step, self.noise_map = after_step, noise_map
         self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
         self.bound_key, self.declared_bound = bound_key, declared_bound
@@ -103,7 +105,8 @@ class PrivateOptimizerMixin:
             observer.before_noise(self)
         sums = [p.summed_grad.unsqueeze(0) for p in params]
         scale = self.bound / self.declared_bound if self.bound_key is not None else None
-        released = self.noise.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
+        source = self.noise_stream if self.noise_stream is not None else self.noise
+        released = source.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
                                       secure=self.secure_mode, noise_map=self.noise_map,  # type: ignore[attr-defined]
                                       scale=scale)
         for p, r in zip(params, released, strict=True):
@@ -381,10 +384,11 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
 # ---- integrity: the step that runs is privbench's ----------------------------------------------------------
 STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.clipping_engine.engine",
                 "mechanisms.clipping_engine.norms", "mechanisms.clipping_engine.rules",
-                "mechanisms.parts.noise_addition", "mechanisms.parts.releases", "mechanisms.parts.clipping",
+                "mechanisms.parts.noise_addition", "mechanisms.parts.correlated_noise", "mechanisms.parts.releases",
+                "mechanisms.parts.clipping",
                 "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
 STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms")
+                "backward", "contribute", "_finish", "release", "example_norms", "next", "_draw")
 
 
 def _trusted_roots() -> tuple[list[str], list[str]]:
@@ -441,6 +445,9 @@ def step_integrity(training: PrivateTraining) -> list[str]:
         return [f"the optimizer is a {type(optimizer).__module__}.{type(optimizer).__qualname__}, not privbench's "
                 "private optimizer"]
     objects = [optimizer, optimizer.noise, *optimizer.releases]
+    stream = getattr(optimizer, "noise_stream", None)
+    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
+        objects += [stream, stream.strategy]
     engine = getattr(optimizer, "engine", None)
     if engine is not None:
         objects.append(engine)
