@@ -289,6 +289,8 @@ MECHANISMS: Registry[Mechanism] = Registry("mechanism", {
     "shuffled-dpsgd": "mechanisms.catalog.shuffled_dpsgd:mechanism",
     "dp-forward": "mechanisms.catalog.dp_forward:mechanism",
     "dpsgd-shuffle-rdp": "mechanisms.catalog.dpsgd_shuffle_rdp:mechanism",
+    "dpftrl-tree": "mechanisms.catalog.dpftrl_tree:mechanism",
+    "dp-bandmf": "mechanisms.catalog.dp_bandmf:mechanism",
 }, _mechanism_id)
 
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant", {
