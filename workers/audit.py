@@ -123,8 +123,16 @@ class OneRun:
         # run is not that process, so no bound leans on its event's shape (it would not be a lower bound).
         self.shape = dpsgd_shape(self.plan.effective_event) if self.plan.sampler == "poisson" else None
         m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
-        self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
-                                                statistic=self.cfg.statistic)
+        noise = getattr(optimizer, "noise", None)
+        if getattr(noise, "covers_run", False):  # correlated noise: canaries join as fixed-order examples do, and
+            from mechanisms.auditing.correlated_canaries import CorrelatedCanaries  # are scored after whitening
+
+            self.canaries = CorrelatedCanaries.attach_correlated(
+                optimizer, m, noise=noise, steps_per_epoch=self.plan.batch_selection.steps_per_epoch, seed=self.seed,
+                statistic=self.cfg.statistic)
+        else:
+            self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
+                                                    statistic=self.cfg.statistic)
         self.plan_s = time.perf_counter() - t0
         canaries = self.canaries
         return lambda: canaries.overhead_s
