@@ -189,6 +189,10 @@ FIELDS: tuple[Field, ...] = (
     F("uncertified_reason", "privacy", (str, type(None)), "why no sound analysis of what ran is known (certified "
       "is then null): a part or step privbench did not write, or a known gap", column="uncertified_reason",
       aggregate="first", private_only=True),
+    F("integrity_checks", "privacy", (dict, type(None)), "each integrity check the trial ran (what ran is what "
+      "was planned: mechanisms/framework/integrity.py) and whether it passed", private_only=True),
+    F("integrity_failed", "privacy", (list, type(None)), "every failed integrity check with its reason, in words: "
+      "any makes the trial uncertified (its reasons join uncertified_reason)", private_only=True),
     F("release_multipliers", "privacy", dict, "each release's own noise multiplier (std over sensitivity); the "
       "step's is their combination"),
     F("parts", "privacy", (dict, type(None)), "the mechanism's parts"),

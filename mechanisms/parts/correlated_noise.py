@@ -158,10 +158,11 @@ class BandedToeplitz(Strategy):
         return float(sum(c[k] * c[k - (q - p)] for k in range(q - p, min(self.bands, steps - p))))
 
     def sensitivity(self, participation: Participation) -> float:
-        """Exact for the cyclic schema; for min-separation with b <= separation, the columns of a pattern do not
-        overlap and every column norm is at most the first's (norms do not grow with j), so 0, b, 2b, ... is the
-        worst pattern (Choquette-Choo et al. 2023). Min-separation with more bands than the separation is
-        brute-forced (small runs only)."""
+        """Exact for the cyclic schema (the max over its offsets, overlapping columns included). For min-separation:
+        one participation, the first column's norm; with non-negative, non-increasing coefficients (the square
+        root's) the worst pattern is k participations exactly b apart from step 0 (Kalinin & Lampert 2024,
+        Theorem 2; with b <= separation its columns do not overlap, Choquette-Choo et al. 2023); other
+        coefficients are brute-forced (small runs only)."""
         steps, sep = participation.steps, participation.min_separation
         if participation.schema == "cyclic":
             norms = np.array([self.gram(j, j, steps) for j in range(steps)])
@@ -173,12 +174,15 @@ class BandedToeplitz(Strategy):
                                  for q in pattern[i + 1:] if q - p < self.bands)
                 worst = max(worst, total)
             return math.sqrt(worst)
-        if self.bands <= sep:
+        if participation.single:
+            return math.sqrt(self.gram(0, 0, steps))
+        c = self.coefficients
+        if all(x >= 0 for x in c) and all(a >= b for a, b in zip(c, c[1:], strict=False)):
             pattern = tuple(range(0, steps, sep))[: participation.max_participations]
-            return math.sqrt(sum(self.gram(j, j, steps) for j in pattern))
+            return math.sqrt(self.pattern_sensitivity_squared(pattern, steps))
         if steps > 24:
-            raise ValueError(f"min-separation sensitivity with {self.bands} bands > separation {sep} is only "
-                             "computed by brute force, for runs of at most 24 steps")
+            raise ValueError(f"min-separation sensitivity of coefficients {c} that are not non-negative and "
+                             "non-increasing is only computed by brute force, for runs of at most 24 steps")
         return super().sensitivity(participation)
 
     def stream(self, draw: Draw) -> ToeplitzStream:
