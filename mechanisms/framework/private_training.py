@@ -426,103 +426,13 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
                            criterion)
 
 
-<<<<<<< HEAD
-# ---- integrity: the step that runs is privbench's ----------------------------------------------------------
-STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.clipping_engine.engine",
-                "mechanisms.clipping_engine.norms", "mechanisms.clipping_engine.rules",
-                "mechanisms.parts.noise_addition", "mechanisms.parts.correlated_noise", "mechanisms.parts.releases",
-                "mechanisms.parts.clipping",
-                "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
-STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms", "next", "_draw")
-
-
-def _trusted_roots() -> tuple[list[str], list[str]]:
-    """(folders whose code the private step may run: privbench's mechanisms, Opacus, torch, the standard
-    library; folders excluded from them: installed packages inside the standard library's folder)."""
-    import os
-    import site
-    import sysconfig
-
-    import opacus
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # mechanisms/
-    roots = [here, os.path.dirname(os.path.abspath(opacus.__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
-             os.path.abspath(sysconfig.get_paths()["stdlib"])]
-    excluded = [os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
-    return roots, excluded
-
-
-def _foreign(value: Any) -> str | None:
-    """Where a function comes from when its code is not privbench's, Opacus', torch's or the standard
-    library's (None: trusted, or not Python code)."""
-    import os
-    import types
-
-    fn = getattr(value, "__func__", value)
-    fn = getattr(fn, "func", fn)  # functools.partial
-    if isinstance(fn, type):
-        module = sys.modules.get(fn.__module__)
-        path = getattr(module, "__file__", None)
-    elif isinstance(fn, types.FunctionType):
-        path = fn.__code__.co_filename
-    else:
-        return None
-    if path is None:
-        return None
-    path = os.path.abspath(path)
-    roots, excluded = _trusted_roots()
-    inside = [r for r in roots if os.path.commonpath([r, path]) == r]
-    if inside and not any(os.path.commonpath([e, path]) == e and len(e) > max(map(len, inside)) for e in excluded):
-        return None
-    return path
-
-
-=======
->>>>>>> main
 def step_integrity(training: PrivateTraining) -> list[str]:
     """What replaces privbench's private step in `training`, one line each (empty: the step is privbench's);
     `integrity.step_findings` decides."""
     from mechanisms.framework.integrity import step_findings
 
-<<<<<<< HEAD
-    A mechanism that patches the optimizer, the clipping engine or the parts (at class level, on the
-    instance, or in the modules the step calls) would run something else than the plan accounts; its trial
-    is then `uncertified`. Checked once, after `make_private`, before the first step.
-    """
-    problems = []
-    optimizer = training.optimizer
-    if not isinstance(optimizer, PrivateOptimizerMixin):
-        return [f"the optimizer is a {type(optimizer).__module__}.{type(optimizer).__qualname__}, not privbench's "
-                "private optimizer"]
-    objects = [optimizer, optimizer.noise, *optimizer.releases]
-    stream = getattr(optimizer, "noise_stream", None)
-    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
-        objects += [stream, stream.strategy]
-    engine = getattr(optimizer, "engine", None)
-    if engine is not None:
-        objects.append(engine)
-    for obj in objects:
-        cls = type(obj)
-        if source := _foreign(cls):
-            problems.append(f"{cls.__qualname__} is defined in {source}")
-        for klass in cls.__mro__:
-            for name in set(STEP_METHODS) & set(vars(klass)):
-                if source := _foreign(vars(klass)[name]):
-                    problems.append(f"{klass.__qualname__}.{name} was replaced by code from {source}")
-        for name in set(STEP_METHODS) & set(vars(obj)):
-            if source := _foreign(vars(obj)[name]):
-                problems.append(f"{cls.__qualname__}.{name} was replaced on the instance by code from {source}")
-    for name in STEP_MODULES:
-        module = sys.modules.get(name)
-        for attr, value in vars(module).items() if module is not None else ():
-            if not attr.startswith("__") and (source := _foreign(value)):
-                problems.append(f"{name}.{attr} was replaced by {source}")
-    return problems
-=======
     finding = step_findings(training)
     return [] if finding.passed else [finding.reason]
->>>>>>> main
 
 
 __all__ = ["GRAD_SAMPLE_MODES", "Batch", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",

@@ -106,6 +106,9 @@ def test_training_runs_the_fixed_order_and_the_streamed_noise(mechanism_id, opti
     assert private.optimizer.steps_taken == plan.steps == 8
     assert all(torch.equal(a, b) for a, b in zip(batches[:4], batches[4:], strict=True))
     assert private.optimizer.noise_stream.strategy.steps_taken == plan.steps
+    assert step_integrity(private) == []
+    findings = private.optimizer.guard.findings()  # the per-step checks pass: the stream is privbench's, fresh
+    assert all(f.passed for f in findings), [f for f in findings if not f.passed]
 
 
 def test_one_step_audit_of_a_correct_run_is_ok():
