@@ -36,9 +36,10 @@ class CorrelatedCanaries(DiracCanaries):
     """Dirac canaries joining as fixed-order examples do, scored after whitening with the declared correlation."""
 
     def __init__(self, n_params: int, m: int, *, clip: float, noise: CorrelatedNoise, steps_per_epoch: int,
-                 seed: int = 0, statistic: str = "lr", guess_counts: tuple[int, ...] | None = None) -> None:
+                 seed: int = 0, statistic: str = "lr", guess_counts: tuple[int, ...] | None = None,
+                 planned_steps: int | None = None) -> None:
         super().__init__(n_params, m, clip=clip, sample_rate=1.0, seed=seed, score="residual", statistic=statistic,
-                         guess_counts=guess_counts)
+                         guess_counts=guess_counts, planned_steps=planned_steps, correlation=noise.correlation)
         self.noise, self.steps_per_epoch = noise, steps_per_epoch
         self.offsets = np.random.default_rng([seed, 0xC0FF]).integers(0, steps_per_epoch, m)
         self._observed: list[np.ndarray] = []  # per block, (rows, m) observations in units of the clip
@@ -47,11 +48,15 @@ class CorrelatedCanaries(DiracCanaries):
 
     @classmethod
     def attach_correlated(cls, optimizer: Any, m: int, *, noise: CorrelatedNoise, steps_per_epoch: int,
-                          seed: int = 0, statistic: str = "lr") -> CorrelatedCanaries:
+                          seed: int = 0, statistic: str = "lr", unit: float | None = None,
+                          planned_steps: int | None = None) -> CorrelatedCanaries:
+        """Canaries over all of `optimizer.params`, attached; `unit` is the plan's (`Parts.audit_bound`), the
+        optimizer's declared bound without it."""
         n_params = sum(p.numel() for p in optimizer.params)
-        clip = float(getattr(optimizer, "declared_bound", None) or optimizer.max_grad_norm)
+        clip = unit if unit is not None else float(getattr(optimizer, "declared_bound", None)
+                                                   or optimizer.max_grad_norm)
         return cls(n_params, m, clip=clip, noise=noise, steps_per_epoch=steps_per_epoch, seed=seed,
-                   statistic=statistic).attach(optimizer)
+                   statistic=statistic, planned_steps=planned_steps).attach(optimizer)
 
     def _joins(self, rows: int) -> np.ndarray:
         """An included canary joins the steps t with t mod P = its offset: once per epoch, as an example."""
@@ -72,6 +77,7 @@ class CorrelatedCanaries(DiracCanaries):
         observed = np.zeros((self._rows, self.m))
         observed[:, ids] = (block[:, 1] - block[:, 0]) * self.signs[ids] / bounds
         self._observed.append(observed)
+        self._series.add(observed)  # the noise checks whiten the excluded canaries' series with the correlation
         self._steps += self._rows
         # the rows left in the joins' block were drawn but not run: the next block starts after the run ones
         self._injected = self._steps
@@ -118,18 +124,20 @@ class CorrelatedCanaries(DiracCanaries):
     def observations(self) -> CanaryObservations:
         scores = self.whitened_scores()
         return CanaryObservations(self.statistic, scores.copy(), scores.copy(), self.included.copy(),
-                                  self._noise_moments.copy(), self.guess_counts, self._steps, self.overhead_s)
+                                  self._noise_moments.copy(), self.guess_counts, self._steps, self.overhead_s,
+                                  self._series.summary())
 
 
-def simulate(noise: CorrelatedNoise, steps_per_epoch: int, epochs: int, sigma: float, m: int, seed: int = 0,
-             whiten: bool = True) -> CanaryObservations:
-    """The audit on the certified mechanism itself, simulated: m canaries (coordinates of their own), each pushed
-    1 (the clip) at its fixed-order steps, noise sigma w from the part's own stream. `whiten: False` scores the
-    raw sum of each canary's observations at its steps instead (what an auditor ignoring the correlation does)."""
+def simulated_run(noise: CorrelatedNoise, steps_per_epoch: int, epochs: int, sigma: float, m: int,
+                  seed: int = 0) -> tuple[CorrelatedCanaries, np.ndarray]:
+    """The certified mechanism itself, simulated: m canaries (coordinates of their own), each pushed 1 (the clip)
+    at its fixed-order steps, noise sigma w from the part's own stream. Returns the canaries (their observations
+    recorded) and the (steps, m) observations."""
     import torch
 
     steps = steps_per_epoch * epochs
-    canaries = CorrelatedCanaries(m, m, clip=1.0, noise=noise, steps_per_epoch=steps_per_epoch, seed=seed)
+    canaries = CorrelatedCanaries(m, m, clip=1.0, noise=noise, steps_per_epoch=steps_per_epoch, seed=seed,
+                                  planned_steps=steps)
     stream = noise.start()
     generator = torch.Generator().manual_seed(seed)
     joins = canaries._joins(steps)
@@ -137,10 +145,21 @@ def simulate(noise: CorrelatedNoise, steps_per_epoch: int, epochs: int, sigma: f
     rows = [stream.release(zero, sigma, generator)[0][0].numpy() / noise.std_per_sigma for _ in range(steps)]
     observed = np.stack(rows) + joins
     canaries._observed, canaries._steps = [observed], steps
+    canaries._series.add(observed)
+    return canaries, observed
+
+
+def simulate(noise: CorrelatedNoise, steps_per_epoch: int, epochs: int, sigma: float, m: int, seed: int = 0,
+             whiten: bool = True) -> CanaryObservations:
+    """The audit's observations on `simulated_run`. `whiten: False` scores the raw sum of each canary's
+    observations at its steps instead (what an auditor ignoring the correlation does)."""
+    canaries, observed = simulated_run(noise, steps_per_epoch, epochs, sigma, m, seed)
     if whiten:
         return canaries.observations()
+    steps = observed.shape[0]
     raw = (observed * (np.arange(steps)[:, None] % steps_per_epoch == canaries.offsets[None, :])).sum(axis=0)
-    return CanaryObservations("sum", raw, raw, canaries.included.copy(), np.zeros(3), None, steps, 0.0)
+    return CanaryObservations("sum", raw, raw, canaries.included.copy(), np.zeros(3), None, steps, 0.0,
+                              canaries._series.summary())
 
 
-__all__ = ["CorrelatedCanaries", "simulate"]
+__all__ = ["CorrelatedCanaries", "simulate", "simulated_run"]

@@ -207,7 +207,8 @@ STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.framework.i
                 "mechanisms.parts.correlated_noise", "mechanisms.parts.clipping", "opacus.optimizers.optimizer",
                 "opacus.optimizers.ddpoptimizer")
 STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms", "next", "_draw")
+                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe",
+                "next", "_draw")
 
 
 def step_findings(training: Any, when: str = "before the first step") -> Finding:

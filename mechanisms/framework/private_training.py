@@ -41,6 +41,17 @@ class ReleaseObserver(Protocol):
     def after_noise(self, optimizer: PrivateOptimizerMixin) -> None: ...
 
 
+class CanaryProbe(Protocol):
+    """privbench's in-step auditor (`PrivateOptimizerMixin.attach_probe`): `before_noise` runs first in
+    `add_noise`, before any release observer, and pushes its canaries into `p.summed_grad` at the norm the
+    engine clips them to (`clipped_norm`); `after_noise` reads `p.grad`, the release, before any observer
+    sees it. What the observers then do to the sums or the release is inside what the probe measures."""
+
+    def before_noise(self, optimizer: PrivateOptimizerMixin) -> None: ...
+
+    def after_noise(self, optimizer: PrivateOptimizerMixin) -> None: ...
+
+
 AfterStep = Callable[["PrivateOptimizerMixin"], None]
 
 
@@ -86,6 +97,7 @@ class PrivateOptimizerMixin:
         self.last_released: Released | None = None
         self.steps_taken = 0
         self.observers: list[ReleaseObserver] = []
+        self.probe: CanaryProbe | None = None
         self.update_applied = False
         self.guard: Any = None  # integrity.StepGuard, set by `make_private`
         self._hook_copy: Released | None = None
@@ -97,6 +109,34 @@ class PrivateOptimizerMixin:
 
     def stop_observing(self, observer: ReleaseObserver) -> None:
         self.observers.remove(observer)
+
+    def attach_probe(self, probe: CanaryProbe | None) -> None:
+        """Set (or, with None, remove) the one-run audit's canary probe: it sees the step before every observer."""
+        if probe is not None and self.probe is not None:
+            raise RuntimeError("this optimizer already carries a canary probe")
+        self.probe = probe
+
+    def clipped_norm(self, norm: torch.Tensor) -> torch.Tensor:
+        """The norm an example's gradient of norm `norm` (a device scalar) keeps after the clipping that runs in
+        this step: the engine that clips the batch (the book-keeping engine, Opacus' ghost module, or Opacus'
+        optimizer) at the bound it holds now, by the rule it clips with (min(1, C / (|g| + 1e-6)) |g|). Per-layer
+        clipping: an example of norm `norm` in every tensor, sqrt(sum_l C_l^2) once clipped.
+
+        The one-run audit's canaries enter the step as such examples (`CanaryProbe`): a bound changed after
+        planning, wherever it was changed, moves them as it moves every example."""
+        from mechanisms.clipping_engine.norms import clip_factors
+
+        engine = getattr(self, "engine", None)
+        if engine is not None and getattr(engine, "clipping", "flat") == "per_layer":
+            bounds: list[Any] = list(engine._bounds.values())
+        elif engine is not None:
+            bounds = [engine.max_grad_norm]
+        elif hasattr(self, "max_grad_norms"):
+            bounds = list(self.max_grad_norms)
+        else:
+            bounds = [self.max_grad_norm]  # type: ignore[attr-defined]
+        kept = [clip_factors(norm, c) * norm for c in bounds]
+        return kept[0] if len(kept) == 1 else torch.stack(kept).square().sum().sqrt()
 
     @property
     def bound(self) -> torch.Tensor | float:
@@ -114,6 +154,9 @@ class PrivateOptimizerMixin:
         params, guard = self.params, self.guard  # type: ignore[attr-defined]
         if guard is not None:
             guard.before_release()
+        probe = self.probe
+        if probe is not None:  # before the observers: what they do to the sums is part of what it measures
+            probe.before_noise(self)
         for observer in self.observers:
             observer.before_noise(self)
         sums = [p.summed_grad.unsqueeze(0) for p in params]
@@ -124,6 +167,8 @@ class PrivateOptimizerMixin:
                                       scale=scale)
         for p, r in zip(params, released, strict=True):
             p.grad = r.squeeze(0).view_as(p)
+        if probe is not None:  # the release as it left the noise, before any observer sees it
+            probe.after_noise(self)
         values = {}
         if self.releases:
             view = ExampleView(self.example_norms(), self.bound, self.example_weights)
@@ -413,6 +458,7 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         expected_batch_size=parts.sampler.batch_size, loss_reduction="mean", generator=noise_generator,
         secure_mode=secure_mode, released_hook=released_hook)
     if grad_sample_mode == "ghost":
+        dp_optimizer.engine = wrapped  # Opacus' ghost module clips, at its own max_grad_norm (`clipped_norm`)
         criterion = DPLossFastGradientClipping(wrapped, dp_optimizer, criterion, "mean")
     elif engine is not None:
         dp_optimizer.engine = engine
@@ -435,7 +481,8 @@ def step_integrity(training: PrivateTraining) -> list[str]:
     return [] if finding.passed else [finding.reason]
 
 
-__all__ = ["GRAD_SAMPLE_MODES", "Batch", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",
-           "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer", "PrivateTraining",
-           "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches", "make_private",
+__all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "PlanViolation", "PrivateBookkeepingOptimizer",
+           "PrivateDPOptimizer", "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer",
+           "PrivateTraining", "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches",
+           "make_private",
            "optimizer_class", "plan_loader", "resident", "step_integrity"]

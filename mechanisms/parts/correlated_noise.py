@@ -318,9 +318,10 @@ class CorrelatedNoise(NoiseAddition):
     # ---- the declared correlation (for independence checks and audits) ------------------------------------
 
     @property
-    def correlation(self) -> str:
-        """What correlates the noise across steps, in words (independent noise parts have none)."""
-        return f"{self.strategy.name} {dataclasses.asdict(self.strategy)}"  # type: ignore[call-overload]
+    def correlation(self) -> DeclaredCorrelation:
+        """How the noise is correlated across steps (`name`, `whiten`): what the audits' noise checks whiten the
+        residuals with (`mechanisms.auditing.noise_checks.Correlation`); independent noise parts have none."""
+        return DeclaredCorrelation(self)
 
     def noise_matrix(self, steps: int) -> np.ndarray:
         """M with the first `steps` steps' noise = s M z, z i.i.d. N(0, 1) (per coordinate)."""
@@ -346,6 +347,21 @@ class CorrelatedNoise(NoiseAddition):
     def describe(self) -> dict[str, object]:
         return {"noise": type(self).__name__, "std_per_sigma": self.std_per_sigma, **self.strategy.describe(),
                 "participation": self.participation.describe()}
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredCorrelation:
+    """A correlated-noise part's correlation across steps, named, with the whitening its known strategy gives."""
+
+    noise: CorrelatedNoise
+
+    @property
+    def name(self) -> str:
+        fields = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self.noise.strategy).items())  # type: ignore[call-overload]
+        return f"{self.noise.strategy.name}({fields})"
+
+    def whiten(self, residuals: np.ndarray) -> np.ndarray:
+        return self.noise.whiten(residuals)
 
 
 class NoiseStream:
@@ -388,5 +404,5 @@ class NoiseStream:
 
 STRATEGIES = {s.name: s for s in (BandedToeplitz, RestartedTree)}
 
-__all__ = ["STRATEGIES", "BandedToeplitz", "CorrelatedNoise", "NoiseStream", "RestartedTree", "Strategy",
-           "StrategyStream", "TreeStream", "ToeplitzStream", "honaker_weights", "square_root_coefficients"]
+__all__ = ["STRATEGIES", "BandedToeplitz", "CorrelatedNoise", "DeclaredCorrelation", "NoiseStream", "RestartedTree",
+           "Strategy", "StrategyStream", "TreeStream", "ToeplitzStream", "honaker_weights", "square_root_coefficients"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import mechanisms
-from mechanisms.auditing.correlated_canaries import CorrelatedCanaries, simulate
+from mechanisms.auditing.correlated_canaries import CorrelatedCanaries, simulate, simulated_run
 from mechanisms.parts.plan import PrivacySpec
 
 
@@ -67,3 +67,22 @@ def test_canaries_ride_a_real_run_and_join_as_fixed_order_examples():
     joins = canaries._joins(plan.steps)
     assert (joins.sum(axis=0)[canaries.included] == epochs).all() and not joins[:, ~canaries.included].any()
     assert obs.scores[obs.included].mean() > obs.scores[~obs.included].mean()
+
+
+@pytest.mark.parametrize("mechanism_id,options", [("dp-bandmf", {"bands": 2}), ("dp-bandmf", {"bands": 4}),
+                                                  ("dpftrl-tree", {})])
+def test_noise_checks_accept_the_declared_correlation_and_flag_it_undeclared(mechanism_id, options):
+    """The issue-37 noise checks on excluded canaries: a correct correlated run (its part's declared correlation
+    whitens the residuals) raises no alarm; the same noise read as independent (DP-SGD's declaration, i.e. tree or
+    banded noise slipped into dpsgd) is flagged."""
+    from mechanisms.auditing import noise_checks
+
+    plan = _plan(mechanism_id, **options)
+    steps_per_epoch = plan.batch_selection.steps_per_epoch
+    noise = plan.parts.noise
+    correct = simulate(noise, steps_per_epoch, 6, plan.sigma, 600, seed=4)
+    assert not noise_checks.check_noise(correct.noise_summary, plan.sigma).violated
+    canaries, observed = simulated_run(noise, steps_per_epoch, 6, plan.sigma, 600, seed=4)
+    series = observed[:, ~canaries.included]  # the same run's excluded residuals, read as independent noise
+    undeclared = noise_checks.check_noise(noise_checks.summarize(series), plan.sigma)
+    assert undeclared.violated
