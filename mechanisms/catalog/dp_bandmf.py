@@ -79,6 +79,21 @@ class DpBandMf(CorrelatedNoiseMechanism):
                                            "claimed_relation": "replace-one"}, notes)
 
 
-mechanism = DpBandMf()
+@dataclasses.dataclass(frozen=True)
+class Options4(Options):
+    bands: int = 4
 
-__all__ = ["CLAIMED_BY", "ID", "DpBandMf", "Options", "claimed_sensitivity", "mechanism"]
+
+class DpBandMf4(DpBandMf):
+    """dp-bandmf with 4 bands by default: a second band count beside `dp-bandmf`'s 2 in one grid (a grid has
+    one `mechanism_options` entry per mechanism id); the `bands` option still applies."""
+
+    ID = "dp-bandmf-4"
+    Options = Options4
+
+
+mechanism = DpBandMf()
+mechanism_4 = DpBandMf4()
+
+__all__ = ["CLAIMED_BY", "ID", "DpBandMf", "DpBandMf4", "Options", "Options4", "claimed_sensitivity", "mechanism",
+           "mechanism_4"]

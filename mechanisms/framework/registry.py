@@ -288,6 +288,8 @@ MECHANISMS: Registry[Mechanism] = Registry("mechanism", {
     "dpsgd-shuffle-rdp": "mechanisms.catalog.dpsgd_shuffle_rdp:mechanism",
     "dpftrl-tree": "mechanisms.catalog.dpftrl_tree:mechanism",
     "dp-bandmf": "mechanisms.catalog.dp_bandmf:mechanism",
+    "dp-bandmf-4": "mechanisms.catalog.dp_bandmf:mechanism_4",
+    "dpsgd-fixed-order": "mechanisms.catalog.dpsgd_fixed_order:mechanism",
 }, _mechanism_id)
 
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant", {

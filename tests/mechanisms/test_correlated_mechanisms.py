@@ -129,3 +129,17 @@ def test_first_release_is_one_participation():
     rows = torch.zeros(20000, 4, dtype=torch.float64)
     out = plan.parts.noise.release([rows], 2.0, torch.Generator().manual_seed(0))[0].numpy()
     assert np.std(out) == pytest.approx(2.0, rel=0.02)
+
+
+def test_fixed_order_dpsgd_and_the_second_band_count():
+    """dpsgd-fixed-order: DP-SGD's noise on the correlated mechanisms' batches, one Gaussian of sigma / 2 per epoch
+    (replace-one), whatever the grid's sampler; dp-bandmf-4 is dp-bandmf at 4 bands by default."""
+    sigma = 6.0
+    plan = mechanisms.get("dpsgd-fixed-order").plan(spec(sigma=sigma))
+    assert plan.sampler == "fixed-order" and plan.epsilon_claimed == plan.epsilon_certified
+    assert plan.epsilon_certified == pytest.approx(
+        epsilon(dp_accounting.GaussianDpEvent(sigma / (2 * math.sqrt(EPOCHS))), DELTA, "pld"), rel=1e-3)
+    four = mechanisms.get("dp-bandmf-4").plan(spec(sigma=sigma))
+    assert four.extra["options"] == {"bands": 4}
+    assert four.epsilon_certified == pytest.approx(mechanisms.get("dp-bandmf").plan(spec(sigma=sigma, bands=4))
+                                                   .epsilon_certified)
