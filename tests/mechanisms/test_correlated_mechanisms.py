@@ -143,3 +143,25 @@ def test_fixed_order_dpsgd_and_the_second_band_count():
     assert four.extra["options"] == {"bands": 4}
     assert four.epsilon_certified == pytest.approx(mechanisms.get("dp-bandmf").plan(spec(sigma=sigma, bands=4))
                                                    .epsilon_certified)
+
+
+def test_the_documented_own_correlated_mechanism_certifies():
+    """docs/mechanisms.md "Writing your own": the example, verbatim, plans a certified run whose sensitivity is
+    computed from its coefficients under the executed schema."""
+    import re
+    from pathlib import Path
+
+    from mechanisms.framework import registry
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "mechanisms.md").read_text()
+    section = text[text.index("**Writing your own.**"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    try:
+        exec(compile(code, "docs/mechanisms.md", "exec"), {})  # noqa: S102 - the documented code, verbatim
+        plan = plan_for(mechanisms.get("geometric-bands"), spec(sigma=8.0))
+        sens = 2 * math.sqrt(EPOCHS * (1 + 0.25 + 0.0625))  # 3 bands <= P: non-overlapping columns, x2 replace-one
+        assert plan.uncertified_reason is None
+        assert plan.effective_event == dp_accounting.GaussianDpEvent(pytest.approx(8.0 / sens))
+    finally:
+        if "geometric-bands" in mechanisms.names():
+            registry.unregister("geometric-bands")
