@@ -459,9 +459,19 @@ def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retrie
         st.save_phase(sweep, cfg.trial_key, output)
         fault("after_phase_saved")
 
+    from orchestrator import plan_cache
+    from storage.errors import StoreError
+
+    def keep_plan(cfg: TrialConfig, planned: Any) -> None:
+        try:
+            plan_cache.keep(st, cfg, planned)
+        except StoreError as e:  # a plan not cached is made again next time: not worth failing the sweep
+            cb.on_warning(f"could not cache the plan of {cfg.trial_key}: {e}")
+
     return run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
                    on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
-                   save_phase=save_phase, stop=stop).to_dict()
+                   save_phase=save_phase, stop=stop, cached_plan=lambda cfg: plan_cache.lookup(st, cfg),
+                   keep_plan=keep_plan).to_dict()
 
 
 TRIAL_COLUMNS = ("trial_key", "status", "dataset", "model", "mechanism", "epsilon", "seed", "attempts", "run_id",

@@ -78,6 +78,7 @@ class ClusterLost(RuntimeError):
 
 
 HEAD_CHECK_S = 2.0  # how often the driver checks that the cluster's head still answers
+PLANS_AHEAD = 2  # trials per accelerator slot whose plans are dispatched before they start
 
 
 def _head_patience_s() -> float:
@@ -240,6 +241,8 @@ def run_all(
     on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
     load_phase: LoadPhase | None = None, save_phase: SavePhase | None = None,
     stop: Callable[[], bool] | None = None,
+    cached_plan: Callable[[TrialConfig], Planned | None] | None = None,
+    keep_plan: Callable[[TrialConfig, Planned], Any] | None = None, plans_ahead: int = PLANS_AHEAD,
 ) -> DriverTiming:
     """Run every trial's phases; retry a failed trial up to `retries` times (from its stored
     accelerator output when it has one); at most `max_concurrent` accelerator phases at a time.
@@ -257,6 +260,10 @@ def run_all(
     recorded, the tasks still in flight are cancelled, and `run_all` returns. Progress is optional: a
     progress board that dies (its actor lost with its node) turns the bars off, not the sweep.
     Returns the driver's account of its time (`DriverTiming`).
+
+    Plans: `cached_plan` answers a plan from the store's cache (`orchestrator.plan_cache`), else a plan task makes
+    it and `keep_plan` stores it. Plan tasks are dispatched `plans_ahead` trials per slot ahead of the trials that
+    start, so a freed slot finds the next trial's plan made (its calibration ran on a CPU slot while others trained).
     """
     plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
     accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
@@ -278,9 +285,17 @@ def run_all(
         clock.idle_slot_s += (max_concurrent - busy) * (now - slots_since)
         slots_since = now
 
+    planning: dict[Any, TrialConfig] = {}  # plan tasks whose plan is to be kept in the cache
+
     def plan_of(config: TrialConfig) -> Any:
         if config.plan_key not in plans:
-            plans[config.plan_key] = plan_task.remote(config)
+            hit = cached_plan(config) if cached_plan is not None else None
+            if hit is not None:
+                plans[config.plan_key] = hit
+            else:
+                ref = plans[config.plan_key] = plan_task.remote(config)
+                if keep_plan is not None:
+                    planning[ref] = config
         return plans[config.plan_key]
 
     def analyse(trial: _Trial, output: dict[str, Any]) -> None:
@@ -311,6 +326,11 @@ def run_all(
             trial = queue.popleft()
             if on_start(trial.config) is not False:
                 start(trial)
+        w0 = time.perf_counter()
+        for trial in list(queue)[:plans_ahead * max_concurrent]:  # the next trials' plans, made while these train
+            if needs_plan_task(trial.config):
+                plan_of(trial.config)
+        clock.submit_s += time.perf_counter() - w0
 
     def finish(trial: _Trial, outcome: Any, phase: str, results: list[dict[str, Any]]) -> None:
         """A failed phase: retried (the plan made again if it was the plan that failed) or recorded."""
@@ -337,8 +357,8 @@ def run_all(
                                   f"{last_check - silent_since:.0f} s")
         fill()
         if not training and not analysing:
-            break
-        pending = list(training) + list(analysing)
+            break  # plan tasks still running belong to no trial left: they are not waited for
+        pending = list(training) + list(analysing) + list(planning)
         done, _ = ray.wait(pending, num_returns=1, timeout=poll_s)
         if done and len(pending) > 1:  # every result that is ready, not one per loop
             done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
@@ -353,6 +373,13 @@ def run_all(
                     board = None  # the progress board died: the trials go on without bars
         results: list[dict[str, Any]] = []
         for ref in done:
+            if ref in planning:  # a plan made: kept for the next sweep of this geometry (a failed one is not)
+                config = planning.pop(ref)
+                with contextlib.suppress(Exception):
+                    planned = ray.get(ref)
+                    if isinstance(planned, Planned):
+                        keep_plan(config, planned)  # type: ignore[misc]
+                continue
             phase = "accelerator" if ref in training else "analysis"
             if phase == "accelerator":
                 account_slots()
@@ -386,7 +413,13 @@ def run_all(
         clock.record_s += time.perf_counter() - w0
     account_slots()
     clock.loop_s = time.perf_counter() - loop_started
-    for ref in [*training, *analysing]:  # stopped early: nothing left running for a driver that is gone
+    if planning and keep_plan is not None and not (stop is not None and stop()):  # plans made as the last trial ended
+        ready, _ = ray.wait(list(planning), num_returns=len(planning), timeout=0)
+        for ref in ready:
+            with contextlib.suppress(Exception):
+                if isinstance(planned := ray.get(ref), Planned):
+                    keep_plan(planning.pop(ref), planned)
+    for ref in [*training, *analysing, *planning]:  # stopped early: nothing left running for a driver that is gone
         with contextlib.suppress(Exception):
             ray.cancel(ref, force=True)
     if board is not None:
