@@ -17,7 +17,8 @@ What it may cost: the whole measurement, the two setups included, at most OVERHE
 training time and never more than BUDGET_S (`overhead_budget`). Rounds go on, past MIN_ROUNDS, until the interval's
 half-width is within PRECISION of the ratio or the budget is spent (at most MAX_ROUNDS): a millisecond step reaches
 the precision in a few dozen rounds, a step too slow for it within the budget stops with the wider interval it
-has, which the record states. The budget is checked after each round, so the last round and the two memory steps
+has, which the record states. A trial too short to afford the fewest rounds that state an interval is not measured
+(`affordable`: its ratio is None). The budget is checked after each round, so the last round and the two memory steps
 (and a garbage collection before them) may pass it.
 
 On the CPU a step's time is the process's CPU time (`time.process_time`), not the wall clock: a step's work runs in
@@ -53,6 +54,14 @@ OVERHEAD_FRACTION, BUDGET_S = 0.1, 2.0
 def overhead_budget(train_s: float | None) -> float:
     """Seconds the paired measurement may take for a trial that trained `train_s` seconds (module docstring)."""
     return min(BUDGET_S, OVERHEAD_FRACTION * float(train_s or 0.0))
+
+
+def affordable(budget_s: float, step_s: float | None) -> bool:
+    """Whether the fewest rounds that state an interval (WARMUP + MIN_ROUNDS, a private and a non-private step
+    each, the non-private one taken as long as the private one) fit in the budget, for a trial whose median step
+    took `step_s`. A trial of a few dozen steps cannot afford them: it is not measured (its ratio is None and the
+    leaderboard compares it with the sweep's non-private trials), rather than measured at many times its cost."""
+    return step_s is not None and 2 * (WARMUP + MIN_ROUNDS) * step_s <= budget_s
 
 
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -147,4 +156,4 @@ def paired_overhead(pristine: nn.Module, bundle: Any, train_split: Any, mechanis
                     *(interval or (None, None)), clock() - began)
 
 
-__all__ = ["Overhead", "median_interval", "overhead_budget", "paired_overhead"]
+__all__ = ["Overhead", "affordable", "median_interval", "overhead_budget", "paired_overhead"]

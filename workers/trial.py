@@ -49,7 +49,7 @@ from workers.audit import (
 )
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
-from workers.overhead import overhead_budget, paired_overhead
+from workers.overhead import affordable, overhead_budget, paired_overhead
 from workers.result import TrialResult
 from workers.timing import Stopwatch
 from workers.train import Diverged, Progress, release_statistics, train
@@ -283,11 +283,12 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
                     attach=one_run.attach if one_run else None, private=config.private, watch=watch)
     with watch.part("forward_s"):
         losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
-    if pristine is not None and type(mechanism).make_private is Mechanism.make_private:  # the trainer's DP step
+    budget = overhead_budget(outcome.metrics.get("train_s"))
+    if pristine is not None and type(mechanism).make_private is Mechanism.make_private and \
+            affordable(budget, outcome.metrics.get("step_time_s")):  # the trainer's DP step, if it can pay for it
         with watch.part("overhead_s"):
             outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
-                                               device=device, seed=config.seed,
-                                               budget_s=overhead_budget(outcome.metrics.get("train_s"))).metrics()
+                                               device=device, seed=config.seed, budget_s=budget).metrics()
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
                              one_run.result() if one_run is not None else None, losses,
                              env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0,

@@ -75,3 +75,16 @@ def test_the_paired_overhead_never_costs_more_than_the_training_it_measures():
     assert full.seconds <= budget + 3 * (full.private_step_s + full.nonprivate_step_s) + 0.5
     narrow = (full.ratio_high - full.ratio_low) <= 2 * PRECISION * full.step_time_ratio
     assert narrow or full.seconds >= budget  # it stopped at the precision, or when the budget was spent
+
+
+def test_a_trial_too_short_for_the_fewest_rounds_is_not_measured():
+    """The fewest rounds that state an interval cost 2 x (WARMUP + MIN_ROUNDS) steps: a trial whose budget (a tenth
+    of its training) cannot pay for them is not measured, whatever its step time."""
+    from workers.overhead import MIN_ROUNDS, WARMUP, affordable, overhead_budget
+
+    fewest = 2 * (WARMUP + MIN_ROUNDS)
+    step = 0.07  # a cnn-small step at the quickstart's batch on this CPU
+    assert not affordable(overhead_budget(8 * step), step)  # 8 training steps: 0.056 s of budget
+    assert affordable(overhead_budget(10 * fewest * step), step)  # 160 steps: just enough
+    assert not affordable(overhead_budget(10 * fewest * step - 0.01), step)
+    assert not affordable(1.0, None)
