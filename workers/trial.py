@@ -271,7 +271,10 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
                                       {}, time.time())
     elif spec != planned.spec:
         raise RuntimeError("the plan was made for another training set or model than the one that would run; "
-                           "the accounted process must be the executed one")
+                           "the accounted process must be the executed one" + (
+                               " (the plan came from the store's calibration cache: the data or model on this "
+                               "worker differ from those it was made for; rerun with PRIVBENCH_PLAN_CACHE=0)"
+                               if planned.cached else ""))
     plan, audit = planned.plan, config.audit
     mechanism = mechanisms.get(config.mechanism)
     one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None

@@ -89,3 +89,15 @@ def test_the_cache_can_be_turned_off(st, monkeypatch):
     plan_cache.keep(st, config, plan_phase(config))
     monkeypatch.setenv("PRIVBENCH_PLAN_CACHE", "0")
     assert plan_cache.lookup(st, config) is None
+
+
+def test_a_cached_plan_for_another_training_set_is_refused_by_the_trial():
+    """A hit is still checked against the process that runs: a cached plan whose spec is not the trial's (data
+    changed on the worker since) stops the trial, saying where the plan came from."""
+    from workers.trial import accelerator_phase
+
+    config = config_of()
+    cached = dataclasses.replace(plan_phase(config), cached=True)
+    other = config_of(train=DP["train"] | {"max_train_examples": 300})
+    with pytest.raises(RuntimeError, match="calibration cache"):
+        accelerator_phase(other, cached)
