@@ -112,7 +112,9 @@ def _read_yaml(text: str, source: str) -> dict[str, Any]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise GridError([f"{source}: YAML syntax error{where}: {getattr(e, 'problem', e)}"]) from None
+        said = " ".join(str(getattr(e, "problem", None) or e).split())  # a reader error spans two lines
+        said = said.replace(' in "<unicode string>",', " at")
+        raise GridError([f"{source}: YAML syntax error{where}: {said}"]) from None
     except RecursionError:
         raise GridError([f"{source}: the YAML is nested too deeply"]) from None
     if not isinstance(raw, dict):

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.console import err, fail, out, styled
+from orchestrator.console import error, fail, out
 from orchestrator.sweep_cli import StoreOpt, store_errors
 
 app = typer.Typer(help="Check a store's files, and rebuild a damaged one from the other.", no_args_is_help=True)
@@ -47,8 +47,7 @@ def check(store: StoreOpt = None, ledger: LedgerOpt = None, quick: QuickOpt = Fa
         if problem is None:
             out.print(f"{path}: ok", soft_wrap=True)
     for path, problem in bad.items():
-        err.print(styled("[bold red]error:[/] {message}", message=str(damaged(location, path, problem))),
-                  soft_wrap=True)
+        error(str(damaged(location, path, problem)))
     if not found:
         out.print(f"{location.display}: not a SQLite store; PostgreSQL and MLflow servers check their own pages")
     if bad:

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.console import err, fail, out, styled, visible
+from orchestrator.console import err, error, fail, out, styled, visible
 from orchestrator.runner import Callback, SweepSummary, trial_rows
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
@@ -100,7 +100,7 @@ def run(
                                  callbacks=[display], only=only or ())
     except runner.SweepError as e:
         for problem in e.problems:
-            err.print(styled("[bold red]error:[/] {problem}", problem=problem), soft_wrap=True)
+            error(problem)
         raise typer.Exit(code=e.code) from None
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (the first one stops after recording)
         fail("interrupted; what was recorded is kept: run the sweep again to resume", code=130)

@@ -48,9 +48,9 @@ def refuse_odd(paths: Iterable[Path | None], where: str, *, lock: Path | None = 
                 raise StoreError(f"store {where}: {name} cannot be read ({e.strerror})") from None
             if stat.S_ISLNK(info.st_mode):
                 target = _link_target(name)
-                raise StoreError(f"store {where}: {name} is a symbolic link ({target}), not the store's own file; "
-                                 "nothing was written. Replace it with the file itself (`cp --remove-destination "
-                                 f"\"$(readlink -f {name.name})\" {name.name}`) or move it aside")
+                raise StoreError(f"store {where}: {name} is a symbolic link ({target}), not a file of its own; "
+                                 "nothing was written. Move the link aside (and put the file it names in its "
+                                 "place, if that file is this store's)")
             if stat.S_ISDIR(info.st_mode):
                 raise StoreError(f"store {where}: {name} is a folder, not a SQLite file; nothing was written. "
                                  "Move it aside")

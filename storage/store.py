@@ -61,6 +61,7 @@ def preflight(location: StoreLocation, sweep: str) -> None:
     the server (it would belong to another ledger, and the run would be refused after creating one)."""
     lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
     with translated(location.display):
+        refuse_odd_files(location, locks=True)
         check_files(location, sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))
         ledger_file = sqlite_path(location.ledger_uri)
         if ledger_file is not None and ledger_file.is_file():
@@ -163,6 +164,21 @@ def _half_migrated(path: Path) -> bool:
                           ).fetchone()[0] > 0
 
 
+def refuse_odd_files(location: StoreLocation, *, reading: bool = False, locks: bool = False) -> None:
+    """The store's SQLite files are regular files of their own, or absent (`storage.files.refuse_odd`);
+    `reading`: the ledger only (read commands never open MLflow's file). `locks`: and no other process
+    holds SQLite's write lock on one (`storage.files.sqlite_locked`), for a driver about to write."""
+    from storage import files
+
+    ledger = sqlite_path(location.ledger_uri)
+    paths = (ledger,) if reading else (ledger, sqlite_path(location.tracking_uri))
+    files.refuse_odd(paths, location.display,
+                     lock=ledger.with_name(ledger.name + ".lock") if ledger is not None and not reading else None)
+    for path in dict.fromkeys(paths) if locks else ():
+        if path is not None:
+            files.sqlite_locked(path, location.display)
+
+
 def check_files(location: StoreLocation, *paths: Path | None) -> None:
     """SQLite's integrity check of some of the store's SQLite files: a damaged page is said (`damaged`)
     before anything reads fewer rows than the file holds, or writes over it. The ledger gets the full
@@ -263,6 +279,7 @@ class Store:
             else:
                 if not self.location.exists():
                     raise StoreError(f"no privbench store at {self.where}")
+                refuse_odd_files(self.location, reading=True)
                 self._ledger = Ledger(self.location.ledger_uri, read_only=True)
                 self._own_damage()
                 check_files(self.location, self._ledger.path)
@@ -271,6 +288,7 @@ class Store:
 
     def _create(self) -> None:
         loc = self.location
+        refuse_odd_files(loc)
         for path in (sqlite_path(loc.ledger_uri), sqlite_path(loc.tracking_uri)):
             if path is not None and path.exists() and not os.access(path, os.W_OK):
                 raise StoreError(f"store {path} is read-only: `sweep run` {WRITE_ACCESS}")
@@ -282,6 +300,7 @@ class Store:
         self._ledger = Ledger(loc.ledger_uri)
         self._own_damage()
         with self._ledger.lock():
+            refuse_odd_files(loc, locks=True)  # again under the lock: a rebuild may have run meanwhile
             check_files(self.location, self._ledger.path, sqlite_path(loc.tracking_uri))
             check_tracking_file(self.location, self._ledger)
             self._ledger.migrate()
