@@ -36,7 +36,8 @@ def _fmt(x: Any, f: schema.Field) -> str:
 def _utility(r: LeaderboardRow) -> str:
     if r.utility_mean is None:
         return "-"
-    return f"{r.utility_mean:.4f} ± {r.utility_std:.4f}" if r.utility_std is not None else f"{r.utility_mean:.4f}"
+    one_run = r.utility_std is None or r.n_finished < 2  # no spread to show: `0.4568`, never `0.4568 ± 0.0000`
+    return f"{r.utility_mean:.4f}" if one_run else f"{r.utility_mean:.4f} ± {r.utility_std:.4f}"
 
 
 def _mu(r: LeaderboardRow) -> str:
@@ -64,7 +65,8 @@ def _cell(f: schema.Field) -> Callable[[LeaderboardRow], str]:
 
 
 def groups_of(columns: str | Sequence[str]) -> tuple[str, ...]:
-    """`--columns` ('core', 'audit,overhead', 'all') -> the schema's column groups (core always)."""
+    """`--columns` ('core', 'audit,overhead', 'all', 'utility,eps certified') -> the schema's column groups (core
+    always) and single columns' headers."""
     return schema.select(columns) if isinstance(columns, str) else tuple(columns)
 
 
@@ -72,9 +74,9 @@ def display(board: Sequence[LeaderboardRow], columns: str | Sequence[str] = "cor
             leave_out: Sequence[str] = ()) -> list[tuple[str, Callable[[LeaderboardRow], str]]]:
     """(header, cell) of the text tables' columns: the schema's displayed fields of the chosen groups, in
     its display order; a sparse field (newer than most stores) only when some row has it."""
-    groups = groups_of(columns)
+    chosen = groups_of(columns)  # groups and single columns' headers
     return [(f.header, _cell(f)) for f in schema.displayed()
-            if f.group in groups and f.header not in leave_out
+            if (f.group in chosen or f.header in chosen or f.header in schema.IDENTITY) and f.header not in leave_out
             and not (f.sparse and all(getattr(r, f.column) is None for r in board))]
 
 
