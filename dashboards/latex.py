@@ -301,8 +301,6 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
         notes += [f"{c.label(True)}: {c.label(False)}" for c in dict.fromkeys(shown) if c.short != c.full]
         used = sorted({r.claim_status for r in board if r.claim_status in STATUS_ABBR})
         notes += [f"{STATUS_ABBR[s]}: {s}" for s in used]
-    if any(c.header == "status" for c in shown) and any(r.audit_above_ceiling for r in board):
-        notes.append(r"!: the audited $\varepsilon$ lies above its ceiling beyond its noise")
     if any(c.unit == "x" for c in shown):
         notes.append(r"($\times$): relative to non-private")
     if best:
@@ -320,9 +318,9 @@ def part_note(n: int, parts: int) -> str:
 
 
 def status(r: LeaderboardRow, abbreviated: bool = False) -> str:
-    """The claim status, `!` after it when the audited epsilon lies above its ceiling beyond its noise."""
+    """The claim status (why a row is violated is the `violation` column, in words)."""
     name = r.claim_status or "--"
-    return (STATUS_ABBR.get(name, name) if abbreviated else name) + ("!" if r.audit_above_ceiling else "")
+    return STATUS_ABBR.get(name, name) if abbreviated else name
 
 
 def _abbreviate_statuses(cols: Sequence[Column], board: Sequence[LeaderboardRow]) -> list[Column]:

@@ -78,6 +78,7 @@ class LeaderboardRow:
     tuning: str | None = None
     uncertified_reason: str | None = None  # why no sound analysis of what ran is known (the first seed's)
     audit_above_ceiling: bool | None = None  # some seed's audited epsilon exceeds its ceiling beyond its noise
+    audit_violation: str | None = None  # what refutes the claim, in a few words (any seed's; `violation` column)
 
 
 # The per-trial record fields the leaderboard aggregates itself by the schema's rule (the other
@@ -98,6 +99,8 @@ def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
         "step_time_s": metrics.get("step_time_s"), "claim_status": privacy.get("claim_status"),
         "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
         "uncertified_reason": privacy.get("uncertified_reason"),
+        "audit_violations": tuple(privacy.get("audit_violations")
+                                  or (("above ceiling",) if privacy.get("audit_above_ceiling") else ())),
     } | {f.column: schema.value(sections[f.section], f) for f in AGGREGATED}
 
 
@@ -174,6 +177,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             accountant=next(iter(fin.accountant.dropna()), None),
             sampler=next(iter(fin.sampler.dropna()), None),
             uncertified_reason=next(iter(fin.uncertified_reason.dropna()), None),
+            audit_violation=", ".join(dict.fromkeys(v for seed in fin.audit_violations for v in seed)) or None,
             # the trials' own paired measurements; records from before them: against non-private's trials
             step_time_ratio=_first(_mean(fin.step_time_ratio), ratio("step_time_s")),
             peak_memory_ratio=_first(_mean(fin.peak_memory_ratio),

@@ -52,8 +52,8 @@ CELLS: dict[str, Callable[[LeaderboardRow], str]] = {
     "dataset": lambda r: r.dataset, "model": lambda r: r.model, "mechanism": lambda r: r.mechanism,
     "utility": _utility,
     "mu claimed/audited": _mu,
-    # "!": the audited epsilon lies above its ceiling by more than the ceiling's noise (`> ceiling`)
-    "status": lambda r: (r.claim_status or "-") + ("!" if r.audit_above_ceiling else ""),
+    "status": lambda r: r.claim_status or "-",
+    "violation": lambda r: r.audit_violation or "-",  # why, in words (e.g. "above ceiling")
     "> ceiling": lambda r: {True: "yes", False: "no"}.get(r.audit_above_ceiling, "-"),
     "runs": lambda r: f"{r.n_finished}" + (f" ({r.n_failed} failed)" if r.n_failed else ""),
     "pareto": lambda r: "*" if r.pareto else "",

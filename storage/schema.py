@@ -189,6 +189,10 @@ FIELDS: tuple[Field, ...] = (
     F("uncertified_reason", "privacy", (str, type(None)), "why no sound analysis of what ran is known (certified "
       "is then null): a part or step privbench did not write, or a known gap", column="uncertified_reason",
       aggregate="first", private_only=True),
+    F("integrity_checks", "privacy", (dict, type(None)), "each integrity check the trial ran (what ran is what "
+      "was planned: mechanisms/framework/integrity.py) and whether it passed", private_only=True),
+    F("integrity_failed", "privacy", (list, type(None)), "every failed integrity check with its reason, in words: "
+      "any makes the trial uncertified (its reasons join uncertified_reason)", private_only=True),
     F("release_multipliers", "privacy", dict, "each release's own noise multiplier (std over sensitivity); the "
       "step's is their combination"),
     F("parts", "privacy", (dict, type(None)), "the mechanism's parts"),
@@ -232,6 +236,18 @@ FIELDS: tuple[Field, ...] = (
       header="> ceiling", group="audit", aggregate="max", private_only=True, sparse=True),
     F("audit_noise_skipped", "privacy", (str, type(None)), "why no epsilon was read off the measured noise",
       private_only=True),
+    F("audit_noise_discarded", "privacy", (str, type(None)), "a noise reading the Gaussian-model guard set aside, "
+      "what it read and why", private_only=True, sparse=True),
+    F("audit_noise_checks", "privacy", list, "the noise checks that ran on the excluded canaries' residuals (scale, "
+      "step scale, scale across steps, lag k, partial sums L)", private_only=True),
+    F("audit_noise_checks_skipped", "privacy", (str, type(None)), "why the noise checks did not run",
+      private_only=True),
+    F("audit_findings", "privacy", list, "what the run's audits found that refutes the claim, in words (the audited "
+      "epsilon above the ceiling beyond its noise, a failed noise check, a family bound above the claim)",
+      private_only=True),
+    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, noise below "
+      "declared, noise repeats across steps, noise correlated across steps, family bound above claim)",
+      private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),
@@ -243,7 +259,8 @@ FIELDS: tuple[Field, ...] = (
       mlflow=True),
     F("audit_sigma_measured_upper", "privacy", NUM + OPT, "its upper confidence limit", private_only=True),
     F("audit_noise_kurtosis", "privacy", NUM + OPT, "kurtosis of the measured noise", private_only=True),
-    F("audit_run_violated", "privacy", bool, "a family bound exceeds the claim", private_only=True),
+    F("audit_run_violated", "privacy", bool, "an audit of the run refutes the claim (audit_findings says how)",
+      private_only=True),
     F("audit_one_run_skipped", "privacy", str, "why the one-run audit did not run", private_only=True),
     F("audit_plan_s", "privacy", NUM, "seconds planning the audit", private_only=True, mlflow=True, unit="s"),
     F("audit_one_run_s", "privacy", NUM, "seconds the canaries spent in steps", private_only=True, mlflow=True,
@@ -304,6 +321,9 @@ FIELDS: tuple[Field, ...] = (
     F("mu_claimed_audited", "derived", str, "mu claimed / audited of one step", header="mu claimed/audited",
       group="audit", abbr="mu cl./aud."),
 
+    F("audit_violation", "derived", (str, type(None)), "what refutes the claim in a few words, over the seeds (the "
+      "records' audit_violations; 'above ceiling' for records older than them): why a row is violated",
+      column="audit_violation", header="violation", group="core", aggregate="none", sparse=True),
     F("n_finished", "derived", int, "finished trials", column="n_finished", header="runs", group="core", abbr="n"),
     F("n_failed", "derived", int, "failed trials", column="n_failed"),
     F("batch_size", "derived", (int, type(None)), "config.train.batch_size", column="batch_size"),
@@ -316,8 +336,8 @@ FIELDS: tuple[Field, ...] = (
 
 DISPLAY_ORDER = (  # the text tables' column order (by header); `--columns all` shows every one
     "dataset", "model", "mechanism", "eps target", "utility", "eps claimed", "eps certified", "eps audited",
-    "eps curve", "eps noise", "ceiling", "> ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status", "sigma",
-    "step x", "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
+    "eps curve", "eps noise", "ceiling", "> ceiling", "MIA AUC", "audit x", "mu claimed/audited", "status",
+    "violation", "sigma", "step x", "peak MB", "mem x", "ex/s", "plan s", "accel s", "analysis s", "runs", "pareto",
 )
 
 

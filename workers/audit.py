@@ -91,6 +91,21 @@ def dpsgd_shape(event: Any) -> tuple[float, float, int] | None:
     return None
 
 
+def plan_units(plan: Any) -> tuple[float | None, tuple[float, float] | None, Any]:
+    """(unit, unit range, correlation) of the canaries, from the plan alone (never from the optimizer): the bound
+    the plan's noise is declared for (`Parts.audit_bound`); when that noise follows a state-set bound, the
+    clipper's declared range, which the bound in force is clamped to in every step; and the correlation across
+    steps the noise part declares (`correlation`, None: independent). A plan without parts: (None, None, None)."""
+    parts = getattr(plan, "parts", None)
+    if parts is None:
+        return None, None, None
+    clipper, noise = parts.clipper, parts.noise
+    unit_range = None
+    if clipper.state_key is not None and getattr(noise, "follows_bound", False):
+        unit_range = (float(getattr(clipper, "minimum", clipper.bound)), float(clipper.max_bound))
+    return float(parts.audit_bound), unit_range, getattr(noise, "correlation", None)
+
+
 class OneRun:
     """Attach Dirac canaries to the private optimizer (if it is an Opacus one); the analysis phase estimates.
 
@@ -123,8 +138,10 @@ class OneRun:
         # run is not that process, so no bound leans on its event's shape (it would not be a lower bound).
         self.shape = dpsgd_shape(self.plan.effective_event) if self.plan.sampler == "poisson" else None
         m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
+        unit, unit_range, correlation = plan_units(self.plan)
         self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
-                                                statistic=self.cfg.statistic)
+                                                statistic=self.cfg.statistic, unit=unit, unit_range=unit_range,
+                                                planned_steps=self.plan.steps, correlation=correlation)
         self.plan_s = time.perf_counter() - t0
         canaries = self.canaries
         return lambda: canaries.overhead_s
@@ -225,6 +242,15 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
         if noise:  # above the ceiling by more than its noise: the run leaks more than certified, or the audit is wrong
             out["audit_ceiling_noise"] = noise[0]
             out["audit_above_ceiling"] = above_ceiling(e.epsilon, ceiling, noise[0])
+            if out["audit_above_ceiling"]:
+                from mechanisms.auditing.white_box import CEILING_FLAG_NOISES
+
+                finding = (f"the audited epsilon {e.epsilon:.3g} lies above the ceiling {ceiling:.3g} (what this audit "
+                           f"reaches on the certified mechanism) by more than {CEILING_FLAG_NOISES:g} times the "
+                           f"ceiling's noise ({noise[0]:.2g}): the run leaks more than its certificate says")
+                out["audit_findings"] = [*out.get("audit_findings", []), finding]
+                out["audit_violations"] = [*out.get("audit_violations", []), "above ceiling"]
+                out["audit_run_violated"] = True
     return out
 
 
@@ -242,8 +268,11 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
                   budget_s: float | None = None) -> dict[str, Any]:
     """The two run-level bounds that lean on the certified event's shape (T Poisson-subsampled Gaussian
     steps at rate q, noise multiplier unknown): the one-run f-DP test against that family's curves
-    (`epsilon_audited_curve`) and the white-box noise measurement (`epsilon_audited_noise`). Either above the
-    claim refutes it (`audit_run_violated`); `epsilon_audited` stays the assumption-free bound."""
+    (`epsilon_audited_curve`) and the white-box noise measurement (`epsilon_audited_noise`), and the noise checks
+    (`noise_checks`: the excluded canaries' noise against the declared scale and independence across steps).
+    Either bound above the claim, or a failed noise check, refutes it (`audit_run_violated`, with each finding in
+    words in `audit_findings` and in a few words in `audit_violations`); `epsilon_audited` stays the
+    assumption-free bound. A reading the Gaussian-model guard sets aside is recorded (`audit_noise_discarded`)."""
     from mechanisms.auditing import white_box
 
     c = result.observations
@@ -267,10 +296,39 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     why = "audit.family_bounds is off" if not cfg.family_bounds else white_box.noise_check_gap(c.noise_moments)
     if why is not None:
         out["audit_noise_skipped"] = why
+    findings: list[str] = []
+    labels: list[str] = []
+    if n is not None and not n.gaussian:  # the guard sets the reading aside; the record says what it set aside
+        low = n.sigma_upper < sigma * (1 - REL_TOL)
+        out["audit_noise_discarded"] = (
+            f"the measured noise {n.sigma:.3g} (upper bound {n.sigma_upper:.3g}, declared {sigma:.3g}) gave no "
+            f"epsilon: its kurtosis {n.kurtosis:.3g} is not a Gaussian's 3" +
+            ("; it is significantly below the declared noise" if low else ""))
+        if low and c.noise_summary is None:  # no noise checks to judge it: the reading itself is the finding
+            findings.append(f"the measured noise {n.sigma_upper:.3g} (upper bound) is below the {sigma:.3g} "
+                            "the plan declares")
+            labels.append("noise below declared")
+    if c.noise_summary is not None and cfg.family_bounds:
+        from mechanisms.auditing import noise_checks
+
+        report = noise_checks.check_noise(c.noise_summary, sigma)
+        out["audit_noise_checks"] = [f.check for f in report.findings]
+        if report.skipped:
+            out["audit_noise_checks_skipped"] = report.skipped
+        findings += report.reasons()
+        labels += report.labels()
     claimed = getattr(plan, "epsilon_claimed", None)
-    if out and claimed is not None:
-        found = [out.get(k) for k in ("epsilon_audited_curve", "epsilon_audited_noise")]
-        out["audit_run_violated"] = any(e is not None and e > claimed * (1 + REL_TOL) for e in found)
+    if claimed is not None:
+        for key, what in (("epsilon_audited_curve", "the bound within the certified family"),
+                          ("epsilon_audited_noise", "the epsilon read off the measured noise")):
+            value = out.get(key)
+            if value is not None and value > claimed * (1 + REL_TOL):
+                findings.append(f"{what} ({value:.3g}) exceeds the claimed epsilon {claimed:.3g}")
+                labels.append("family bound above claim")
+    if out and claimed is not None or findings:
+        out["audit_run_violated"] = bool(findings)
+    if findings:
+        out["audit_findings"], out["audit_violations"] = findings, list(dict.fromkeys(labels))
     if out:
         out["audit_family_s"] = time.perf_counter() - t0
     return out

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mechanisms.framework.mechanism import Mechanism
+from mechanisms.framework.integrity import runs_own_step, step_findings
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
 from workers.datasets.contract import Split
@@ -216,11 +216,8 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
                                       generator=generator, grad_sample_mode=mode.name, noise_generator=noise_generator,
                                       secure_mode=secure_mode, pad_to=PAD_TO if cfg.compile else None)
-    if private and type(mechanism).make_private is Mechanism.make_private:  # the trainer's step (an override is
-        from mechanisms.framework.private_training import step_integrity  # its own: contract_problems flags a plugin's)
-
-        if problems := step_integrity(training):
-            info["step_problems"] = problems
+    if private and runs_own_step(mechanism):  # the trainer's step (an override is its own: the contract check
+        info["integrity"] = [step_findings(training).to_dict()]  # flags a plugin's)
     precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode.name)
     step_module = compiled(training.module, mode.name, private) if cfg.compile else training.module
     return Setup(training, precision, step_module, evals, info)
@@ -257,9 +254,10 @@ def train(
     `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step; it
     may return a clock of its own seconds inside steps, which the step timer leaves out (the one-run
     canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
-    `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). A private
-    step that is not privbench's (`step_integrity`) is reported in `info["step_problems"]`: the trial is
-    then uncertified.
+    `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). The integrity
+    checks of privbench's private step (`mechanisms.framework.integrity`: its code before the first step and
+    after the last, every step's `StepGuard`) are in `info["integrity"]`, and the state trajectory the analysis
+    replays in `info["state_trace"]`: a failed check makes the trial uncertified.
     """
     if private is None:
         private = plan.sigma is not None
@@ -291,6 +289,14 @@ def train(
     taken = getattr(optimizer, "steps_taken", done)
     if done != plan.steps or taken != plan.steps:
         raise RuntimeError(f"the trial ran {done} batches and {taken} updates, the plan accounted for {plan.steps}")
+    guard = getattr(optimizer, "guard", None)
+    if "integrity" in info and guard is not None:  # every step's checks, read once; the step's code once more
+        info["integrity"] += [f.to_dict() for f in guard.findings()]
+        after = step_findings(s.training, "after the last step")
+        if not after.passed:
+            info["integrity"].append(after.to_dict())
+        if guard.trace is not None:
+            info["state_trace"] = guard.trace.to_dict()
     metrics: dict[str, float | None] = {
         "accuracy": final["test"]["accuracy"] if "test" in final else None,
         "test_loss": final["test"]["loss"] if "test" in final else None,

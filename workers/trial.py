@@ -32,8 +32,10 @@ import numpy as np
 import torch
 
 import mechanisms
+from mechanisms.framework import integrity
 from mechanisms.framework.claims import claim_status
-from mechanisms.framework.mechanism import Mechanism, plan_for, uncertified
+from mechanisms.framework.integrity import Finding, runs_own_step
+from mechanisms.framework.mechanism import plan_for, uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import datasets, models, plugins
 from workers.audit import (
@@ -235,7 +237,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
                     noise_generator=noise, secure_mode=config.secure_rng,
                     attach=one_run.attach if one_run else None, private=config.private)
     losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
-    if pristine is not None and type(mechanism).make_private is Mechanism.make_private:  # the trainer's DP step
+    if pristine is not None and runs_own_step(mechanism):  # the trainer's DP step
         budget = min(BUDGET_S, float(outcome.metrics.get("train_s") or 0.0))  # never more than the training
         outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
                                            device=device, seed=config.seed, budget_s=budget).metrics()
@@ -260,8 +262,9 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     t0 = time.perf_counter()
     _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
-    if problems := output.info.get("step_problems"):  # the step that ran is not privbench's: nothing certifies it
-        plan = uncertified(plan, "the training step was replaced: " + "; ".join(problems))
+    findings = integrity_findings(config, planned, output)
+    if (reason := integrity.certify(findings)) and config.private:  # what ran is not what the plan accounts
+        plan = uncertified(plan, "; ".join(r for r in (planned.plan.uncertified_reason, reason) if r))
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
         audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
@@ -280,7 +283,8 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                      audit_violated=bool(audits.get("audit_step_violated")
                                                           or audits.get("audit_run_violated")),
                                      private=private),
-    } | dict(planned.tuning) | candidate_fields(config.tuning)
+    } | dict(planned.tuning) | candidate_fields(config.tuning) | (
+        integrity.record_fields(findings) if private else {})
     if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
         privacy["claim_status_without_step"] = claim_status(
             plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
@@ -294,6 +298,22 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     metrics = output.metrics | phases | {"wall_s": wall, "calibration_s": planned.calibration_s}
     return TrialResult(config.sweep, config.trial_key, "finished", config.to_dict(), metrics, output.curves,
                        privacy, output.environment | {"finished_at": finished}).to_record()
+
+
+def integrity_findings(config: TrialConfig, planned: Planned, output: AcceleratorOutput) -> list[Finding]:
+    """Every integrity check of the trial (`mechanisms.framework.integrity`): the contract (planning), the
+    step's code and every step's guard (training), and the state replayed from the recorded releases in a
+    process of its own (analysis)."""
+    if not config.private:
+        return []
+    mechanism = mechanisms.get(config.mechanism)
+    findings = integrity.contract_findings(mechanism, planned.plan)
+    findings += [Finding.from_dict(f) for f in output.info.get("integrity", ())]
+    if (trace := output.info.get("state_trace")) is not None:
+        from workers.replay import replay_apart
+
+        findings.append(replay_apart(config.to_dict(), planned.plan, trace))
+    return findings
 
 
 def step_memory(config: TrialConfig) -> tuple[float, float | None]:

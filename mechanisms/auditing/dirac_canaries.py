@@ -23,11 +23,18 @@ Two details keep the bound sound and useful:
   (subsampled) Gaussian mechanism in the canary, so the guarantee holds for the residual too, and
   the data's gradient no longer drowns the canary. `score="update"` uses the privatised value as is.
 
-The canaries observe every release through the private optimizer's public hook
-(`PrivateOptimizerMixin.observe_releases`): `before_noise` sees `p.summed_grad` (the clipped sum)
-and injects the canaries, `after_noise` reads `p.grad` (the privatised sum, before scaling by the
-batch size). The noise in between is the mechanism's own noise part (gredp's frequency-domain noise,
-shuffled DP-SGD's batch clip), so every mechanism is audited through the code that trains.
+The canaries measure what ran, not what the mechanism says about itself. They are the private optimizer's
+canary probe (`PrivateOptimizerMixin.attach_probe`), which runs before any release observer: each joining
+canary enters the step as an example whose gradient has `CANARY_NORM` times the plan's bound at its coordinate,
+and is clipped by the engine that clips the batch, at the bound that engine holds in that step
+(`clipped_norm`). The released value is read before any observer sees it (`after_noise`), and every
+observation is in the plan's units: the bound the plan's noise is declared for (`Parts.audit_bound`), or, when
+the noise follows a state-set bound, the bound in force clamped to the clipper's declared range. An engine
+that clips at 2C after planning, or a sum scaled before the noise, pushes a canary by 2 plan units: the audit
+then reads far more than the certified epsilon. The noise in between is the mechanism's own noise part
+(gredp's frequency-domain noise, shuffled DP-SGD's batch clip), so every mechanism is audited through the
+code that trains. The excluded canaries' residuals are kept (a capped number of them) for the noise checks
+(`noise_checks`: scale per step, independence across steps).
 """
 
 from __future__ import annotations
@@ -38,10 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.auditing import one_run, white_box
+from mechanisms.auditing import noise_checks, one_run, white_box
 from mechanisms.auditing.canary import CanaryScoreAuditor
 
 SCORES = ("residual", "update")
+CANARY_NORM = 4.0  # a canary example's gradient norm, in the plan's bound: well above it, so the engine clips it
 PENDING_VALUES = 1 << 20  # at most this many buffered values (two per canary and step) before scoring
 
 
@@ -73,7 +81,12 @@ class DiracCanaries:
 
     def __init__(self, n_params: int, m: int, *, clip: float, sample_rate: float, seed: int = 0,
                  score: str = "residual", statistic: str = "lr",
-                 guess_counts: tuple[int, ...] | None = None) -> None:
+                 guess_counts: tuple[int, ...] | None = None, unit_range: tuple[float, float] | None = None,
+                 planned_steps: int | None = None, correlation: noise_checks.Correlation | None = None) -> None:
+        """`clip`: the plan's unit (the bound its noise is declared for); `unit_range`: when the noise follows
+        a state-set bound, the clipper's declared range, to which the bound in force is clamped to give each
+        step's unit; `planned_steps` and `correlation` (the noise part's declared correlation across steps)
+        are for the noise checks."""
         if not 1 <= m:
             raise ValueError(f"need at least one canary, got {m}")
         if not clip > 0:
@@ -90,6 +103,8 @@ class DiracCanaries:
         self.coordinates, self.signs = self.layout.coordinates, self.layout.signs
         self.included = rng.random(m) < 0.5
         self.statistic, self.guess_counts = statistic, guess_counts
+        self.unit_range = unit_range
+        self._series = noise_checks.SeriesKeeper(np.flatnonzero(~self.included), planned_steps or 2000, correlation)
         self._scores = np.zeros(m)  # sum over steps of the observation, in units of C
         self._lr = white_box.ScoreAccumulator(m, sample_rate, "lr")
         self._steps = 0
@@ -110,6 +125,7 @@ class DiracCanaries:
         # Moments of the excluded canaries' residuals (pure noise at a coordinate no canary of theirs pushes;
         # pushes of included canaries sharing it only add variance): the white-box noise measurement.
         self._noise_moments = np.zeros(3)  # (count, sum of y^2, sum of y^4)
+        self._norm: Any = None  # the canary example's gradient norm, a device scalar
 
     @property
     def scores(self) -> np.ndarray:
@@ -139,20 +155,25 @@ class DiracCanaries:
     @classmethod
     def attach_to(cls, optimizer: Any, m: int, *, sample_rate: float, seed: int = 0,
                   score: str = "residual", statistic: str = "lr",
-                  guess_counts: tuple[int, ...] | None = None) -> DiracCanaries:
-        """Canaries over all of `optimizer.params`, clip = its `max_grad_norm`, already attached. When the
-        mechanism's state sets the bound (adaptive clipping), each push is the bound in force at that step
-        (`optimizer.bound`, a device scalar) and each observation is read in its units: a canary leaks exactly
-        as much as a worst-case example of that step, never more.
+                  guess_counts: tuple[int, ...] | None = None, unit: float | None = None,
+                  unit_range: tuple[float, float] | None = None, planned_steps: int | None = None,
+                  correlation: noise_checks.Correlation | None = None) -> DiracCanaries:
+        """Canaries over all of `optimizer.params`, already attached. `unit`: the plan's (the trial passes
+        `Parts.audit_bound`); without it the optimizer's declared bound. Each push is what the engine's clipping
+        leaves of a canary example (`clipped_norm`), never a number the optimizer reports; with `unit_range`
+        (noise that follows a state-set bound) each observation is read in units of the bound in force clamped
+        to that range.
 
         Under Opacus' per-layer clipping `max_grad_norm` is the total norm sqrt(sum_l C_l^2), the
         sensitivity of the sum: against isotropic noise a Dirac canary of that norm leaks exactly as
         much as a worst-case example with norm C_l in every tensor.
         """
         n_params = sum(p.numel() for p in optimizer.params)
-        canaries = cls(n_params, m, clip=float(getattr(optimizer, "declared_bound", None) or optimizer.max_grad_norm),
-                       sample_rate=sample_rate, seed=seed,
-                       score=score, statistic=statistic, guess_counts=guess_counts)
+        if unit is None:
+            unit = float(getattr(optimizer, "declared_bound", None) or optimizer.max_grad_norm)
+        canaries = cls(n_params, m, clip=unit, sample_rate=sample_rate, seed=seed, score=score, statistic=statistic,
+                       guess_counts=guess_counts, unit_range=unit_range, planned_steps=planned_steps,
+                       correlation=correlation)
         return canaries.attach(optimizer)
 
     # -- Opacus plumbing ----------------------------------------------------------------------
@@ -162,10 +183,10 @@ class DiracCanaries:
 
         if self._optimizer is not None:
             raise RuntimeError("these canaries are already attached")
-        if not hasattr(optimizer, "observe_releases"):
+        if not hasattr(optimizer, "attach_probe"):
             raise ValueError("Dirac canaries need a privbench private optimizer "
                              "(mechanisms.framework.private_training)")
-        if any(isinstance(o, DiracCanaries) for o in optimizer.observers):
+        if optimizer.probe is not None:
             raise RuntimeError("this optimizer already carries Dirac canaries")
         sizes = [p.numel() for p in optimizer.params]
         if sum(sizes) != self.n_params:
@@ -189,7 +210,9 @@ class DiracCanaries:
         self._spans = list(zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True))
         self._before = [self._pending[:, 0, start:end] for start, end in self._spans]  # (rows, its canaries)
         self._after = [self._pending[:, 1, start:end] for start, end in self._spans]
-        optimizer.observe_releases(self)
+        top = self.unit_range[1] if self.unit_range is not None else self.clip
+        self._norm = torch.tensor(CANARY_NORM * top, dtype=first.dtype, device=first.device)
+        optimizer.attach_probe(self)
         self._optimizer = optimizer
         return self
 
@@ -209,11 +232,12 @@ class DiracCanaries:
         """Stop observing the optimizer; scores are kept."""
         if self._optimizer is None:
             return
-        self._optimizer.stop_observing(self)
+        self._optimizer.attach_probe(None)
         self._optimizer = None
 
     def _inject(self, optimizer: Any) -> None:
-        """Push the joining included canaries into the clipped sum, keeping what the sum held there."""
+        """Push the joining included canaries into the clipped sum, each by what the engine's clipping leaves of
+        a canary example, keeping what the sum held there; record the step's unit (no host synchronisation)."""
         import torch
 
         k = self._rows
@@ -223,11 +247,14 @@ class DiracCanaries:
                                           self.sample_rate)[:, ids]
             bumps = torch.as_tensor(joins * self.signs[ids], dtype=self._pending.dtype, device=self._pending.device)
             self._bumps = [bumps[:, start:end] for start, end in self._spans]
-        bound = getattr(optimizer, "bound", self.clip)  # the step's clip: a device scalar when the state sets it
-        if isinstance(bound, torch.Tensor):
-            self._bounds[k].copy_(bound)
-        elif bound != self.clip:
-            self._bounds[k] = bound
+        if self.unit_range is not None:  # noise following a state-set bound: the bound in force, as declared
+            bound = getattr(optimizer, "bound", self.clip)
+            lo, hi = self.unit_range
+            if isinstance(bound, torch.Tensor):
+                torch.clamp(bound.detach().to(self._bounds.dtype), lo, hi, out=self._bounds[k])
+            else:
+                self._bounds[k] = min(max(float(bound), lo), hi)
+        push = optimizer.clipped_norm(self._norm) if hasattr(optimizer, "clipped_norm") else self._bounds[k]
         for (i, local), before, bump in zip(self._layout, self._before, self._bumps, strict=True):
             p = optimizer.params[i]
             if not p.summed_grad.is_contiguous():
@@ -235,7 +262,7 @@ class DiracCanaries:
             flat = p.summed_grad.view(-1)
             if self.score_kind == "residual":
                 torch.index_select(flat.detach(), 0, local, out=before[k])  # a copy, taken before the push
-            flat.index_add_(0, local, bump[k] * self._bounds[k])  # shared coordinates add
+            flat.index_add_(0, local, bump[k] * push)  # shared coordinates add
 
     def _read(self, optimizer: Any) -> None:
         import torch
@@ -258,6 +285,7 @@ class DiracCanaries:
         self._scores += observed.sum(axis=0)
         self._lr.add(observed)
         out = observed[:, ~self.included]
+        self._series.add(observed)
         sq = out * out
         self._noise_moments += (out.size, float(sq.sum()), float((sq * sq).sum()))
         self._steps += self._rows
@@ -275,7 +303,8 @@ class DiracCanaries:
     def observations(self) -> CanaryObservations:
         """What the canaries saw, without the optimizer: all the estimates need (a later phase computes them)."""
         return CanaryObservations(self.statistic, self.scores.copy(), self.lr_scores.copy(), self.included.copy(),
-                                  self.noise_moments.copy(), self.guess_counts, self.steps, self.overhead_s)
+                                  self.noise_moments.copy(), self.guess_counts, self.steps, self.overhead_s,
+                                  self._series.summary())
 
     def estimate(self, delta: float, significance: float = 0.05) -> OneRunEstimate:
         """The run-level bounds at `delta` (95% by default) from the accumulated scores."""
@@ -308,6 +337,7 @@ class CanaryObservations:
     guess_counts: tuple[int, ...] | None
     steps: int
     overhead_s: float
+    noise_summary: noise_checks.NoiseSummary | None = None  # the excluded canaries' residual series, summarised
 
     @property
     def m(self) -> int:
@@ -344,7 +374,8 @@ class CanaryObservations:
         arrays = ("scores", "lr_scores", "included", "noise_moments")
         return {f.name: encode_array(getattr(self, f.name)) if f.name in arrays else getattr(self, f.name)
                 for f in dataclasses.fields(self)} | {
-            "guess_counts": None if self.guess_counts is None else [int(g) for g in self.guess_counts]}
+            "guess_counts": None if self.guess_counts is None else [int(g) for g in self.guess_counts],
+            "noise_summary": None if self.noise_summary is None else self.noise_summary.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CanaryObservations:
@@ -352,4 +383,6 @@ class CanaryObservations:
         values = {k: decode_array(v) if k in arrays else v for k, v in data.items()}
         if values.get("guess_counts") is not None:
             values["guess_counts"] = tuple(values["guess_counts"])
+        if values.get("noise_summary") is not None:
+            values["noise_summary"] = noise_checks.NoiseSummary.from_dict(values["noise_summary"])
         return cls(**values)

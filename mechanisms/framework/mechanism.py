@@ -12,10 +12,16 @@ guarantee it must keep (docs/plugins.md shows them all, `privbench list mechanis
 - `claimed_sigma(...)` and `claim(...)`: the paper's own analysis, when it differs from the certified one.
 - `certification_gap(spec, options)`: why no sound analysis of what runs exists (None: there is one).
 - `initial_state(plan, options)` and `update_state(state, released, plan, options)`: state that lives
-  across steps (a clip bound that adapts). The update sees only what the step released (noised values):
-  whatever it computes is post-processing. A clipper with a `state_key` takes its bound from the state.
-- `after_step(...)`: post-processing of the updated model that reads no data (shuffled DP-SGD's
-  permutations).
+  across steps (a clip bound that adapts). The update gets copies of what the step released (noised values)
+  and of the state: whatever it computes is post-processing. A clipper with a `state_key` takes its bound from
+  the state, held by the trainer to the clipper's declared range.
+- `after_step(released, state, plan, options)`: sees copies of each step's releases and state after the
+  update; returns nothing (logging, a mechanism's own statistics).
+
+No hook gets the optimizer, the clipping engine, the model, the noise generator or the clipped sums: what
+needs more is a part (declared, accounted and checked) or privbench's own code (`post_processing`, the
+template step that runs shuffled DP-SGD's permutations). The trainer checks every step from the outside
+(`mechanisms.framework.integrity`): a run whose checks fail is never `ok`.
 - `claimed_step_tradeoff(sigma, **options)` and `audit_cases(...)`: what the one-step audit tests.
 
 What the base class does, the same way for every mechanism (`FINAL`): `plan` (the only place that
@@ -58,7 +64,7 @@ BESIDE = ("rdp", "prv")  # accountants recorded next to the certified (PLD) epsi
 # The template methods: what privbench runs the same way for every mechanism. A plugin overriding one of them
 # replaces what is accounted, trained or audited (`contract_problems`).
 FINAL = ("options", "option_problems", "plan", "planned_parts", "certified_sigma", "make_private", "privatize_step",
-         "audit_parts", "audit_options")
+         "audit_parts", "audit_options", "post_processing")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,10 +92,11 @@ HOOKS = (
          "parts certify); a gap makes the trial uncertified"),
     Hook("initial_state(plan, options)", "training", "the state the first step starts from (default: the "
          "declared bound of a clipper whose bound the state sets)"),
-    Hook("update_state(state, released, plan, options)", "training", "the next state from the state and what "
-         "the step released (noised values) only: post-processing, computed on the device"),
-    Hook("after_step(module, plan, options, generator)", "training", "post-processing of the updated model that "
-         "reads no data"),
+    Hook("update_state(state, released, plan, options)", "training", "the next state from copies of the state "
+         "and of what the step released (noised values) only: post-processing, computed on the device; a clip "
+         "bound is held to the clipper's declared range, and the trajectory is replayed from the releases"),
+    Hook("after_step(released, state, plan, options)", "training", "sees copies of each step's releases and "
+         "state after the update, and returns nothing (never the model, the optimizer or the noise)"),
     Hook("claimed_step_tradeoff(sigma, **options)", "audit", "the claim for one un-subsampled step as a "
          "trade-off curve (default: the parts' Gaussian curve, or the claim's profile)"),
     Hook("audit_cases(dim, clip, rng, **options)", "audit", "extra worst-case neighbours, each side a valid "
@@ -133,8 +140,9 @@ class Calibrated:
 
 @dataclasses.dataclass(frozen=True)
 class AfterStepPart:
-    """Post-processing after each update (`after_step(optimizer)`), and how it maps noise drawn in a
-    canonical frame to the current one (`noise_map`), if it does."""
+    """privbench's own post-processing after each update (`after_step(optimizer)`, from the template step
+    `Mechanism.post_processing`), and how it maps noise drawn in a canonical frame to the current one
+    (`noise_map`), if it does."""
 
     after_step: AfterStep | None = None
     noise_map_for: Any = None  # (params) -> NoiseMap
@@ -142,31 +150,17 @@ class AfterStepPart:
 
 
 def is_own(obj: Any) -> bool:
-    """Whether `obj`'s class is defined in privbench's own mechanism packages (by the file it was loaded from,
-    not by a name a plugin could borrow)."""
-    import os
+    """Whether `obj`'s class is privbench's own code (`integrity.own_class` decides)."""
+    from mechanisms.framework.integrity import own_class
 
-    module = sys.modules.get(type(obj).__module__)
-    path = getattr(module, "__file__", None)
-    if path is None:
-        return False
-    home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # mechanisms/
-    return os.path.commonpath([home, os.path.abspath(path)]) == home
+    return own_class(type(obj))
 
 
 def contract_problems(mechanism: Mechanism) -> list[str]:
-    """How a mechanism from outside privbench steps outside the contract: the template methods it overrides.
+    """How a mechanism from outside privbench steps outside the contract (`integrity.contract_findings`)."""
+    from mechanisms.framework.integrity import contract_findings
 
-    Such a mechanism decides itself what is planned, trained or released, so privbench's certificate and
-    audit no longer describe what runs. privbench's own mechanisms may specialise them (their code is
-    privbench's, tested with it).
-    """
-    if is_own(mechanism):
-        return []
-    cls = type(mechanism)
-    return [f"{cls.__module__}.{cls.__qualname__} overrides Mechanism.{name}, which privbench runs itself "
-            "(the accounted process would no longer be the executed one)"
-            for name in FINAL if getattr(cls, name, None) is not getattr(Mechanism, name)]
+    return [f.reason for f in contract_findings(mechanism) if not f.passed]
 
 
 def uncertified(plan: PrivacyPlan, reason: str) -> PrivacyPlan:
@@ -182,14 +176,12 @@ def plan_for(mechanism: Mechanism, spec: PrivacySpec) -> PrivacyPlan:
     """The plan a trial runs: `mechanism.plan(spec)`, made `uncertified` when the mechanism steps outside the
     contract (`contract_problems`) or its parts are not privbench's `Parts`. The trial's plan phase, tuning
     and the step audit all plan through here."""
-    from mechanisms.parts.plan import Parts
+    from mechanisms.framework.integrity import certify, contract_findings
 
     plan = mechanism.plan(spec)
-    problems = contract_problems(mechanism)
-    if plan.parts is not None and type(plan.parts) is not Parts:
-        problems.append(f"its parts are a {type(plan.parts).__qualname__}, not privbench's Parts")
-    if problems and mechanism.private:
-        return uncertified(plan, "; ".join(problems))
+    reason = certify(contract_findings(mechanism, plan))
+    if reason and mechanism.private:
+        return uncertified(plan, reason)
     return plan
 
 
@@ -374,15 +366,26 @@ class Mechanism:
 
     def update_state(self, state: Mapping[str, torch.Tensor], released: Released, plan: PrivacyPlan,
                      options: Any) -> Mapping[str, torch.Tensor]:
-        """Hook: the state after a step, from the state before it and what the step released (nothing else
-        reaches it, so the update is post-processing of the releases). Returns the entries that change,
-        computed on the device (no host synchronisation); none by default."""
+        """Hook: the state after a step, from copies of the state before it and of what the step released
+        (nothing else reaches it, so the update is post-processing of the releases). Returns the entries that
+        change, computed on the device (no host synchronisation); none by default.
+
+        Enforced: a bound the state sets is held to the clipper's declared range (a clamp is recorded and the
+        run is not certified), and the analysis replays the trajectory from the recorded releases alone, in a
+        process of its own with a fresh mechanism: a state that used anything else does not replay."""
         return {}
 
-    def after_step(self, module: torch.nn.Module, plan: PrivacyPlan, options: Any,
-                   generator: torch.Generator) -> AfterStepPart:
-        """Hook: post-processing after each update (it must not read the data: it costs and earns no privacy);
-        none by default."""
+    def after_step(self, released: Released, state: Mapping[str, torch.Tensor], plan: PrivacyPlan,
+                   options: Any) -> None:
+        """Hook: sees copies of each step's releases and of the state after the update (a mechanism's own
+        statistics, logging); returns nothing: nothing it does reaches the model or the next step."""
+        return None
+
+    def post_processing(self, module: torch.nn.Module, plan: PrivacyPlan, options: Any,
+                        generator: torch.Generator) -> AfterStepPart:
+        """privbench's own post-processing of the updated model after each step, reading no data (shuffled
+        DP-SGD's coupled permutations): a template step, not a hook. A plugin that overrides it runs code on
+        the model that privbench has not verified, and is not certified (`contract_findings`). None by default."""
         return AfterStepPart()
 
     # ---- training ---------------------------------------------------------------------------------------
@@ -408,18 +411,25 @@ class Mechanism:
             return PrivateTraining(module, optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
                                    criterion)
         options = self.options(plan.extra.get("options", {}))
-        post = self.after_step(module, plan, options, generator)
+        post = self.post_processing(module, plan, options, generator)
         params = [p for p in module.parameters() if p.requires_grad]
         noise_map: NoiseMap | None = post.noise_map_for(params) if post.noise_map_for is not None else None
         state = self.initial_state(plan, options)
+        cls = type(self)
 
         def update(current: Mapping[str, torch.Tensor], released: Released) -> Mapping[str, torch.Tensor]:
             return self.update_state(current, released, plan, options)
 
+        def hook(released: Released, current: Mapping[str, torch.Tensor]) -> Any:
+            return self.after_step(released, current, plan, options)
+
+        # the hooks run (on copies) only when the mechanism writes them: a step without them copies nothing
         training = make_private(module, optimizer, data, plan, criterion=criterion, generator=generator,
                                 grad_sample_mode=grad_sample_mode, noise_generator=noise_generator,
                                 secure_mode=secure_mode, after_step=post.after_step, noise_map=noise_map,
-                                state=state, update_state=update, pad_to=pad_to)
+                                state=state, pad_to=pad_to,
+                                update_state=update if cls.update_state is not Mechanism.update_state else None,
+                                released_hook=hook if cls.after_step is not Mechanism.after_step else None)
         training.optimizer.post_processing = post.handle
         return training
 

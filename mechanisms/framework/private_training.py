@@ -15,7 +15,7 @@ loss (`opacus.utils.fast_gradient_clipping_utils.DPLossFastGradientClipping`).
 from __future__ import annotations
 
 import dataclasses
-import sys
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -41,6 +41,17 @@ class ReleaseObserver(Protocol):
     def after_noise(self, optimizer: PrivateOptimizerMixin) -> None: ...
 
 
+class CanaryProbe(Protocol):
+    """privbench's in-step auditor (`PrivateOptimizerMixin.attach_probe`): `before_noise` runs first in
+    `add_noise`, before any release observer, and pushes its canaries into `p.summed_grad` at the norm the
+    engine clips them to (`clipped_norm`); `after_noise` reads `p.grad`, the release, before any observer
+    sees it. What the observers then do to the sums or the release is inside what the probe measures."""
+
+    def before_noise(self, optimizer: PrivateOptimizerMixin) -> None: ...
+
+    def after_noise(self, optimizer: PrivateOptimizerMixin) -> None: ...
+
+
 AfterStep = Callable[["PrivateOptimizerMixin"], None]
 
 
@@ -51,33 +62,43 @@ class PlanViolation(RuntimeError):
 StateUpdate = Callable[[Mapping[str, torch.Tensor], Released], Mapping[str, torch.Tensor]]
 
 
+ReleasedHook = Callable[[Released, Mapping[str, torch.Tensor]], Any]
+
+
 class PrivateOptimizerMixin:
     """What privbench adds to an Opacus DP optimizer: every release of the plan's parts, the mechanism's
-    state, observers, and a step count.
+    state, observers, a step count, and the per-step integrity checks (`guard`).
 
     `add_noise` hands the clipped sums to `noise.release` (the same code the one-step audit runs), then makes
     every other release of the parts from the examples' norms, hands all of them (`Released`) to the
-    observers and to the state update, and nothing else; `after_step(optimizer)` runs after every parameter
-    update (e.g. a weight permutation); `steps_taken` counts real updates and may never exceed
-    `planned_steps`. `mechanism_state` holds the mechanism's state as device tensors, updated in place so that the
-    clipping engine and the noise read the bound in force without a host synchronisation.
+    observers, and copies of them to the state update, and nothing else; after every parameter update,
+    `after_step(optimizer)` runs privbench's own post-processing (e.g. a weight permutation) and then the
+    mechanism's `released_hook` sees copies of the releases and the state (it returns nothing); `steps_taken`
+    counts real updates and may never exceed `planned_steps`. `mechanism_state` holds the mechanism's state as
+    device tensors, updated in place so that the clipping engine and the noise read the bound in force without a
+    host synchronisation.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, *, noise: NoiseAddition, planned_steps: int,
                  after_step: AfterStep | None = None, noise_map: NoiseMap | None = None,
                  releases: tuple[Release, ...] = (), state: dict[str, torch.Tensor] | None = None,
                  update_state: StateUpdate | None = None, bound_key: str | None = None,
-                 declared_bound: float | None = None, **kwargs: Any) -> None:
+                 declared_bound: float | None = None, released_hook: ReleasedHook | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
         self.after_step, self.noise_map = after_step, noise_map
         self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
+        self.released_hook = released_hook
         self.bound_key, self.declared_bound = bound_key, declared_bound
         self.example_weights: torch.Tensor | None = None  # 0 on padding rows of the batch in flight
         self.last_released: Released | None = None
         self.steps_taken = 0
         self.observers: list[ReleaseObserver] = []
+        self.probe: CanaryProbe | None = None
         self.update_applied = False
+        self.guard: Any = None  # integrity.StepGuard, set by `make_private`
+        self._hook_copy: Released | None = None
         if bound_key is not None:
             self.max_grad_norm = self.mechanism_state[bound_key]  # type: ignore[has-type]
 
@@ -86,6 +107,34 @@ class PrivateOptimizerMixin:
 
     def stop_observing(self, observer: ReleaseObserver) -> None:
         self.observers.remove(observer)
+
+    def attach_probe(self, probe: CanaryProbe | None) -> None:
+        """Set (or, with None, remove) the one-run audit's canary probe: it sees the step before every observer."""
+        if probe is not None and self.probe is not None:
+            raise RuntimeError("this optimizer already carries a canary probe")
+        self.probe = probe
+
+    def clipped_norm(self, norm: torch.Tensor) -> torch.Tensor:
+        """The norm an example's gradient of norm `norm` (a device scalar) keeps after the clipping that runs in
+        this step: the engine that clips the batch (the book-keeping engine, Opacus' ghost module, or Opacus'
+        optimizer) at the bound it holds now, by the rule it clips with (min(1, C / (|g| + 1e-6)) |g|). Per-layer
+        clipping: an example of norm `norm` in every tensor, sqrt(sum_l C_l^2) once clipped.
+
+        The one-run audit's canaries enter the step as such examples (`CanaryProbe`): a bound changed after
+        planning, wherever it was changed, moves them as it moves every example."""
+        from mechanisms.clipping_engine.norms import clip_factors
+
+        engine = getattr(self, "engine", None)
+        if engine is not None and getattr(engine, "clipping", "flat") == "per_layer":
+            bounds: list[Any] = list(engine._bounds.values())
+        elif engine is not None:
+            bounds = [engine.max_grad_norm]
+        elif hasattr(self, "max_grad_norms"):
+            bounds = list(self.max_grad_norms)
+        else:
+            bounds = [self.max_grad_norm]  # type: ignore[attr-defined]
+        kept = [clip_factors(norm, c) * norm for c in bounds]
+        return kept[0] if len(kept) == 1 else torch.stack(kept).square().sum().sqrt()
 
     @property
     def bound(self) -> torch.Tensor | float:
@@ -98,7 +147,14 @@ class PrivateOptimizerMixin:
         return torch.stack(per_param, dim=1).norm(2, dim=1)
 
     def add_noise(self) -> None:
-        params = self.params  # type: ignore[attr-defined]
+        from mechanisms.framework.integrity import copied
+
+        params, guard = self.params, self.guard  # type: ignore[attr-defined]
+        if guard is not None:
+            guard.before_release()
+        probe = self.probe
+        if probe is not None:  # before the observers: what they do to the sums is part of what it measures
+            probe.before_noise(self)
         for observer in self.observers:
             observer.before_noise(self)
         sums = [p.summed_grad.unsqueeze(0) for p in params]
@@ -108,17 +164,32 @@ class PrivateOptimizerMixin:
                                       scale=scale)
         for p, r in zip(params, released, strict=True):
             p.grad = r.squeeze(0).view_as(p)
+        if probe is not None:  # the release as it left the noise, before any observer sees it
+            probe.after_noise(self)
         values = {}
         if self.releases:
             view = ExampleView(self.example_norms(), self.bound, self.example_weights)
             values = {r.name: r.release(view, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
                                         secure=self.secure_mode) for r in self.releases}  # type: ignore[attr-defined]
         self.last_released = Released(tuple(p.grad for p in params), values)
+        if guard is not None:
+            guard.after_release(params)
         for observer in self.observers:
             observer.after_noise(self)
+        self._hook_copy = None
+        if self.update_state is not None or self.released_hook is not None:
+            self._hook_copy = copied(self.last_released)  # the hooks' own copies: nothing they do reaches the step
         if self.update_state is not None:
-            for name, value in self.update_state(self.mechanism_state, self.last_released).items():
-                self.mechanism_state[name].copy_(value)  # in place: the engine and the noise hold these tensors
+            state = {k: v.clone() for k, v in self.mechanism_state.items()}
+            new = self.update_state(state, self._hook_copy)
+            if guard is not None:
+                guard.apply_state(self.mechanism_state, new)
+            else:
+                from mechanisms.framework.integrity import apply_state
+
+                apply_state(self.mechanism_state, new, None, (0.0, math.inf))
+        if guard is not None and guard.trace is not None:
+            guard.trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
@@ -131,8 +202,18 @@ class PrivateOptimizerMixin:
             if self.steps_taken > self.planned_steps:
                 raise PlanViolation(f"update {self.steps_taken} exceeds the {self.planned_steps} steps the plan "
                                     "accounted for")
-            if self.after_step is not None:
+            if self.guard is not None:
+                self.guard.after_update()
+            if self.after_step is not None:  # privbench's own post-processing (the plan's parts say which)
                 self.after_step(self)
+                if self.guard is not None:
+                    self.guard.after_post_processing()
+            if self.released_hook is not None:
+                state = {k: v.clone() for k, v in self.mechanism_state.items()}
+                returned = self.released_hook(self._hook_copy, state)
+                if returned is not None and self.guard is not None:
+                    self.guard.fail("hooks", f"after_step returned {type(returned).__qualname__}; it returns "
+                                             "nothing (it sees copies of the releases, and nothing it returns runs)")
         return result
 
 
@@ -327,10 +408,14 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
                  noise_generator: torch.Generator | None = None, secure_mode: bool = False,
                  after_step: AfterStep | None = None, noise_map: NoiseMap | None = None,
                  state: Mapping[str, float] | None = None, update_state: StateUpdate | None = None,
-                 pad_to: int | None = None) -> PrivateTraining:
+                 released_hook: ReleasedHook | None = None, pad_to: int | None = None,
+                 guard: bool = True) -> PrivateTraining:
     """DP-SGD's wrap, every part taken from `plan.parts` (sampler, clipper, noise, other releases), with the
-    mechanism's `state` (name -> initial value, kept as device tensors) and its `update_state`; batches on
-    the module's device (`plan_loader`, padded to multiples of `pad_to` rows when given)."""
+    mechanism's `state` (name -> initial value, kept as device tensors), its `update_state` and its
+    `released_hook` (each sees copies of the releases), privbench's post-processing `after_step`; batches on
+    the module's device (`plan_loader`, padded to multiples of `pad_to` rows when given). `guard`: the
+    optimizer checks every step against the plan (`integrity.StepGuard`; its findings after training), and
+    keeps the state trajectory for the replay when the mechanism updates a state."""
     parts = plan.parts
     clipper = parts.clipper
     opt_cls = optimizer_class(clipper.opacus_clipping, grad_sample_mode)
@@ -368,102 +453,33 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         releases=parts.releases, state=tensors, update_state=update_state, bound_key=bound_key,
         declared_bound=clipper.bound, noise_multiplier=plan.sigma, max_grad_norm=max_grad_norm,
         expected_batch_size=parts.sampler.batch_size, loss_reduction="mean", generator=noise_generator,
-        secure_mode=secure_mode)
+        secure_mode=secure_mode, released_hook=released_hook)
     if grad_sample_mode == "ghost":
+        dp_optimizer.engine = wrapped  # Opacus' ghost module clips, at its own max_grad_norm (`clipped_norm`)
         criterion = DPLossFastGradientClipping(wrapped, dp_optimizer, criterion, "mean")
     elif engine is not None:
         dp_optimizer.engine = engine
         criterion = BookkeepingLoss(engine, criterion)
+    if guard:
+        from mechanisms.framework.integrity import StepGuard
+
+        dp_optimizer.guard = StepGuard(dp_optimizer, plan, engine=engine, generator=noise_generator,
+                                       trace=update_state is not None)
     return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
                            criterion)
 
 
-# ---- integrity: the step that runs is privbench's ----------------------------------------------------------
-STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.clipping_engine.engine",
-                "mechanisms.clipping_engine.norms", "mechanisms.clipping_engine.rules",
-                "mechanisms.parts.noise_addition", "mechanisms.parts.releases", "mechanisms.parts.clipping",
-                "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
-STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms")
-
-
-def _trusted_roots() -> tuple[list[str], list[str]]:
-    """(folders whose code the private step may run: privbench's mechanisms, Opacus, torch, the standard
-    library; folders excluded from them: installed packages inside the standard library's folder)."""
-    import os
-    import site
-    import sysconfig
-
-    import opacus
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # mechanisms/
-    roots = [here, os.path.dirname(os.path.abspath(opacus.__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
-             os.path.abspath(sysconfig.get_paths()["stdlib"])]
-    excluded = [os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
-    return roots, excluded
-
-
-def _foreign(value: Any) -> str | None:
-    """Where a function comes from when its code is not privbench's, Opacus', torch's or the standard
-    library's (None: trusted, or not Python code)."""
-    import os
-    import types
-
-    fn = getattr(value, "__func__", value)
-    fn = getattr(fn, "func", fn)  # functools.partial
-    if isinstance(fn, type):
-        module = sys.modules.get(fn.__module__)
-        path = getattr(module, "__file__", None)
-    elif isinstance(fn, types.FunctionType):
-        path = fn.__code__.co_filename
-    else:
-        return None
-    if path is None:
-        return None
-    path = os.path.abspath(path)
-    roots, excluded = _trusted_roots()
-    inside = [r for r in roots if os.path.commonpath([r, path]) == r]
-    if inside and not any(os.path.commonpath([e, path]) == e and len(e) > max(map(len, inside)) for e in excluded):
-        return None
-    return path
-
-
 def step_integrity(training: PrivateTraining) -> list[str]:
-    """What replaces privbench's private step in `training`, one line each (empty: the step is privbench's).
+    """What replaces privbench's private step in `training`, one line each (empty: the step is privbench's);
+    `integrity.step_findings` decides."""
+    from mechanisms.framework.integrity import step_findings
 
-    A mechanism that patches the optimizer, the clipping engine or the parts (at class level, on the
-    instance, or in the modules the step calls) would run something else than the plan accounts; its trial
-    is then `uncertified`. Checked once, after `make_private`, before the first step.
-    """
-    problems = []
-    optimizer = training.optimizer
-    if not isinstance(optimizer, PrivateOptimizerMixin):
-        return [f"the optimizer is a {type(optimizer).__module__}.{type(optimizer).__qualname__}, not privbench's "
-                "private optimizer"]
-    objects = [optimizer, optimizer.noise, *optimizer.releases]
-    engine = getattr(optimizer, "engine", None)
-    if engine is not None:
-        objects.append(engine)
-    for obj in objects:
-        cls = type(obj)
-        if source := _foreign(cls):
-            problems.append(f"{cls.__qualname__} is defined in {source}")
-        for klass in cls.__mro__:
-            for name in set(STEP_METHODS) & set(vars(klass)):
-                if source := _foreign(vars(klass)[name]):
-                    problems.append(f"{klass.__qualname__}.{name} was replaced by code from {source}")
-        for name in set(STEP_METHODS) & set(vars(obj)):
-            if source := _foreign(vars(obj)[name]):
-                problems.append(f"{cls.__qualname__}.{name} was replaced on the instance by code from {source}")
-    for name in STEP_MODULES:
-        module = sys.modules.get(name)
-        for attr, value in vars(module).items() if module is not None else ():
-            if not attr.startswith("__") and (source := _foreign(value)):
-                problems.append(f"{name}.{attr} was replaced by {source}")
-    return problems
+    finding = step_findings(training)
+    return [] if finding.passed else [finding.reason]
 
 
-__all__ = ["GRAD_SAMPLE_MODES", "Batch", "PlanViolation", "PrivateBookkeepingOptimizer", "PrivateDPOptimizer",
-           "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer", "PrivateTraining",
-           "ReleaseObserver", "ResidentBatches", "StateUpdate", "StreamedBatches", "make_private", "optimizer_class",
-           "plan_loader", "resident", "step_integrity"]
+__all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "PlanViolation", "PrivateBookkeepingOptimizer",
+           "PrivateDPOptimizer", "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer",
+           "PrivateTraining", "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches",
+           "make_private",
+           "optimizer_class", "plan_loader", "resident", "step_integrity"]

@@ -47,9 +47,8 @@ class PluginError(ValueError):
     """An entry point or plugin module that cannot be loaded, or an object that breaks its kind's contract."""
 
 
-# privbench's own packages (by folder): what is loaded from them is privbench's code, versioned with it
-OWN_PACKAGES = ("mechanisms", "workers", "orchestrator", "storage", "dashboards")
-HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # project root
+# privbench's own packages (by folder), what is loaded from them being privbench's code, versioned with it:
+# `integrity.own_module` decides, for the registry as for the checks.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +81,9 @@ def _origin(module_name: str) -> str | None:
 
 def is_privbench(module_name: str) -> bool:
     """Whether a module is privbench's own: its file is inside one of privbench's packages."""
-    path = _origin(module_name)
-    if path is None:
-        return False
-    path = os.path.abspath(path)
-    return any(os.path.commonpath([os.path.join(HOME, p), path]) == os.path.join(HOME, p) for p in OWN_PACKAGES)
+    from mechanisms.framework.integrity import own_module
+
+    return own_module(module_name)
 
 
 def code_module(obj: Any) -> str:

@@ -51,6 +51,12 @@ class Clipping(abc.ABC):
         """The largest bound the clipper can apply in any step (= `bound` unless the state moves it)."""
         return self.bound
 
+    @property
+    def min_bound(self) -> float:
+        """The smallest bound the clipper may apply (= `bound` unless the state moves it): with `max_bound`, the
+        declared range the trainer holds the bound in force to (a state outside it is clamped, and recorded)."""
+        return self.bound
+
     #: The state entry holding the bound in force (None: the bound is fixed). The trainer applies it each step.
     state_key: ClassVar[str | None] = None
 
@@ -161,6 +167,10 @@ class AdaptiveClipping(Clipping):
     @property
     def max_bound(self) -> float:
         return self.maximum
+
+    @property
+    def min_bound(self) -> float:
+        return self.minimum
 
     @property
     def max_grad_norm(self) -> float:

@@ -19,7 +19,7 @@ import abc
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from mechanisms.parts.clipping import Clipping, PerLayerClipping, relation_factor
 
@@ -79,6 +79,12 @@ def gaussian_like(sums: Sequence[torch.Tensor], std: float, generator: torch.Gen
 
 class NoiseAddition(abc.ABC):
     """One step's release of the clipped sums (see the module docstring)."""
+
+    #: Whether the part draws fresh noise from the generator's stream, never rewinding it. The trainer checks the
+    #: stream continues from step to step (`integrity.StepGuard`); a part that regenerates earlier draws by
+    #: rewinding its generator (a declared correlated noise) says False, and only the generator's identity is
+    #: checked.
+    continues_stream: ClassVar[bool] = True
 
     @abc.abstractmethod
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,

@@ -179,8 +179,8 @@ class ShuffledDpSgd(Mechanism):
                  "claimed epsilon is the paper's Fenton-Wilkinson approximation; no proven privacy from the shuffle")
         return Claim(_claimed_epsilon(sigma, spec, options, claim_dim), CLAIMED_BY, extra, notes)
 
-    def after_step(self, module: torch.nn.Module, plan: PrivacyPlan, options: Options,
-                   generator: torch.Generator) -> AfterStepPart:
+    def post_processing(self, module: torch.nn.Module, plan: PrivacyPlan, options: Options,
+                        generator: torch.Generator) -> AfterStepPart:
         """The coupled permutation after each update (post-processing), its generator seeded from the trial's
         unless `permutation_seed` is set; with `canonical_noise` the noise is drawn in the unpermuted frame."""
         claimed_d = plan.extra.get("claim_dim", 1)
@@ -273,7 +273,7 @@ class ShuffledDpSgd(Mechanism):
 
 
 class Shuffler:
-    """`after_step`: one fresh coupled permutation of every block per update; counts its own time."""
+    """`post_processing`: one fresh coupled permutation of every block per update; counts its own time."""
 
     def __init__(self, layouts: list[BlockLayout], generator: torch.Generator, *,
                  frame: CanonicalFrame | None = None, shared_value: bool = True) -> None:

@@ -1,0 +1,646 @@
+"""Integrity: whether what ran is what privbench planned, accounted and audits, checked from the outside.
+
+privbench trusts nothing a mechanism's code says about itself. Python cannot be sandboxed, so the contract
+narrows what a mechanism's hooks can reach (they get copies of the released values, the state and the plan:
+never the optimizer, the clipping engine, the model, the noise generator or the clipped sums), and the checks
+here catch what gets past it. This module is the one place that answers "is this privbench's own, trusted
+code?" and "what stops this run from being certified?": planning (`contract_findings`), training (`StepGuard`,
+`step_findings`) and analysis (`replay_state`, `certify`) all call it, and nothing else decides.
+
+A check's outcome is a `Finding` (check, passed, reason in words). `certify(findings)` is the reason a run is
+not certified (None: every check passed); a failed check makes the trial `uncertified`, never `ok`, and the
+record lists every check and every failure (`record_fields`: `integrity_checks`, `integrity_failed`). The
+audits (canaries, noise-scale and independence tests) add their findings through the same type.
+
+The checks, what each measures, and how (docs/plugins.md, "What privbench enforces"):
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from mechanisms.framework.mechanism import Mechanism
+    from mechanisms.parts.plan import PrivacyPlan
+
+# check name -> what it verifies (the record's `integrity_checks` keys; docs/plugins.md shows this table)
+CHECKS: dict[str, str] = {
+    "contract": "the mechanism runs privbench's template methods on privbench's Parts (no override of a method "
+                "privbench runs itself)",
+    "step_code": "the private step's code (optimizer, clipping engine, noise and release parts) is privbench's, "
+                 "Opacus' or torch's, before the first step and after the last",
+    "hooks": "the mechanism's hooks keep their contract (after_step returns nothing; update_state returns only "
+             "entries of the state)",
+    "clip_range": "the clip bound in force stays in the clipper's declared range at every step (a state that "
+                  "leaves it is clamped, and the clamp recorded)",
+    "plan_parameters": "the clipping engine's and the optimizer's bounds, the noise part, sigma and the batch "
+                       "normalisation stay the plan's at every step",
+    "noise_stream": "the noise comes from privbench's generator and its stream continues from step to step "
+                    "(no reseed, no rewind, no other draw in between)",
+    "observers": "only privbench's own release observers see the releases",
+    "model_update": "the parameters change only by the optimizer's update from the released (noised) gradient: "
+                    "a shadow recomputes it on random coordinates of every tensor",
+    "state_replay": "the state trajectory, recomputed from the recorded releases alone by a fresh mechanism in "
+                    "another process, equals the one training used",
+}
+__doc__ += "\n".join(f"- `{name}`: {what}." for name, what in CHECKS.items()) + "\n"
+
+SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
+SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
+REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
+TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """The outcome of one check: its name (a key of CHECKS, or an audit's), whether it passed, and, when it
+    failed (or could not run), why, in words a researcher understands."""
+
+    check: str
+    passed: bool
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "passed": self.passed, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        return cls(str(data["check"]), bool(data["passed"]), str(data.get("reason") or ""))
+
+
+def certify(findings: Iterable[Finding]) -> str | None:
+    """What stops the run from being certified, in words (None: nothing; every check passed)."""
+    failed = [f"{f.check}: {f.reason}" for f in findings if not f.passed]
+    return "; ".join(failed) if failed else None
+
+
+def record_fields(findings: Iterable[Finding]) -> dict[str, Any]:
+    """The record's integrity fields (storage/schema.py declares them): every check run and whether it passed,
+    and each failure's reason."""
+    findings = list(findings)
+    checks: dict[str, bool] = {}
+    for f in findings:
+        checks[f.check] = checks.get(f.check, True) and f.passed
+    return {"integrity_checks": checks, "integrity_failed": [f"{f.check}: {f.reason}" for f in findings
+                                                              if not f.passed]}
+
+
+# ---- own code -----------------------------------------------------------------------------------------------
+# privbench's own packages (by folder): what is loaded from them is privbench's code, versioned and tested with it
+OWN_PACKAGES = ("mechanisms", "workers", "orchestrator", "storage", "dashboards")
+HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project root
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([folder, path]) == folder
+
+
+def own_path(path: str | None) -> bool:
+    """Whether a source file is inside one of privbench's packages."""
+    if path is None:
+        return False
+    path = os.path.abspath(path)
+    return any(_inside(path, os.path.join(HOME, p)) for p in OWN_PACKAGES)
+
+
+def own_module(module_name: str) -> bool:
+    """Whether a module is privbench's own (its file, not its name: a plugin could borrow a name)."""
+    import importlib.util
+
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return own_path(getattr(module, "__file__", None))
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.has_location and own_path(spec.origin)
+
+
+@functools.cache
+def own_class(cls: type) -> bool:
+    """Whether a class is defined in privbench's own packages."""
+    return own_module(cls.__module__)
+
+
+def _trusted_roots() -> tuple[list[str], list[str]]:
+    """(folders whose code the private step may run: privbench's packages, Opacus, torch, the standard library;
+    folders excluded from them: installed packages inside the standard library's folder)."""
+    import site
+    import sysconfig
+
+    import opacus
+    import torch
+
+    roots = [os.path.join(HOME, p) for p in OWN_PACKAGES]
+    roots += [os.path.dirname(os.path.abspath(opacus.__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
+              os.path.abspath(sysconfig.get_paths()["stdlib"])]
+    excluded = [os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
+    return roots, excluded
+
+
+def foreign_code(value: Any) -> str | None:
+    """The file a function or class comes from when its code is not privbench's, Opacus', torch's or the
+    standard library's (None: trusted, or not Python code)."""
+    import types
+
+    fn = getattr(value, "__func__", value)
+    fn = getattr(fn, "func", fn)  # functools.partial
+    if isinstance(fn, type):
+        module = sys.modules.get(fn.__module__)
+        path = getattr(module, "__file__", None)
+    elif isinstance(fn, types.FunctionType):
+        path = fn.__code__.co_filename
+    else:
+        return None
+    if path is None:
+        return None
+    path = os.path.abspath(path)
+    roots, excluded = _trusted_roots()
+    inside = [r for r in roots if _inside(path, r)]
+    if inside and not any(_inside(path, e) and len(e) > max(map(len, inside)) for e in excluded):
+        return None
+    return path
+
+
+# ---- planning -----------------------------------------------------------------------------------------------
+def contract_findings(mechanism: Mechanism, plan: PrivacyPlan | None = None) -> list[Finding]:
+    """Whether a mechanism stays inside the contract: a mechanism from outside privbench that overrides a
+    template method (`FINAL`) decides itself what is planned, trained or released, so privbench's certificate
+    and audit would no longer describe what runs; and a plan's parts must be privbench's `Parts`. privbench's
+    own mechanisms may specialise template methods (their code is privbench's, tested with it)."""
+    from mechanisms.framework.mechanism import FINAL
+    from mechanisms.framework.mechanism import Mechanism as Base
+    from mechanisms.parts.plan import Parts
+
+    problems = []
+    cls = type(mechanism)
+    if not own_class(cls):
+        problems += [f"{cls.__module__}.{cls.__qualname__} overrides Mechanism.{name}, which privbench runs itself "
+                     "(the accounted process would no longer be the executed one)"
+                     for name in FINAL if getattr(cls, name, None) is not getattr(Base, name)]
+    if plan is not None and plan.parts is not None and type(plan.parts) is not Parts:
+        problems.append(f"its parts are a {type(plan.parts).__qualname__}, not privbench's Parts")
+    return [Finding("contract", not problems, "; ".join(problems))]
+
+
+def runs_own_step(mechanism: Mechanism) -> bool:
+    """Whether a trial trains with privbench's private step (the template's `make_private`): an override is the
+    mechanism's own, which `contract_findings` flags for a plugin."""
+    from mechanisms.framework.mechanism import Mechanism as Base
+
+    return type(mechanism).make_private is Base.make_private
+
+
+# ---- training: the step's code ------------------------------------------------------------------------------
+STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.framework.integrity",
+                "mechanisms.clipping_engine.engine", "mechanisms.clipping_engine.norms",
+                "mechanisms.clipping_engine.rules", "mechanisms.parts.noise_addition", "mechanisms.parts.releases",
+                "mechanisms.parts.clipping", "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
+STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
+                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe")
+
+
+def step_findings(training: Any, when: str = "before the first step") -> Finding:
+    """Whether the private step in `training` is privbench's: a mechanism that patches the optimizer, the
+    clipping engine or the parts (at class level, on the instance, or in the modules the step calls) would run
+    something else than the plan accounts. The trainer checks before the first step and after the last."""
+    from mechanisms.framework.private_training import PrivateOptimizerMixin
+
+    optimizer = training.optimizer
+    if not isinstance(optimizer, PrivateOptimizerMixin):
+        return Finding("step_code", False, f"{when}, the optimizer is a {type(optimizer).__module__}."
+                       f"{type(optimizer).__qualname__}, not privbench's private optimizer")
+    problems = []
+    objects = [optimizer, optimizer.noise, *optimizer.releases]
+    engine = getattr(optimizer, "engine", None)
+    if engine is not None:
+        objects.append(engine)
+    for obj in objects:
+        cls = type(obj)
+        if source := foreign_code(cls):
+            problems.append(f"the step runs {cls.__qualname__}, code from {source}, not privbench's")
+            continue
+        for klass in cls.__mro__:
+            for name in set(STEP_METHODS) & set(vars(klass)):
+                if source := foreign_code(vars(klass)[name]):
+                    problems.append(f"{klass.__qualname__}.{name} runs code from {source}, not privbench's")
+        for name in set(STEP_METHODS) & set(vars(obj)):
+            if source := foreign_code(vars(obj)[name]):
+                problems.append(f"{cls.__qualname__}.{name} was replaced on the instance by code from {source}")
+    for name in STEP_MODULES:
+        module = sys.modules.get(name)
+        for attr, value in vars(module).items() if module is not None else ():
+            if not attr.startswith("__") and (source := foreign_code(value)):
+                problems.append(f"{name}.{attr} was replaced by {source}")
+    return Finding("step_code", not problems, f"{when}: " + "; ".join(problems) if problems else "")
+
+
+# ---- training: every step ------------------------------------------------------------------------------------
+def copied(released: Any) -> Any:
+    """A copy of a step's releases for a hook: its own tensors, so nothing it does reaches the step."""
+    import torch
+
+    from mechanisms.parts.releases import Released
+
+    gradient = tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0)) if released.gradient else ()
+    return Released(gradient, {k: v.detach().clone() for k, v in released.values.items()})
+
+
+class StepGuard:
+    """The trainer's per-step checks (`CHECKS`), run by privbench's private optimizer inside every step.
+
+    No check waits on the host: what is compared on the device (the bound in force against its range, the
+    model-update shadow) accumulates into device flags read once, by `findings()`, after training; what lives
+    on the host (which objects and numbers the step uses, the generator's state) is compared on the host.
+    The expected values are snapshots taken by `make_private`, before any mechanism hook has run: they are
+    the plan's.
+    """
+
+    def __init__(self, optimizer: Any, plan: PrivacyPlan, *, engine: Any = None, generator: Any = None,
+                 shadow_coordinates: int = SHADOW_COORDINATES, trace: bool = False) -> None:
+        import torch
+
+        parts = plan.parts
+        self.optimizer, self.plan, self.generator = optimizer, plan, generator
+        self.clipper, self.noise = parts.clipper, parts.noise
+        self.bound_key = self.clipper.state_key
+        self.range = (float(getattr(self.clipper, "min_bound", self.clipper.bound)), float(self.clipper.max_bound))
+        params = list(optimizer.params)
+        device = params[0].device if params else torch.device("cpu")
+        self._flags = torch.zeros(2, dtype=torch.int32, device=device)  # steps with: bound clamped, out of range
+        self.failures: dict[str, list[str]] = {}
+        self.steps = 0
+        watched: list[tuple[str, Any, str]] = [
+            ("the optimizer's clip bound", optimizer, "max_grad_norm"), ("the noise part", optimizer, "noise"),
+            ("sigma", optimizer, "noise_multiplier"), ("the expected batch size", optimizer, "expected_batch_size"),
+            ("the other releases", optimizer, "releases"), ("the noise map", optimizer, "noise_map"),
+            ("the state update", optimizer, "update_state")]
+        if hasattr(optimizer, "max_grad_norms"):
+            watched.append(("the per-layer bounds", optimizer, "max_grad_norms"))
+        if engine is not None:
+            watched.append(("the clipping engine's bound", engine, "max_grad_norm"))
+        self._watched = [(label, obj, attr, getattr(obj, attr)) for label, obj, attr in watched]
+        self._stream: Any = None
+        self.stream_checked = generator is not None and getattr(self.noise, "continues_stream", True)
+        if self.stream_checked:
+            try:
+                generator.get_state()
+            except (RuntimeError, NotImplementedError):  # a secure generator has no readable state
+                self.stream_checked = False
+        self.shadow = ModelShadow.for_optimizer(optimizer, shadow_coordinates)
+        self.trace = StateTrace(sum(p.numel() for p in params)) if trace else None
+
+    # -- host checks ------------------------------------------------------------------------------------------
+    def fail(self, check: str, reason: str) -> None:
+        """Record a failure once (with the step it was first seen at)."""
+        seen = self.failures.setdefault(check, [])
+        if reason not in {r.split(" (first at step")[0] for r in seen} and len(seen) < 5:
+            seen.append(f"{reason} (first at step {self.steps + 1})")
+
+    def before_release(self) -> None:
+        """At the start of each release: the plan's objects and numbers, the noise stream, the observers, and the
+        bound in force against its range."""
+        import torch
+
+        opt = self.optimizer
+        for label, obj, attr, expected in self._watched:
+            value = getattr(obj, attr, None)
+            if value is not expected and (isinstance(value, torch.Tensor) or isinstance(expected, torch.Tensor)
+                                          or value != expected):
+                self.fail("plan_parameters", f"{label} changed after planning (from {_show(expected)} to "
+                                             f"{_show(value)})")
+        if opt.generator is not self.generator:
+            self.fail("noise_stream", "the optimizer's noise generator was replaced")
+        elif self.stream_checked and self._stream is not None and not torch.equal(self.generator.get_state(),
+                                                                                  self._stream):
+            self.fail("noise_stream", "the noise generator was reseeded, rewound or drawn from between two steps: "
+                                      "the noise is no longer fresh")
+        for observer in opt.observers:
+            if not own_class(type(observer)):
+                cls = type(observer)
+                self.fail("observers", f"a release observer of the mechanism's own ({cls.__module__}."
+                                       f"{cls.__qualname__}) sees and may change the releases")
+        if self.bound_key is not None:
+            bound = opt.mechanism_state[self.bound_key]
+            self._flags[1] += ((bound < self.range[0] * (1 - 1e-6)) | (bound > self.range[1] * (1 + 1e-6))).int()
+
+    def after_release(self, params: Sequence[torch.Tensor]) -> None:
+        """After every draw of the step: where the noise stream stands, and the released gradient the update may
+        use (`params[i].grad`, before the batch normalisation)."""
+        if self.stream_checked:
+            self._stream = self.generator.get_state()
+        if self.shadow is not None:
+            self.shadow.capture(params)
+
+    def apply_state(self, state: dict[str, torch.Tensor], new: Mapping[str, Any]) -> None:
+        """The state update's entries copied into the state (in place: the engine and the noise hold these
+        tensors), the bound clamped to the clipper's declared range; a clamp is recorded."""
+        unknown = sorted(set(new) - set(state))
+        if unknown:
+            self.fail("hooks", f"update_state returned entries {unknown} the initial state does not have")
+        clamped = apply_state(state, {k: v for k, v in new.items() if k in state}, self.bound_key, self.range)
+        if clamped is not None:
+            self._flags[0] += clamped.int()
+
+    def after_update(self) -> None:
+        """After the optimizer's update: the shadow's recomputed coordinates against the parameters."""
+        self.steps += 1
+        if self.shadow is not None:
+            self.shadow.check(self.optimizer)
+
+    def after_post_processing(self) -> None:
+        """privbench's own post-processing (a weight permutation) moved the parameters and the optimizer's
+        state: the shadow reads them again."""
+        if self.shadow is not None:
+            self.shadow.resync(self.optimizer)
+
+    # -- the verdict ----------------------------------------------------------------------------------------------
+    def findings(self) -> list[Finding]:
+        """Every check's finding; reads the device flags once (after training)."""
+        clamped, out_of_range = (int(x) for x in self._flags.tolist())
+        if clamped:
+            self.fail("clip_range", f"the mechanism's state set the clip bound outside the clipper's declared range "
+                                    f"[{self.range[0]:g}, {self.range[1]:g}] in {clamped} step(s): it was clamped")
+        if out_of_range:
+            self.fail("clip_range", f"the clip bound in force was outside the declared range [{self.range[0]:g}, "
+                                    f"{self.range[1]:g}] at {out_of_range} step(s)")
+        if self.shadow is not None and (why := self.shadow.verdict()):
+            self.fail("model_update", why)
+        checks = ["hooks", "clip_range", "plan_parameters", "noise_stream", "observers", "model_update"]
+        out = [Finding(c, c not in self.failures, "; ".join(self.failures.get(c, ()))) for c in checks]
+        if self.shadow is None:
+            out[-1] = Finding("model_update", True, "not checked: the optimizer is not SGD, Adam or AdamW")
+        if not self.stream_checked and "noise_stream" not in self.failures:
+            out[3] = Finding("noise_stream", True, "stream not checked (a secure generator, or a noise part that "
+                                                   "declares it rewinds its stream); the generator's identity was")
+        return out
+
+
+def apply_state(state: dict[str, torch.Tensor], new: Mapping[str, Any], bound_key: str | None,
+                bounds: tuple[float, float]) -> torch.Tensor | None:
+    """Copy `new` into `state` in place, the clip bound (`bound_key`) clamped to `bounds`; returns whether the
+    bound was clamped (a device bool), None when no bound was set. Training and the replay apply state alike."""
+    import torch
+
+    clamped = None
+    for name, value in new.items():
+        target = state[name]
+        value = torch.as_tensor(value, dtype=target.dtype, device=target.device).reshape(target.shape)
+        if name == bound_key:
+            inside = value.clamp(*bounds)
+            clamped = inside != value
+            value = inside
+        target.copy_(value)
+    return clamped
+
+
+def _show(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    text = repr(value)
+    return text if len(text) <= 60 else type(value).__qualname__
+
+
+class ModelShadow:
+    """The model-update check: on `k` random coordinates of every trainable tensor, the optimizer's update
+    recomputed from the released gradient (SGD with momentum, dampening, Nesterov and weight decay; Adam and AdamW
+    with AMSGrad: all coordinate-wise), with the shadow's own copy of the optimizer's state, and compared with
+    what the parameters did. A mismatch means the model saw something that was not released.
+
+    Costs a few small gathers per tensor and a handful of vector operations per step, all on the device."""
+
+    def __init__(self, optimizer: Any, k: int, kind: str) -> None:
+        import torch
+
+        self.kind, self.params = kind, list(optimizer.params)
+        self.decoupled = isinstance(optimizer.original_optimizer, torch.optim.AdamW)
+        draws = torch.Generator().manual_seed(0x5EED)  # its own stream: training's draws are untouched
+        self.index = [torch.randint(p.numel(), (min(k, p.numel()),), generator=draws).to(p.device)
+                      for p in self.params]
+        groups = {id(p): g for g in optimizer.original_optimizer.param_groups for p in g["params"]}
+        self.group_spans: list[tuple[dict[str, Any], int, int]] = []
+        start = 0
+        for p, idx in zip(self.params, self.index, strict=True):
+            group, end = groups[id(p)], start + len(idx)
+            if self.group_spans and self.group_spans[-1][0] is group and self.group_spans[-1][2] == start:
+                self.group_spans[-1] = (group, self.group_spans[-1][1], end)
+            else:
+                self.group_spans.append((group, start, end))
+            start = end
+        self.value = self._gather(self.params)
+        self.buffers: dict[str, torch.Tensor | None] = {}
+        self.t = 0  # the shadow's own count of updates (Adam's bias correction), on the host
+        self.grad: torch.Tensor | None = None
+        device = self.value.device
+        self._bad_steps = torch.zeros((), dtype=torch.int32, device=device)
+        self._worst = torch.zeros((), dtype=self.value.dtype, device=device)
+        self.resync(optimizer)
+
+    @classmethod
+    def for_optimizer(cls, optimizer: Any, k: int) -> ModelShadow | None:
+        import torch
+
+        inner = getattr(optimizer, "original_optimizer", None)
+        kinds = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adam"}
+        kind = kinds.get(type(inner))
+        params = list(getattr(optimizer, "params", ()))
+        if kind is None or not params or k <= 0 or len({p.dtype for p in params}) > 1:
+            return None
+        return cls(optimizer, k, kind)
+
+    def _gather(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        import torch
+
+        return torch.cat([t.detach().reshape(-1).index_select(0, i) for t, i in zip(tensors, self.index,
+                                                                                       strict=True)])
+
+    def capture(self, params: Sequence[torch.Tensor]) -> None:
+        self.grad = self._gather([p.grad for p in params])
+
+    def resync(self, optimizer: Any) -> None:
+        """Read the parameters and the optimizer's state buffers at the shadow's coordinates."""
+        self.value = self._gather(self.params)
+        state = optimizer.original_optimizer.state
+        names = ("momentum_buffer",) if self.kind == "sgd" else ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+        for name in names:
+            tensors = [state.get(p, {}).get(name) for p in self.params]
+            self.buffers[name] = None if any(t is None for t in tensors) else self._gather(tensors)
+
+    def check(self, optimizer: Any) -> None:
+        import torch
+
+        if self.grad is None:  # no release this step (a skipped step): nothing may move
+            expected = self.value
+        else:
+            grad = self.grad / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
+            expected = self._expected(grad)
+        actual = self._gather(self.params)
+        tol = SHADOW_RTOL * (expected - self.value).abs() + 1e-6 * self.value.abs() + 1e-12
+        err = (actual - expected).abs()
+        self._bad_steps += (err > tol).any().int()
+        self._worst = torch.maximum(self._worst, (err / (expected - self.value).abs().clamp_min(1e-30)).max())
+        self.value, self.grad = actual, None
+
+    def _expected(self, grad: torch.Tensor) -> torch.Tensor:
+        """The coordinates after one optimizer update from `grad`, advancing the shadow's own state."""
+        import torch
+
+        out = torch.empty_like(self.value)
+        self.t += 1
+        new: dict[str, list[torch.Tensor]] = {}
+        for group, a, b in self.group_spans:
+            p, g = self.value[a:b], grad[a:b]
+            if group.get("maximize", False):
+                g = -g
+            lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
+            if self.kind == "sgd":
+                momentum, dampening = float(group.get("momentum", 0.0)), float(group.get("dampening", 0.0))
+                if wd:
+                    g = g + wd * p
+                if momentum:
+                    old = self.buffers.get("momentum_buffer")
+                    buf = g.clone() if old is None else old[a:b] * momentum + (1 - dampening) * g
+                    new.setdefault("momentum_buffer", []).append(buf)
+                    g = g + momentum * buf if group.get("nesterov", False) else buf
+                out[a:b] = p - lr * g
+            else:
+                beta1, beta2 = (float(x) for x in group["betas"])
+                eps = float(group["eps"])
+                decoupled = group.get("decoupled_weight_decay", self.decoupled)
+                if wd and decoupled:
+                    p = p * (1 - lr * wd)
+                elif wd:
+                    g = g + wd * p
+                m_old, v_old = self.buffers.get("exp_avg"), self.buffers.get("exp_avg_sq")
+                m = g * (1 - beta1) if m_old is None else torch.lerp(m_old[a:b], g, 1 - beta1)
+                v = (1 - beta2) * g * g if v_old is None else v_old[a:b] * beta2 + (1 - beta2) * g * g
+                new.setdefault("exp_avg", []).append(m)
+                new.setdefault("exp_avg_sq", []).append(v)
+                if group.get("amsgrad", False):
+                    v_max_old = self.buffers.get("max_exp_avg_sq")
+                    v = v if v_max_old is None else torch.maximum(v_max_old[a:b], v)
+                    new.setdefault("max_exp_avg_sq", []).append(v)
+                step_size = lr / (1 - beta1 ** self.t)
+                denom = v.sqrt() / math.sqrt(1 - beta2 ** self.t) + eps
+                out[a:b] = p - step_size * m / denom
+        for name, pieces in new.items():
+            self.buffers[name] = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+        return out
+
+    def verdict(self) -> str | None:
+        """Why the parameters did not follow the released update (None: they did); reads the device once."""
+        bad, worst = int(self._bad_steps), float(self._worst)
+        if not bad:
+            return None
+        return (f"the parameters moved differently from the optimizer's update of the released gradient in {bad} "
+                f"step(s) (largest mismatch {worst:.3g} times the update): the model saw something not released")
+
+
+# ---- the state trajectory and its replay ---------------------------------------------------------------------
+class StateTrace:
+    """What the replay needs, kept on the device during training: each step's releases (the gradient while it
+    fits TRACE_GRADIENT_VALUES over the run) and the state after the step's update."""
+
+    def __init__(self, n_params: int) -> None:
+        self.n_params = n_params
+        self.values: list[dict[str, torch.Tensor]] = []
+        self.gradients: list[tuple[torch.Tensor, ...]] | None = []
+        self.states: list[dict[str, torch.Tensor]] = []
+
+    def add(self, released: Any, state: Mapping[str, torch.Tensor]) -> None:
+        import torch
+
+        self.values.append({k: v.detach().clone() for k, v in released.values.items()})
+        if self.gradients is not None:
+            if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
+                self.gradients = None
+            else:
+                self.gradients.append(tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0)))
+        self.states.append({k: v.detach().clone() for k, v in state.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (arrays base64-encoded); one copy to the host per entry, after training."""
+        import torch
+
+        def stacked(rows: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+            names = rows[0].keys() if rows else ()
+            return {n: encode(torch.stack([r[n].reshape(-1) for r in rows]).double().cpu().numpy()) for n in names}
+
+        gradients = None
+        if self.gradients is not None and self.gradients:
+            gradients = [encode(torch.stack([g[i].reshape(-1) for g in self.gradients]).double().cpu().numpy())
+                         for i in range(len(self.gradients[0]))]
+        return {"steps": len(self.states), "values": stacked(self.values), "states": stacked(self.states),
+                "gradients": gradients,
+                "shapes": [list(g.shape) for g in self.gradients[0]] if self.gradients else None}
+
+
+def encode(array: Any) -> dict[str, Any]:
+    import base64
+
+    import numpy as np
+
+    array = np.ascontiguousarray(array)
+    return {"dtype": array.dtype.str, "shape": list(array.shape), "b64": base64.b64encode(array.tobytes()).decode()}
+
+
+def decode(data: Mapping[str, Any]) -> Any:
+    import base64
+
+    import numpy as np
+
+    return np.frombuffer(base64.b64decode(data["b64"]), dtype=np.dtype(data["dtype"])).reshape(data["shape"]).copy()
+
+
+def replay_state(mechanism: Mechanism, plan: PrivacyPlan, trace: Mapping[str, Any]) -> Finding:
+    """The state trajectory recomputed from the recorded releases alone (`trace`, `StateTrace.to_dict`) by
+    `mechanism`'s hooks, compared with the one training recorded. Run it in a process of its own with a fresh
+    mechanism object (the worker's analysis phase does), so nothing training kept in memory reaches it."""
+    import numpy as np
+    import torch
+
+    from mechanisms.parts.releases import Released
+
+    steps = int(trace["steps"])
+    values = {n: decode(a) for n, a in trace["values"].items()}
+    recorded = {n: decode(a) for n, a in trace["states"].items()}
+    gradients = [decode(a) for a in trace["gradients"]] if trace.get("gradients") else None
+    shapes = trace.get("shapes")
+    options = mechanism.options(plan.extra.get("options", {}))
+    clipper = plan.parts.clipper
+    bounds = (float(getattr(clipper, "min_bound", clipper.bound)), float(clipper.max_bound))
+    state = {n: torch.tensor(float(v), dtype=torch.float32) for n, v in mechanism.initial_state(plan, options).items()}
+    for t in range(steps):
+        grad = tuple(torch.from_numpy(g[t]).float().reshape(s) for g, s in zip(gradients, shapes, strict=True)) \
+            if gradients is not None else ()
+        released = Released(grad, {n: torch.from_numpy(v[t]).float() for n, v in values.items()})
+        try:
+            new = mechanism.update_state({k: v.clone() for k, v in state.items()}, released, plan, options)
+            apply_state(state, {k: v for k, v in new.items() if k in state}, clipper.state_key, bounds)
+        except Exception as exc:  # noqa: BLE001 - a hook that cannot run on the releases alone is the finding
+            more = "" if gradients is not None else " (the released gradient was too large to keep for the replay)"
+            return Finding("state_replay", False, f"the state update failed at step {t + 1} when given only the "
+                                                  f"recorded releases{more}: {type(exc).__name__}: {exc}")
+        for name, series in recorded.items():
+            got, want = state[name].double().reshape(-1).numpy(), series[t]
+            if not np.allclose(got, want, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
+                return Finding("state_replay", False, f"the state {name!r} recomputed from the releases alone is "
+                                                      f"{got.tolist()} at step {t + 1}, training used {want.tolist()}: "
+                                                      "the state used more than what the steps released")
+    return Finding("state_replay", True)
+
+
+__all__ = ["CHECKS", "OWN_PACKAGES", "Finding", "ModelShadow", "StateTrace", "StepGuard", "apply_state", "certify",
+           "contract_findings", "copied", "foreign_code", "own_class", "own_module", "own_path", "record_fields",
+           "replay_state", "runs_own_step", "step_findings"]

@@ -1,0 +1,50 @@
+"""The state replay's own process: `python -m workers.replay` reads (sys.path, trial config, plan, trace) as a
+pickle on stdin, loads the trial's plugins and its mechanism fresh, replays the state from the recorded
+releases alone (`mechanisms.framework.integrity.replay_state`) and writes the `Finding` as a pickle on stdout.
+
+A process of its own, started from nothing (not forked), so that nothing the training process kept in memory
+(a plugin's module global, a cached trajectory) can reach the replay.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from mechanisms.framework.integrity import Finding
+
+REPLAY_TIMEOUT_S = 600
+
+
+def replay_apart(config: Mapping[str, Any], plan: Any, trace: Mapping[str, Any]) -> Finding:
+    """The replay's finding from a fresh Python process (a replay that cannot run is a failed finding)."""
+    payload = pickle.dumps((list(sys.path), dict(config), plan, dict(trace)))
+    try:
+        done = subprocess.run([sys.executable, "-m", "workers.replay"], input=payload, capture_output=True,
+                              timeout=REPLAY_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return Finding("state_replay", False, f"the replay did not finish in {REPLAY_TIMEOUT_S} s")
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        return Finding("state_replay", False, f"the replay could not run: {tail[0]}")
+    return pickle.loads(done.stdout)
+
+
+def main() -> None:
+    path, config, plan, trace = pickle.loads(sys.stdin.buffer.read())
+    sys.path[:] = path
+    import mechanisms
+    from mechanisms.framework.integrity import replay_state
+    from workers.trial import _prepare, as_config
+
+    trial = as_config(config)
+    _prepare(trial)
+    finding = replay_state(mechanisms.get(trial.mechanism), plan, trace)
+    sys.stdout.buffer.write(pickle.dumps(finding))
+
+
+if __name__ == "__main__":
+    main()
