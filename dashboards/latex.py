@@ -262,7 +262,8 @@ def _header_cell(lines: Sequence[Tex], align: str) -> str:
 
 
 def _tabular(part: Sequence[Column], lay: Layout, board: Sequence[LeaderboardRow],
-             group_of: Callable[[LeaderboardRow], tuple], order: Sequence[int], width: float | None = None) -> list[str]:
+             group_of: Callable[[LeaderboardRow], tuple], order: Sequence[int],
+             width: float | None = None) -> list[str]:
     """One booktabs tabular; `width` (points): a `tabular*` of that width whose column gaps stretch, so the
     parts of a split table are equally wide."""
     spans = sum(2 if c.std else 1 for c in part)
