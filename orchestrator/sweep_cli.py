@@ -227,6 +227,9 @@ class RichProgress(Callback):
     def on_trial_start(self, config: Any) -> None:
         if self.progress is not None and config.trial_key not in self.bars:
             self.bars[config.trial_key] = self.progress.add_task(visible(config.label), total=None, info="starting")
+            if not self.progress.console.is_terminal:  # piped: no live bars, so a line says the trial is under way
+                self.progress.console.print(styled("  {label}: started", label=config.label),
+                                            soft_wrap=True)
 
     def on_trial_progress(self, key: str, done: int, total: int, info: Any) -> None:
         if self.progress is not None and key in self.bars:

@@ -468,15 +468,26 @@ def undeclared(record: Mapping[str, Any]) -> dict[str, list[str]]:
     return {s: sorted(set(values) - keys(s)) for s, values in parts.items() if set(values) - keys(s)}
 
 
+IDENTITY = ("dataset", "model", "mechanism", "eps target")  # every table's, whatever else is chosen
+
+
 def select(spec: str) -> tuple[str, ...]:
-    """`--columns core,audit` -> the groups it names ('all': every group). ValueError on an unknown one."""
+    """`--columns core,audit` -> the groups it names ('all': every group), core always among them; single
+    columns by their header (`eps claimed`) or field name (`epsilon_claimed`) name only themselves, beside
+    the identity columns (`--columns utility,eps claimed,eps certified,eps audited`: a paper's table).
+    ValueError on an unknown name."""
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
-        raise ValueError("--columns needs at least one group")
-    bad = [n for n in names if n not in (*GROUPS, "all")]
+        raise ValueError("--columns needs at least one group or column")
+    headers = {f.header: f.header for f in displayed()} | {f.column: f.header for f in displayed() if f.column}
+    bad = [n for n in names if n not in (*GROUPS, "all") and n not in headers]
     if bad:
-        raise ValueError(f"unknown column group {bad[0]!r}; known: {', '.join((*GROUPS, 'all'))}")
-    return GROUPS if "all" in names else tuple(dict.fromkeys(["core", *names]))
+        raise ValueError(f"unknown column group or column {bad[0]!r}; groups: {', '.join((*GROUPS, 'all'))}; "
+                         f"columns: {', '.join(h for h in DISPLAY_ORDER if h not in IDENTITY)}")
+    if "all" in names:
+        return GROUPS
+    singles = [headers[n] for n in names if n not in GROUPS]
+    return tuple(dict.fromkeys([*([] if singles else ["core"]), *(n for n in names if n in GROUPS), *singles]))
 
 
 def is_private(record: Mapping[str, Any]) -> bool:
