@@ -242,9 +242,17 @@ class OneRun:
         self.shape = declared_shape(self.plan) if self.plan.sampler == "poisson" else None
         m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
         unit, unit_range, correlation = plan_units(self.plan)
-        self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
-                                                statistic=self.cfg.statistic, unit=unit, unit_range=unit_range,
-                                                planned_steps=self.plan.steps, correlation=correlation)
+        noise = getattr(getattr(self.plan, "parts", None), "noise", None)
+        if getattr(noise, "covers_run", False):  # correlated noise: canaries join as fixed-order examples do, and
+            from mechanisms.auditing.correlated_canaries import CorrelatedCanaries  # are scored after whitening
+
+            self.canaries = CorrelatedCanaries.attach_correlated(
+                optimizer, m, noise=noise, steps_per_epoch=self.plan.batch_selection.steps_per_epoch, seed=self.seed,
+                statistic=self.cfg.statistic, unit=unit, planned_steps=self.plan.steps)
+        else:
+            self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
+                                                    statistic=self.cfg.statistic, unit=unit, unit_range=unit_range,
+                                                    planned_steps=self.plan.steps, correlation=correlation)
         self.plan_s = time.perf_counter() - t0
         canaries = self.canaries
         return lambda: canaries.overhead_s
