@@ -205,9 +205,11 @@ def runs_own_step(mechanism: Mechanism) -> bool:
 STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.framework.integrity",
                 "mechanisms.clipping_engine.engine", "mechanisms.clipping_engine.norms",
                 "mechanisms.clipping_engine.rules", "mechanisms.parts.noise_addition", "mechanisms.parts.releases",
-                "mechanisms.parts.clipping", "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
+                "mechanisms.parts.correlated_noise", "mechanisms.parts.clipping", "opacus.optimizers.optimizer",
+                "opacus.optimizers.ddpoptimizer")
 STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe")
+                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe",
+                "next", "_draw")
 
 
 def step_findings(training: Any, when: str = "before the first step") -> Finding:
@@ -222,6 +224,9 @@ def step_findings(training: Any, when: str = "before the first step") -> Finding
                        f"{type(optimizer).__qualname__}, not privbench's private optimizer")
     problems = []
     objects = [optimizer, optimizer.noise, *optimizer.releases]
+    stream = getattr(optimizer, "noise_stream", None)
+    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
+        objects += [stream, stream.strategy]
     engine = getattr(optimizer, "engine", None)
     if engine is not None:
         objects.append(engine)

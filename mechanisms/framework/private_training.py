@@ -87,6 +87,8 @@ class PrivateOptimizerMixin:
                  **kwargs: Any) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
+        # a correlated-noise part keeps its state across steps in a stream (one per run); memoryless parts have none
+        self.noise_stream = noise.start() if hasattr(noise, "start") else None
         self.after_step, self.noise_map = after_step, noise_map
         self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
         self.released_hook = released_hook
@@ -159,7 +161,8 @@ class PrivateOptimizerMixin:
             observer.before_noise(self)
         sums = [p.summed_grad.unsqueeze(0) for p in params]
         scale = self.bound / self.declared_bound if self.bound_key is not None else None
-        released = self.noise.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
+        source = self.noise_stream if self.noise_stream is not None else self.noise
+        released = source.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
                                       secure=self.secure_mode, noise_map=self.noise_map,  # type: ignore[attr-defined]
                                       scale=scale)
         for p, r in zip(params, released, strict=True):
