@@ -140,6 +140,9 @@ def audit(
     path: str = typer.Option("auto", "--path", help="auto | full | support (see docs/auditing.md)."),
     option: list[str] = typer.Option([], "--option", help="Mechanism option KEY=VALUE (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    plugins: list[str] = typer.Option([], "--plugins", metavar="MODULE",
+                                      help="A plugin module to load first, as a grid's `plugins:` key does "
+                                           "(repeatable)."),
 ) -> None:
     """Audit one privatisation step of MECHANISM: claimed vs certified vs audited epsilon.
 
@@ -158,10 +161,16 @@ def audit(
         delta_v, clip_v = _number("delta", delta, float), _number("clip", clip, float)
         _validate(sigma_v, epsilon_v, samples_v, delta_v, dim_v, clip_v, seed_v, path)
         options = _parse_options(option)
+        if plugins:
+            from pathlib import Path
+
+            from workers import plugins as plugin_modules
+
+            plugin_modules.load(plugins, search=[Path.cwd()])
         module = mechanisms.get(mechanism)
         if problems := module.option_problems(options):  # as strict as a grid's mechanism_options
             raise _Invalid("; ".join(problems))
-    except (_Invalid, mechanisms.UnknownName) as e:
+    except (_Invalid, mechanisms.UnknownName, mechanisms.PluginError) as e:
         raise _fail(str(e)) from None
     try:
         if epsilon_v is not None:

@@ -379,12 +379,30 @@ def ui(
     raise typer.Exit(code=code)
 
 
+def load_plugins(modules: list[str]) -> None:
+    """Load plugin modules named on the command line as a grid's `plugins:` key does (from sys.path, else the
+    current folder); a module that cannot be loaded is one line and exit 2."""
+    if not modules:
+        return
+    from mechanisms.framework.registry import PluginError
+    from workers import plugins
+
+    try:
+        plugins.load(modules, search=[Path.cwd()])
+    except PluginError as e:
+        fail(str(e))
+
+
 @app.command("list")
 def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|models|accountants")],
                hooks: Annotated[bool, typer.Option("--hooks", help="With `mechanisms`: the contract, every hook "
                                                    "a mechanism may write with the guarantee it must keep")] = False,
+               plugins: Annotated[list[str] | None, typer.Option(
+                   "--plugins", metavar="MODULE", help="Also a plugin module a grid would name under `plugins:` "
+                   "(from sys.path or the current folder; repeatable)")] = None,
                ) -> None:
-    """List the names a grid file can use: privbench's and installed plugins' (entry points)."""
+    """List the names a grid file can use: privbench's, installed plugins' (entry points), and the modules
+    named with --plugins (as a grid's `plugins:` key loads them)."""
     from mechanisms.accounting.accountant import described
     from mechanisms.framework.mechanism import FINAL, HOOKS, filled_hooks
     from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS
@@ -392,6 +410,7 @@ def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|mod
 
     if hooks and what != "mechanisms":
         fail("--hooks goes with `privbench list mechanisms`")
+    load_plugins(plugins or [])
     if hooks:
         table = Table(title="the mechanism contract (docs/plugins.md)")
         for name in ("hook", "used by", "guarantee"):

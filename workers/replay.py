@@ -8,6 +8,7 @@ A process of its own, started from nothing (not forked), so that nothing the tra
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -22,9 +23,12 @@ REPLAY_TIMEOUT_S = 600
 def replay_apart(config: Mapping[str, Any], plan: Any, trace: Mapping[str, Any]) -> Finding:
     """The replay's finding from a fresh Python process (a replay that cannot run is a failed finding)."""
     payload = pickle.dumps((list(sys.path), dict(config), plan, dict(trace)))
+    # this process's import path, privbench's folders included (a Ray worker has them from its runtime_env,
+    # not from the environment), so `-m workers.replay` resolves in the child as here
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
         done = subprocess.run([sys.executable, "-m", "workers.replay"], input=payload, capture_output=True,
-                              timeout=REPLAY_TIMEOUT_S, check=False)
+                              timeout=REPLAY_TIMEOUT_S, check=False, env=env)
     except subprocess.TimeoutExpired:
         return Finding("state_replay", False, f"the replay did not finish in {REPLAY_TIMEOUT_S} s")
     if done.returncode != 0:

@@ -188,3 +188,25 @@ def test_the_replay_runs_in_its_own_process():
                              plugins=("broken_hooks",)).to_dict()
         finding = replay_apart(config, plan, training.optimizer.guard.trace.to_dict())
         assert finding.passed is passed, finding
+
+
+def test_after_step_returns_nothing_and_sees_copies():
+    """The old contract's `after_step` returned a callable run on the optimizer: now a returned value is a failed
+    check, and what the hook does to its copies reaches nothing (the shadow and the stream stay clean)."""
+    from mechanisms import Mechanism
+    from mechanisms.framework import registry
+
+    class OldContract(Mechanism):
+        ID = "test-old-after-step"
+
+        def after_step(self, released, state, plan, options):
+            for g in released.gradient:
+                g.mul_(100)  # its own copy: the model never sees this
+            return lambda optimizer: None
+
+    mechanisms.register(OldContract())
+    try:
+        failed = {f.check: f.reason for f in guarded_run("test-old-after-step", epochs=1) if not f.passed}
+    finally:
+        registry.unregister("test-old-after-step")
+    assert set(failed) == {"hooks"} and "returns nothing" in failed["hooks"], failed

@@ -26,6 +26,13 @@ def test_no_host_synchronisation_in_a_steady_state_step(model, mechanism):
     assert profile.canaries == (mechanism == "dpsgd")
 
 
+def test_the_integrity_checks_add_no_synchronisation():
+    """Every step's checks (`integrity.StepGuard`: bounds, stream, observers, the bound's range, the model shadow)
+    and adaptive clipping's state, hook copies and replay trace stay on the device."""
+    profile = step_profile.profile("mlp", "dpsgd-adaclip", steps=2)
+    assert profile.syncs_per_step == 0, profile.syncs
+
+
 def test_the_counter_sees_a_synchronisation():
     """The counter is not blind: a step that reads its loss on the host (the loop before this issue) counts it."""
     import torch
