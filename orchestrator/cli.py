@@ -13,11 +13,41 @@ import typer
 from rich.table import Table
 
 from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
-from orchestrator.console import fail, out, use_ascii_spelling
+from orchestrator.console import error, fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
-app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
-                       "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
+
+class _Cli(typer.Typer):
+    """The `privbench` program: a value Typer rejects (an unknown option, `--port 0`, a missing argument) is
+    one `error:` line naming the command's `--help` and exit 2, like every other error, instead of click's
+    five-line usage box."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import sys
+
+        from typer._click import exceptions as click  # Typer's own copy of click (Typer >= 0.22)
+
+        kwargs.setdefault("prog_name", "privbench")
+        command = typer.main.get_command(self)
+        try:
+            code = command.main(*args, standalone_mode=False, **kwargs)
+        except click.NoArgsIsHelpError:
+            return command(*args, **kwargs)  # no arguments: the help, as Typer shows it
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else kwargs["prog_name"]
+            error(f"{e.format_message()} (`{where} --help` says what it takes)")
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            error(e.format_message())
+            sys.exit(e.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            error("interrupted")
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = _Cli(help="Benchmark differentially private training mechanisms: claimed, certified and "
+                "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
 
 
 @app.callback()
@@ -72,6 +102,8 @@ def leaderboard(
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
     columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
                                               "audited, status, step x, runs): privacy, audit, overhead or all, "
+                                              "and/or single columns by header ('utility,eps claimed,eps "
+                                              "certified' shows those beside mechanism and eps target), "
                                               "comma-separated. CSV and JSON always hold every field.")] = "core",
     float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (bare tables), table (one column) "
                                                            "or 'table*' (both columns; quoted, or the shell "
@@ -107,6 +139,10 @@ def leaderboard(
         fail("--width, --float, --caption and --label apply to --format latex only")
     if (caption or label) and float_env == "none":
         fail("--caption and --label need a float: --float table or --float 'table*'")
+    if label and not caption:
+        from dashboards.latex import LABEL_NEEDS_CAPTION
+
+        fail(LABEL_NEEDS_CAPTION)
     if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
         fail(f"--float {float_env} is {'one column' if float_env == 'table' else 'both columns'} wide: "
              f"use --float {'table*' if float_env == 'table' else 'table'} with --width {width}")
@@ -137,7 +173,8 @@ def leaderboard(
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
             tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
+                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"),
+                                       scope=board)
             for i, table in enumerate(tables):
                 if i:
                     out.print()
@@ -279,11 +316,13 @@ def export(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="csv|parquet|json")] = "json",
-    out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("privbench-export.json"),
+    out_file: Annotated[Path | None, typer.Option("--out", help="Output file (default: privbench-export.json, "
+                                                               ".csv or .parquet, after --format).")] = None,
 ) -> None:
     """Every trial record of a sweep (one row per trial, flattened)."""
     if fmt not in ("csv", "parquet", "json"):
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
+    out_file = out_file or Path(f"privbench-export.{fmt}")
     _writable_parent(out_file)
     st = _open_store(store, ledger)
     sweep_cli.not_into_store(out_file, st)

@@ -180,8 +180,14 @@ class PrivateOptimizerMixin:
         for observer in self.observers:
             observer.after_noise(self)
         self._hook_copy = None
-        if self.update_state is not None or self.released_hook is not None:
-            self._hook_copy = copied(self.last_released)  # the hooks' own copies: nothing they do reaches the step
+        trace = guard.trace if guard is not None else None
+        if self.released_hook is not None:  # the hooks' own copies: nothing they do reaches the step
+            self._hook_copy = copied(self.last_released)
+            if trace is not None:
+                trace.mark_read()
+        elif self.update_state is not None:  # the gradient copied only if the update reads it (before normalising)
+            self._hook_copy = copied(self.last_released, lazy=True,
+                                     on_read=trace.mark_read if trace is not None else None)
         if self.update_state is not None:
             state = {k: v.clone() for k, v in self.mechanism_state.items()}
             new = self.update_state(state, self._hook_copy)
@@ -191,8 +197,8 @@ class PrivateOptimizerMixin:
                 from mechanisms.framework.integrity import apply_state
 
                 apply_state(self.mechanism_state, new, None, (0.0, math.inf))
-        if guard is not None and guard.trace is not None:
-            guard.trace.add(self.last_released, self.mechanism_state)
+        if trace is not None:
+            trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
