@@ -153,6 +153,8 @@ def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE
         if push.failed:
             findings.append(push.words)
     shape = declared_shape(plan)
+    if getattr(parts.noise, "covers_run", False):  # correlated noise: its event is the run's one Gaussian; each
+        shape = (float(plan.sigma), 1.0, steps)  # step's whitened noise is N(0, sigma^2) in the plan's unit
     if shape is not None and obs.noise_summary is not None:
         report = noise_checks.check_noise(obs.noise_summary, shape[0], significance=half)
         if report.findings:
