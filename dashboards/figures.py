@@ -18,6 +18,7 @@ Panel titles name the dataset / model only, and axis labels the quantity, so no 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import math
@@ -57,6 +58,11 @@ RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize
 SIZES = WIDTHS  # single: one column of a two-column paper; double: both (the venue says how wide)
 NARROW_IN = 4.0  # narrower figures stack their panels and put the legend below
 LINESTYLES = ["-", "--", ":", "-."]  # one per epsilon, beside the mechanism's colour
+MARKERS = ["o", "s", "^", "D", "v", "P"]  # one per target epsilon in the overhead figure
+# One meaning per colour across the figures: a mechanism keeps its colour in every figure of the same records
+# (`mechanism_colours`), non-private is grey everywhere, and epsilons are told apart by line style or marker.
+NONPRIVATE_COLOUR = "0.4"
+EPS = r"$\varepsilon$"  # the tables' symbol (LaTeX's \varepsilon), in mathtext
 
 
 def _finite(x: Any) -> bool:
@@ -77,6 +83,37 @@ def _label(row: LeaderboardRow, multi: bool) -> str:
 
 def _colours(labels: Iterable[str]) -> dict[str, str]:
     return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
+
+
+def mechanism_colours(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Each line label (`mechanism`, or `mechanism (sweep)` with several sweeps) of the records: the private
+    ones in the palette's order of their sorted names, the non-private ones grey; the same in every figure."""
+    multi = len(_sweeps(records)) > 1
+    private: set[str] = set()
+    public: set[str] = set()
+    for r in records:
+        mechanism = (r.get("config") or {}).get("mechanism")
+        if mechanism is None:
+            continue
+        label = f"{mechanism} ({r.get('sweep')})" if multi else mechanism
+        (private if schema.is_private(r) else public).add(label)
+    return _colours(private - public) | {label: NONPRIVATE_COLOUR for label in public}
+
+
+def utility_label(metric: str) -> tuple[str, float]:
+    """(axis label, scale) of a utility metric as the tables show it: a percent field in % (`accuracy (%)`)."""
+    f = schema.utility_field(metric)
+    return (f"{metric.replace('_', ' ')} (%)", 100.0) if f.percent else (metric.replace("_", " "), 1.0)
+
+
+def uninformative(kind: str, records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why figure `kind` would tell nothing for these records (the report leaves it out with this line), or
+    None: a verdicts grid where every verdict is `ok` is one colour."""
+    if kind == "verdicts":
+        statuses = {r.claim_status for r in rows(records) if r.private}
+        if statuses == {"ok"}:
+            return "Verdicts figure left out: every verdict is ok (the leaderboard's status column says so)."
+    return None
 
 
 def _styled(builder: Callable[..., Figure]) -> Callable[..., Figure]:
@@ -167,7 +204,11 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     board = rows(records, metric=metric)
     multi = len(_sweeps(records)) > 1
     groups = _groups(board)
-    colours = _colours(_label(r, multi) for r in board if r.private)
+    colours = {k: v for k, v in mechanism_colours(records).items() if k in {_label(r, multi) for r in board
+                                                                              if r.private}}
+    ylabel, scale = utility_label(metric)
+    board = [dataclasses.replace(r, utility_mean=None if r.utility_mean is None else r.utility_mean * scale,
+                                 utility_std=None if r.utility_std is None else r.utility_std * scale) for r in board]
     fig, axes, narrow = _figure(len(groups), width, (3.2, 2.6), (1.9, len(colours) + 4))
     if not groups:
         return _empty(fig, "no finished trials")
@@ -212,8 +253,8 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.set_xscale("log")
         ax.set_xlim(left, right)
         _log_ticks(ax, xs + audited, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
-        ax.set_xlabel("epsilon (certified; hollow: claimed)")
-        ax.set_ylabel(metric)
+        ax.set_xlabel(f"{EPS} (certified; hollow: claimed)")
+        ax.set_ylabel(ylabel)
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
         for label in sorted(lines):
@@ -221,7 +262,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         if any(not r.private for r in part):
             legend["~non-private (mean ± std)"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--")
     shown = [colours[k] for k in sorted(colours) if k in legend]
-    labels = [k.lstrip("~") for k in sorted(legend)] + ["claimed epsilon", "audited to certified"]
+    labels = [k.lstrip("~") for k in sorted(legend)] + [f"claimed {EPS}", "audited to certified"]
     handles = [legend[k] for k in sorted(legend)] + [
         tuple(Line2D([], [], color=c, marker="o", mfc="white", mew=1.4, ls=":") for c in shown) or Line2D([], []),
         tuple(Line2D([], [], color=c, lw=6, alpha=0.22) for c in shown) or Line2D([], [])]
@@ -241,12 +282,13 @@ def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append({"sweep": r.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"],
                     "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"), "private": schema.is_private(r),
                     "batch_size": (cfg.get("train") or {}).get("batch_size"),
-                    "step_time_s": m.get("step_time_s"), "peak_memory_mb": m.get("peak_memory_mb")})
+                    "step_time_s": m.get("step_time_s"), "peak_memory_mb": m.get("peak_memory_mb"),
+                    "step_time_ratio": m.get("step_time_ratio")})
     return out
 
 
 def _eps_label(eps: float | None) -> str:
-    return "non-private" if eps is None else f"epsilon {eps:g}"
+    return "non-private" if eps is None else f"{EPS} {eps:g}"
 
 
 @_styled
@@ -254,9 +296,11 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
     """Step time relative to non-private and extra peak memory in MB, per mechanism: two panels per
     dataset/model (side by side, or stacked when narrow), titled with the dataset / model.
 
-    Each dot is one trial, coloured by its target epsilon (legend); a short bar marks the mean step-time
-    ratio of a mechanism at one epsilon. Step time is a ratio against the non-private trials of the same
-    sweep, dataset, model and batch size. Memory is each trial's own peak in MB, with no mean or error
+    Each dot is one trial, in its mechanism's colour, its marker saying its target epsilon (legend); a short bar
+    marks the mean step-time ratio of a mechanism at one epsilon: the leaderboard's `step x`. The ratio is each
+    trial's own paired measurement (`step_time_ratio`, private and non-private steps taken in turns in the
+    trial); a record without one (older stores) is against the non-private trials of the same sweep, dataset,
+    model and batch size, as in the leaderboard. Memory is each trial's own peak in MB, with no mean or error
     bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
     average over trials would suggest a precision the measurement does not have.
     """
@@ -271,7 +315,8 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
     fig, axes, narrow = _figure(2 * max(1, len(groups)), width, (3.4, 2.2), (1.1, len(epsilons)))
     if not trials:
         return _empty(fig, "no finished trials with timings")
-    colours = {e: ("0.35" if e is None else PALETTE[i % len(PALETTE)]) for i, e in enumerate(epsilons)}
+    markers = {e: MARKERS[i % len(MARKERS)] for i, e in enumerate(epsilons)}
+    colours = mechanism_colours(records)
     grow: dict[int, float] = {}  # per dataset/model: inches its mechanism labels need
     for gi, (dataset, model) in enumerate(groups):
         ax_t, ax_m = axes[2 * gi], axes[2 * gi + 1]
@@ -282,20 +327,23 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
         for t in part:
             label = f"{t['mechanism']} ({t['sweep']})" if multi else t["mechanism"]
             ref = base.get((t["sweep"], t["dataset"], t["model"], t["batch_size"]))
-            if ref and _finite(t["step_time_s"]):
+            if _finite(t["step_time_ratio"]):  # the trial's own paired measurement, as the tables show it
+                step[(label, t["epsilon"])].append(t["step_time_ratio"])
+            elif ref and _finite(t["step_time_s"]):
                 step[(label, t["epsilon"])].append(t["step_time_s"] / (sum(ref) / len(ref)))
             if _finite(t["peak_memory_mb"]):
                 memory[(label, t["epsilon"])].append(t["peak_memory_mb"])
         bar_width = 0.7 / max(1, len(epsilons))
-        for ax, data, ylabel, bar in ((ax_t, step, "step time / non-private", True),
+        for ax, data, ylabel, bar in ((ax_t, step, r"step time ($\times$ non-private)", True),
                                       (ax_m, memory, "extra peak memory (MB)", False)):
             top = 0.0
             for (label, eps), values in data.items():
                 x = labels.index(label) + (epsilons.index(eps) - (len(epsilons) - 1) / 2) * bar_width
-                ax.plot([x] * len(values), values, ls="none", marker="o", ms=4, mfc="none", mec=colours[eps])
+                colour = colours.get(label, NONPRIVATE_COLOUR)
+                ax.plot([x] * len(values), values, ls="none", marker=markers[eps], ms=4, mfc="none", mec=colour)
                 if bar:
                     ax.plot([x - bar_width * 0.4, x + bar_width * 0.4], [sum(values) / len(values)] * 2,
-                            color=colours[eps], lw=2)
+                            color=colour, lw=2)
                 top = max(top, *values)
             if bar and data:
                 ax.axhline(1.0, color="0.4", lw=1, ls="--")
@@ -311,7 +359,7 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
             ax_m.set_title("")
     w, h = fig.get_size_inches()
     fig.set_size_inches(w, h + sum(grow.values()))
-    _legend(fig, [Line2D([], [], ls="none", marker="o", mfc="none", mec=colours[e]) for e in epsilons],
+    _legend(fig, [Line2D([], [], ls="none", marker=markers[e], mfc="none", mec="0") for e in epsilons],
             [_eps_label(e) for e in epsilons], narrow, title="target")
     return fig
 
@@ -364,7 +412,7 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
     fig, axes, narrow = _figure(max(1, len(order) * len(groups)), width, (2.9, 2.3), (1.6, entries))
     if not series:
         return _empty(fig, "no learning curves recorded")
-    colours = _colours(label for g in series.values() for label, _ in g)
+    colours = mechanism_colours(records)
     eps_all = sorted({e for g in series.values() for _, e in g if e is not None})
     legend: dict[tuple, Line2D] = {}
     for gi, (dataset, model) in enumerate(groups):
@@ -373,19 +421,21 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
             for (label, eps), runs in sorted(series.get((dataset, model, kind), {}).items(),
                                              key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
                 n = min(len(v) for v in runs)
+                scale = 100.0 if kind.endswith("accuracy") else 1.0  # in % as the tables show accuracy
+                runs = [[x * scale for x in v] for v in runs]
                 mean = [sum(v[i] for v in runs) / len(runs) for i in range(n)]
                 std = [(sum((v[i] - mean[i]) ** 2 for v in runs) / (len(runs) - 1)) ** 0.5 if len(runs) > 1 else 0.0
                        for i in range(n)]
                 epochs = list(range(1, n + 1))
                 style = LINESTYLES[eps_all.index(eps) % len(LINESTYLES)] if eps in eps_all else "-"
-                name = label + (f", eps {eps:g}" if eps is not None else "")
+                name = label + (f", {EPS} {eps:g}" if eps is not None else "")
                 line = ax.plot(epochs, mean, color=colours[label], ls=style, marker="o", ms=3, lw=1.3, label=name)[0]
                 ax.fill_between(epochs, [m - s for m, s in zip(mean, std, strict=True)],
                                 [m + s for m, s in zip(mean, std, strict=True)], color=colours[label], alpha=0.12)
                 legend.setdefault((label, -1 if eps is None else eps), line)
             last = ki == len(order) - 1
             ax.set_xlabel("epoch" if last or not narrow else "")
-            ax.set_ylabel(CURVE_TITLES.get(kind, kind))
+            ax.set_ylabel(CURVE_TITLES.get(kind, kind) + (" (%)" if kind.endswith("accuracy") else ""))
             ax.set_title(f"{dataset} / {model}" if ki == 0 or not narrow else "")
             ax.grid(True, alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
@@ -423,21 +473,22 @@ def verdicts(records: Sequence[Mapping[str, Any]], width: float | None = None) -
         cell_pt = fig.get_size_inches()[0] * 72 * (0.62 if narrow else 0.62 / len(axes)) / len(eps)
         short = cell_pt < 62  # "overclaimed" at 8 pt is about 50 pt wide
 
-        def fmt(v: float | None) -> str:
-            return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
+        def fmt(v: float | None, key: str) -> str:  # rounded up, as the tables round upper bounds
+            return "-" if v is None else ("inf" if math.isinf(v) else schema.shown(v, schema.field("privacy", key)))
 
         for r in part:
             x, y = eps.index(r.epsilon_target), mechs.index(_label(r, multi))
             colour = STATUS_COLOURS.get(r.claim_status or "", "white")
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=colour, edgecolor="white", lw=2))
             status = (STATUS_SHORT if short else {}).get(r.claim_status or "", r.claim_status or "-")
-            ax.text(x, y, f"{status}\n{fmt(r.epsilon_claimed)} / {fmt(r.epsilon_certified)}",
+            ax.text(x, y, f"{status}\n{fmt(r.epsilon_claimed, 'epsilon_claimed')} / "
+                    f"{fmt(r.epsilon_certified, 'epsilon_certified')}",
                     ha="center", va="center", color="black" if r.claim_status != "violated" else "white")
         ax.set_xlim(-0.5, len(eps) - 0.5)
         ax.set_ylim(len(mechs) - 0.5, -0.5)
         ax.set_xticks(range(len(eps)), ["-" if e is None else f"{e:g}" for e in eps])
         ax.set_yticks(range(len(mechs)), mechs)
-        ax.set_xlabel("target epsilon (cells: claimed / certified)")
+        ax.set_xlabel(f"target {EPS} (cells: claimed / certified)")
         ax.set_title(f"{dataset} / {model}")
         for side in ("top", "right", "bottom", "left"):
             ax.spines[side].set_visible(False)

@@ -143,7 +143,8 @@ class Column:
         return max([self.body(size)] + [t.width(size) for t in self.lines(size, abbreviated)])
 
     def label(self, abbreviated: bool) -> str:
-        return " ".join(t.latex for t in (self.short if abbreviated else self.full))
+        """The header's words on one line: joined by `~` (a legend never breaks inside "$\\varepsilon$~cert.")."""
+        return "~".join(t.latex for t in (self.short if abbreviated else self.full))
 
 
 def unit_tex(unit: str) -> Tex:
@@ -184,7 +185,7 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
             places = _places(means, u)
             cells = tuple(NONE if r.utility_mean is None else number(schema.shown(r.utility_mean, u, places), bold[i])
                           for i, r in enumerate(board))
-            std = tuple(EMPTY if r.utility_mean is None or r.utility_std is None else
+            std = tuple(EMPTY if r.utility_mean is None or r.utility_std is None or r.n_finished < 2 else
                         binary("pm") + number(schema.shown(r.utility_std, u, places), bold[i])
                         for i, r in enumerate(board))
             align = "r@{}l"
@@ -261,13 +262,19 @@ def _header_cell(lines: Sequence[Tex], align: str) -> str:
 
 
 def _tabular(part: Sequence[Column], lay: Layout, board: Sequence[LeaderboardRow],
-             group_of: Callable[[LeaderboardRow], tuple], order: Sequence[int]) -> list[str]:
+             group_of: Callable[[LeaderboardRow], tuple], order: Sequence[int],
+             width: float | None = None) -> list[str]:
+    """One booktabs tabular; `width` (points): a `tabular*` of that width whose column gaps stretch, so the
+    parts of a split table are equally wide."""
     spans = sum(2 if c.std else 1 for c in part)
     head = []
     for c in part:
         cell = _header_cell(c.lines(lay.size, lay.abbreviated), c.align)
         head.append(rf"\multicolumn{{2}}{{c}}{{{cell}}}" if c.std else cell)
-    lines = [r"\begin{tabular}{@{}" + "".join(c.align for c in part) + "@{}}", r"\toprule",
+    spec = "".join(c.align for c in part)
+    begin = (r"\begin{tabular}{@{}" + spec + "@{}}" if width is None else
+             rf"\begin{{tabular*}}{{{width:.2f}pt}}{{@{{\extracolsep{{\fill}}}}{spec}@{{}}}}")
+    lines = [begin, r"\toprule",
              " & ".join(head) + r" \\", r"\midrule"]
     seen: list[tuple] = []
     for i in order:
@@ -284,7 +291,7 @@ def _tabular(part: Sequence[Column], lay: Layout, board: Sequence[LeaderboardRow
             if c.std:
                 cells.append(c.std[i].latex)
         lines.append(" & ".join(cells) + r" \\")
-    return lines + [r"\bottomrule", r"\end{tabular}"]
+    return lines + [r"\bottomrule", r"\end{tabular}" if width is None else r"\end{tabular*}"]
 
 
 def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set[int]) -> str:
@@ -302,6 +309,15 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
     return "; ".join(notes) + ("." if notes else "")
 
 
+LABEL_NEEDS_CAPTION = ("--label needs --caption: LaTeX's \\ref to a label in a float without a caption gives the "
+                       "number of the section around it, not the table's")
+
+
+def part_note(n: int, parts: int) -> str:
+    """What the caption of part `n` (from 0) of a split table adds: which part it is."""
+    return "" if parts == 1 else f" (part {n + 1} of {parts})"
+
+
 def status(r: LeaderboardRow, abbreviated: bool = False) -> str:
     """The claim status (why a row is violated is the `violation` column, in words)."""
     name = r.claim_status or "--"
@@ -315,12 +331,13 @@ def _abbreviate_statuses(cols: Sequence[Column], board: Sequence[LeaderboardRow]
 
 def best_utility(board: Sequence[LeaderboardRow]) -> set[int]:
     """Indices of the rows in bold: the highest mean utility among the private rows of each (sweep,
-    dataset, model, target epsilon) group (a lone private row is that group's best)."""
+    dataset, model, target epsilon) group of two private rows or more (a lone private row is best of nothing,
+    and a table of one private mechanism would be bold throughout)."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(board):
         if r.private and r.utility_mean is not None:
             groups.setdefault((r.sweep, r.dataset, r.model, r.epsilon_target), []).append(i)
-    return {max(members, key=lambda i: board[i].utility_mean) for members in groups.values()}
+    return {max(members, key=lambda i: board[i].utility_mean) for members in groups.values() if len(members) > 1}
 
 
 def resolve_width(width: str | float, venue: Venue) -> float:
@@ -346,6 +363,8 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
         raise ValueError(f"unknown float {float_env!r}; known: {', '.join(FLOATS)}")
     if (caption or label) and float_env == "none":
         raise ValueError("--caption and --label need a float: --float table or --float 'table*'")
+    if label and not caption:
+        raise ValueError(LABEL_NEEDS_CAPTION)
     points = resolve_width(width, venue)
     multi = len({r.sweep for r in board}) > 1
 
@@ -370,11 +389,10 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     for n, part in enumerate(lay.parts):
         if float_env != "none":  # each part its own float: a stack of parts may be taller than a page
             lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
-            if n == 0 and caption:  # the user's LaTeX, as written (it may hold math)
-                lines.append(rf"\caption{{{caption}}}")
-            if n == 0 and label:
-                lines.append(rf"\label{{{label}}}")
-            if n == 0 and (caption or label):
+            if caption:  # the user's LaTeX, as written (it may hold math); every part has its own
+                lines.append(rf"\caption{{{caption}{part_note(n, parts)}}}")
+                if label:
+                    lines.append(rf"\label{{{label}{'' if n == 0 else f'-{n + 1}'}}}")
                 lines.append(r"\smallskip")
             lines.append(font)
         elif n == 0:
@@ -383,7 +401,7 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
             lines.append(r"\par\medskip")
         if float_env == "none":
             lines.append(r"\noindent")
-        lines += _tabular(part, lay, board, group_of, order)
+        lines += _tabular(part, lay, board, group_of, order, None if parts == 1 else min(lay.width + MARGIN, points))
         if n == parts - 1 and legend:
             lines += [r"\par\smallskip", r"{\raggedright " + legend + r"\par}"]
         if float_env != "none":

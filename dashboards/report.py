@@ -1,8 +1,10 @@
 """`privbench report`: one self-contained HTML page for one or more sweeps.
 
-The page holds the four figures of `dashboards.figures` as inline SVG (no external file, script or
-font: it can be mailed or archived as one file), the leaderboard, one sentence per verdict saying why
-the row got its `claim_status`, and the grid files that produced the sweeps.
+The page opens on the leaderboard (its first screen shows numbers), then holds the figures of
+`dashboards.figures` as inline SVG (no external file, script or font: it can be mailed or archived as one
+file; a figure that would tell nothing, such as a verdicts grid where every verdict is ok, is left out with
+one line saying so), one sentence per verdict saying why the row got its `claim_status`, and the grid files
+that produced the sweeps. Every number is rounded as the tables round its quantity (`storage.schema`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ CAPTIONS = {
                        "the claimed epsilon of the same runs, joined to the certified one; shaded bars: from the "
                        "audited lower bound to the certified upper bound; grey band: non-private mean ± std.",
     "verdicts": "Claim verdict per mechanism and target epsilon (cells: claimed / certified epsilon).",
-    "overhead": "Cost per training step against non-private (left; bars: the mean) and each trial's extra peak "
-                "memory in MB (right); dots are trials, coloured by target epsilon.",
+    "overhead": "Cost per training step against non-private, each trial's own paired measurement (left; bars: "
+                "the mean, the leaderboard's step x) and each trial's extra peak memory in MB (right); dots are "
+                "trials in their mechanism's colour, the marker says the target epsilon.",
     "curves": "Per-epoch learning curves, mean over seeds with a ± std band.",
     "tuning": "Tuned cells: test utility of the selected candidate (mean and std over cells) against epsilon: "
               "hollow at one run's certified epsilon, filled at the epsilon including tuning.",
@@ -40,17 +43,25 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1350px;col
          ".ok{color:#007a55}.overclaimed{color:#a86a00}.violated{color:#c03a00}.uncertified{color:#666}")
 
 
-def _e(x: float | None) -> str:
+def _e(x: float | None, key: str = "epsilon_certified") -> str:
+    """An epsilon as the tables show it: the schema's digits and rounding (up for upper bounds, down for
+    lower ones)."""
     if x is None:
         return "none"
-    return "infinite" if math.isinf(x) else f"{x:.3g}"
+    return "infinite" if math.isinf(x) else schema.shown(x, schema.field("privacy", key))
+
+
+def _n(x: float, column: str) -> str:
+    """A leaderboard number as the tables show it (its field's digits and rounding)."""
+    return schema.shown(x, next(f for f in schema.FIELDS if f.column == column))
 
 
 def verdict_sentence(r: LeaderboardRow) -> str:
     """Why this row has its claim_status, in one sentence with its numbers."""
     target = "" if r.epsilon_target is None else f" at target epsilon {r.epsilon_target:g}"
     where = f"{r.mechanism}{target} ({r.dataset} / {r.model}{', ' + r.sweep if r.sweep else ''})"
-    claimed, certified, audited = _e(r.epsilon_claimed), _e(r.epsilon_certified), _e(r.epsilon_audited)
+    claimed, certified = _e(r.epsilon_claimed, "epsilon_claimed"), _e(r.epsilon_certified)
+    audited = _e(r.epsilon_audited, "epsilon_audited")
     if r.claim_status == "ok":
         return (f"{where}: ok. The sound bound ({certified}) and the audited lower bound ({audited}) are both "
                 f"at most the claimed epsilon {claimed}.")
@@ -60,16 +71,16 @@ def verdict_sentence(r: LeaderboardRow) -> str:
         return (f"{where}: overclaimed. Its own analysis claims epsilon {claimed}, but a sound accountant (PLD) on "
                 f"the noise the code really adds gives {certified}{factor}.")
     if r.claim_status == "violated":
-        step = (f"; one audited step measured mu {r.mu_audited:.3g} against the claimed {r.mu_claimed:.3g}"
-                if r.mu_audited is not None and r.mu_claimed is not None else "")
-        family = [f"{name} {value:.3g}" for name, value in (("the noise the run really added gives",
-                                                             r.epsilon_audited_noise),
-                                                            ("the test against DP-SGD's own curves gives",
-                                                             r.epsilon_audited_curve))
+        step = (f"; one audited step measured mu {_n(r.mu_audited, 'mu_audited')} against the claimed "
+                f"{_n(r.mu_claimed, 'mu_claimed')}" if r.mu_audited is not None and r.mu_claimed is not None else "")
+        family = [f"{name} {_n(value, column)}" for name, value, column in (
+                      ("the noise the run really added gives", r.epsilon_audited_noise, "epsilon_audited_noise"),
+                      ("the test against DP-SGD's own curves gives", r.epsilon_audited_curve, "epsilon_audited_curve"))
                   if value is not None and r.epsilon_claimed is not None and value > r.epsilon_claimed]
         run = f"; within the certified family, {' and '.join(family)}" if family else ""
+        found = f"; the run's audits found: {r.audit_violation}" if r.audit_violation else ""
         return (f"{where}: violated. An experiment refutes the claim of epsilon {claimed}: the audited lower "
-                f"bound is {audited}{run}{step}; the sound bound is {certified}.")
+                f"bound is {audited}{run}{found}{step}; the sound bound is {certified}.")
     if r.claim_status == "uncertified":
         return (f"{where}: uncertified. No sound analysis of what the code does is known, so only the claim "
                 f"({claimed}) is reported; the audited lower bound is {audited}.")
@@ -80,13 +91,14 @@ def audit_sentence(r: LeaderboardRow) -> str:
     """The audit's other numbers for a row: ceiling, membership inference, cost ('' when none were recorded)."""
     parts = []
     if r.audit_ceiling is not None:
-        parts.append(f"the same analysis reaches {r.audit_ceiling:.3g} on the certified mechanism simulated exactly "
-                     "(ceiling)")
+        parts.append(f"the same analysis reaches {_n(r.audit_ceiling, 'audit_ceiling')} on the certified mechanism "
+                     "simulated exactly (ceiling)")
     if r.mia_auc is not None:
-        tpr = "" if r.mia_tpr_at_0_1pct_fpr is None else f", TPR {r.mia_tpr_at_0_1pct_fpr:.3g} at 0.1% FPR"
-        parts.append(f"a loss-threshold membership-inference attack has AUC {r.mia_auc:.3g}{tpr}")
+        tpr = ("" if r.mia_tpr_at_0_1pct_fpr is None else
+               f", TPR {_n(r.mia_tpr_at_0_1pct_fpr, 'mia_tpr_at_0_1pct_fpr')} at 0.1% FPR")
+        parts.append(f"a loss-threshold membership-inference attack has AUC {_n(r.mia_auc, 'mia_auc')}{tpr}")
     if r.audit_time_ratio is not None:
-        parts.append(f"the audits cost {r.audit_time_ratio:.3g}x the training time")
+        parts.append(f"the audits cost {_n(r.audit_time_ratio, 'audit_time_ratio')}x the training time")
     return (" Audit: " + "; ".join(parts) + ".") if parts else ""
 
 
@@ -123,13 +135,17 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
              "95% lower bound from canaries; <b>curve</b> / <b>noise</b>: lower bounds that assume the run is "
              "DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: what the audit's analysis "
              "reaches on the certified mechanism simulated exactly; <b>audit x</b>: run time with the audits over "
-             "without.</p>", "<h2>Figures</h2>"]
+             "without.</p>", "<h2>Leaderboard</h2>", _tables(board), "<h2>Figures</h2>"]
     tuned = any((r.get("config") or {}).get("tuning") for r in records)
     for kind in ("privacy-utility", *((figures.TUNING_KIND,) if tuned else ()), "verdicts", "overhead", "curves"):
+        why_not = figures.uninformative(kind, records)
+        if why_not:
+            parts.append(f"<p class='skipped' id='fig-{kind}-skipped'>{html.escape(why_not)}</p>")
+            continue
         fig = figures.build(kind, records, metric)
         parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
                      f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")
-    parts += ["<h2>Leaderboard</h2>", _tables(board), "<h2>Verdicts</h2><ul class='verdicts'>"]
+    parts += ["<h2>Verdicts</h2><ul class='verdicts'>"]
     for r in board:
         if r.private:
             text = html.escape(verdict_sentence(r) + audit_sentence(r))

@@ -102,6 +102,8 @@ def leaderboard(
     out_file: Annotated[Path | None, typer.Option("--out", help="Write to FILE instead of stdout.")] = None,
     columns: Annotated[str, typer.Option(help="Column groups besides core (what, utility, eps certified and "
                                               "audited, status, step x, runs): privacy, audit, overhead or all, "
+                                              "and/or single columns by header ('utility,eps claimed,eps "
+                                              "certified' shows those beside mechanism and eps target), "
                                               "comma-separated. CSV and JSON always hold every field.")] = "core",
     float_env: Annotated[str, typer.Option("--float", help="LaTeX only: none (bare tables), table (one column) "
                                                            "or 'table*' (both columns; quoted, or the shell "
@@ -137,6 +139,10 @@ def leaderboard(
         fail("--width, --float, --caption and --label apply to --format latex only")
     if (caption or label) and float_env == "none":
         fail("--caption and --label need a float: --float table or --float 'table*'")
+    if label and not caption:
+        from dashboards.latex import LABEL_NEEDS_CAPTION
+
+        fail(LABEL_NEEDS_CAPTION)
     if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
         fail(f"--float {float_env} is {'one column' if float_env == 'table' else 'both columns'} wide: "
              f"use --float {'table*' if float_env == 'table' else 'table'} with --width {width}")
@@ -167,7 +173,8 @@ def leaderboard(
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
             tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
+                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"),
+                                       scope=board)
             for i, table in enumerate(tables):
                 if i:
                     out.print()

@@ -227,6 +227,9 @@ class RichProgress(Callback):
     def on_trial_start(self, config: Any) -> None:
         if self.progress is not None and config.trial_key not in self.bars:
             self.bars[config.trial_key] = self.progress.add_task(visible(config.label), total=None, info="starting")
+            if not self.progress.console.is_terminal:  # piped: no live bars, so a line says the trial is under way
+                self.progress.console.print(styled("  {label}: started", label=config.label),
+                                            soft_wrap=True)
 
     def on_trial_progress(self, key: str, done: int, total: int, info: Any) -> None:
         if self.progress is not None and key in self.bars:
@@ -352,10 +355,23 @@ def resolve_sweep(st: Any, sweep: str | None) -> str:
 @app.command("status")
 def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
            store: StoreOpt = None, ledger: LedgerOpt = None,
-           as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False) -> None:
+           as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+           timing: Annotated[bool, typer.Option("--timing", help="Where the sweep's wall time went: each part of "
+                                                "its trials and drivers, and the unexplained share.")] = False) -> None:
     """Show every trial of a sweep with its status, accuracy and error (reads the ledger, writes nothing)."""
     st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
+    if timing:
+        from orchestrator.timing_report import lines, sweep_timing
+
+        with store_errors(st.where):
+            report = sweep_timing(st.records(name), st.driver_runs(name))
+        if as_json:
+            print(json.dumps({"sweep": name, "timing": report}))
+        else:
+            for line in lines(name, report):
+                out.print(line, highlight=False)
+        return
     with store_errors(st.where):
         rows = trial_rows(st, name)
         counts = st.status_counts(name)

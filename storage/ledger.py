@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -86,6 +87,28 @@ drivers = sa.Table(
     sa.Column("grid_key", sa.String(64), nullable=False),
     sa.Column("trials", sa.Integer, nullable=False),
     sa.Column("expires", sa.Float, nullable=False),
+)
+
+# One row per `sweep run` that ran trials: its wall time and the driver's account of it (`timing_json`:
+# orchestrator.submit.DriverTiming and the runner's start and end), which `sweep status --timing` sets beside the
+# trials' own breakdowns.
+driver_runs = sa.Table(
+    "privbench_driver_runs", metadata,
+    sa.Column("sweep", sa.String(200), primary_key=True),
+    sa.Column("owner", sa.String(200), primary_key=True),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("wall_s", sa.Float, nullable=False),
+    sa.Column("timing_json", sa.Text, nullable=False),
+)
+
+# Privacy plans by the settings they depend on (orchestrator/plan_cache.py says what the key covers): a sweep of a
+# geometry planned before reads its plans here instead of calibrating again.
+calibrations = sa.Table(
+    "privbench_calibrations", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("view_json", sa.Text, nullable=False),  # what the key was made of, readable
+    sa.Column("plan_blob", sa.LargeBinary, nullable=False),
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -649,6 +672,33 @@ class Ledger:
                              .order_by(trials.c.dataset, trials.c.model, trials.c.mechanism,
                                        trials.c.epsilon, trials.c.seed)).mappings().all()
         return [dict(r) for r in rows]
+
+    def add_driver_run(self, sweep: str, owner: str, started_at: float, wall_s: float, timing_json: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(driver_runs.delete().where((driver_runs.c.sweep == sweep) & (driver_runs.c.owner == owner)))
+            c.execute(driver_runs.insert().values(sweep=sweep, owner=owner, started_at=started_at, wall_s=wall_s,
+                                                  timing_json=timing_json))
+
+    def driver_runs(self, sweep: str) -> list[dict[str, Any]]:
+        """The sweep's driver runs, oldest first ([] in a ledger made before the table)."""
+        if not sa.inspect(self.engine).has_table(driver_runs.name):
+            return []
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(driver_runs).where(driver_runs.c.sweep == sweep)
+                             .order_by(driver_runs.c.started_at)).mappings().all()
+        return [dict(r) for r in rows]
+
+    def calibration(self, key: str) -> bytes | None:
+        if not sa.inspect(self.engine).has_table(calibrations.name):
+            return None
+        with self.engine.connect() as c:
+            return c.execute(sa.select(calibrations.c.plan_blob).where(calibrations.c.key == key)).scalar()
+
+    def add_calibration(self, key: str, view_json: str, blob: bytes) -> None:
+        with self.engine.begin() as c:
+            c.execute(calibrations.delete().where(calibrations.c.key == key))
+            c.execute(calibrations.insert().values(key=key, created_at=time.time(), view_json=view_json,
+                                                   plan_blob=blob))
 
     def status_counts(self, sweep: str) -> dict[str, int]:
         with self.engine.connect() as c:

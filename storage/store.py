@@ -635,6 +635,26 @@ class Store:
                 for t in self._ledger.trials(sweep)]
 
     @_translating
+    def driver_runs(self, sweep: str) -> list[dict[str, Any]]:
+        """The sweep's driver runs, oldest first: owner, started_at, wall_s and `timing` (the driver's account)."""
+        return [{k: v for k, v in row.items() if k != "timing_json"} | {"timing": json.loads(row["timing_json"])}
+                for row in self._ledger.driver_runs(sweep)]
+
+    @_translating
+    def add_driver_run(self, sweep: str, started_at: float, wall_s: float, timing: Mapping[str, float]) -> None:
+        """Keep this driver's account of its run of the sweep (`sweep status --timing` reads it)."""
+        self._ledger.add_driver_run(sweep, self.owner, started_at, wall_s, json.dumps(dict(timing)))
+
+    @_translating
+    def calibration(self, key: str) -> bytes | None:
+        """A cached plan (orchestrator/plan_cache.py), or None."""
+        return self._ledger.calibration(key)
+
+    @_translating
+    def add_calibration(self, key: str, view: Mapping[str, Any], blob: bytes) -> None:
+        self._ledger.add_calibration(key, json.dumps(dict(view), sort_keys=True, default=str), blob)
+
+    @_translating
     def status_counts(self, sweep: str) -> dict[str, int]:
         """Trials per status: finished, failed, pending, running, superseded."""
         return self._ledger.status_counts(sweep)

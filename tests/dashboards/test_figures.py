@@ -60,8 +60,8 @@ def test_overhead_curves_and_verdicts_have_their_content(records):
     assert m.get_ylabel() == "extra peak memory (MB)"
     # Split by epsilon (a legend names them), dataset / model in the titles, no trial clipped at the top.
     (legend,) = fig.legends
-    assert [x.get_text() for x in legend.get_texts()] == ["non-private", "epsilon 1", "epsilon 8"]
-    assert t.get_title() == m.get_title() == "digits / mlp" and t.get_ylabel() == "step time / non-private"
+    assert [x.get_text() for x in legend.get_texts()] == ["non-private", r"$\varepsilon$ 1", r"$\varepsilon$ 8"]
+    assert t.get_title() == m.get_title() == "digits / mlp" and t.get_ylabel() == r"step time ($\times$ non-private)"
     for ax in (t, m):
         top = max(max(ln.get_ydata()) for ln in ax.get_lines() if len(ln.get_ydata()))
         assert ax.get_ylim()[1] >= 1.1 * top
@@ -73,7 +73,7 @@ def test_overhead_curves_and_verdicts_have_their_content(records):
     assert not any(a.get_legend() for a in curve_axes) and len(shared.get_texts()) == 5
     styles = {(ln.get_color(), ln.get_linestyle()) for ln in curve_axes[0].get_lines()}
     assert len(styles) == 5  # mechanism by colour, epsilon by line style: every line tells apart
-    assert [a.get_ylabel() for a in curve_axes] == ["training loss", "test accuracy"]
+    assert [a.get_ylabel() for a in curve_axes] == ["training loss", "test accuracy (%)"]  # in %, as the tables
     assert all(len(a.get_lines()) == 5 for a in curve_axes)  # nonprivate + 2 mechanisms x 2 epsilons
     assert all(len(a.get_lines()[0].get_xdata()) == 2 for a in curve_axes)  # two epochs
     assert sum(isinstance(c, PolyCollection) for c in curve_axes[0].collections) == 5

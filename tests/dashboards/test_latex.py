@@ -25,11 +25,11 @@ def tabulars(text: str) -> list[list[str]]:
     """The lines of each tabular (outer ones; header cells may nest a one-column tabular)."""
     out, current = [], None
     for line in text.splitlines():
-        if line.startswith(r"\begin{tabular}{@{}"):
+        if line.startswith((r"\begin{tabular}{@{}", r"\begin{tabular*}")):
             current = []
         if current is not None:
             current.append(line)
-        if line == r"\end{tabular}" and current is not None:
+        if line in (r"\end{tabular}", r"\end{tabular*}") and current is not None:
             out.append(current)
             current = None
     return out
@@ -83,15 +83,46 @@ def test_bold_best_utility_keeps_the_decimal_point_aligned():
     assert len(bold) == 1 and "gredp" in bold[0]  # 85.5 beats dpsgd's 81.0 and dp_forward's 70.0 at eps 1
     assert r"\textbf{85}\rlap{\textbf{.5}}\phantom{.5}" in bold[0]  # bold figures, normal width after the point
     alone = render(rows([r for r in RECORDS if r["config"]["mechanism"] != "gredp"]), "latex")
-    assert [("dpsgd" in ln) for ln in alone.splitlines() if r"\textbf" in ln] == [True]
+    assert r"\textbf" not in alone and "bold:" not in alone  # one private mechanism: best of nothing, no bold
+
+
+def test_one_run_shows_no_spread():
+    """A single run has no standard deviation: `85.0` alone, never `85.0 ± 0.0`."""
+    one = [r for r in RECORDS if r["config"]["seed"] == 0]
+    (table,) = tabulars(render(rows(one), "latex"))
+    assert all(cells[3] == "" for cells in body_rows(table))
+    (table,) = tabulars(render(rows(RECORDS), "latex"))
+    assert all(cells[3].startswith(r"${}\pm{}$") for cells in body_rows(table))
+
+
+def test_a_label_needs_a_caption():
+    with pytest.raises(ValueError, match="--label needs --caption"):
+        render(rows(RECORDS), "latex", float_env="table", label="tab:lb")
+
+
+def test_every_part_of_a_split_table_has_its_caption_label_and_the_same_width():
+    text = render(rows(BOARD_RECORDS), "latex", columns="all", float_env="table", caption="Results", label="tab:r")
+    parts = len(tabulars(text))
+    assert parts > 1
+    captions = re.findall(r"\\caption\{(.*)\}", text)
+    assert captions == [f"Results (part {n} of {parts})" for n in range(1, parts + 1)]
+    assert re.findall(r"\\label\{(.*)\}", text) == ["tab:r"] + [f"tab:r-{n}" for n in range(2, parts + 1)]
+    widths = set(re.findall(r"\\begin\{tabular\*\}\{([\d.]+pt)\}\{@\{\\extracolsep\{\\fill\}\}", text))
+    assert len(widths) == 1 and text.count(r"\begin{tabular*}") == parts
+
+
+def test_legend_abbreviations_do_not_break():
+    text = render(rows(BOARD_RECORDS), "latex", columns="all")
+    legend = next(ln for ln in text.splitlines() if ln.startswith(r"{\raggedright"))
+    assert r"$\varepsilon$~cert.: $\varepsilon$~certified" in legend and r"$\varepsilon$ cert." not in legend
 
 
 def test_abbreviations_are_explained_in_a_legend_line():
     text = render(rows(BOARD_RECORDS), "latex")
     legend = next(ln for ln in text.splitlines() if ln.startswith(r"{\raggedright"))
     header = tabulars(text)[0][2]
-    for short, full in (("mech.", "mechanism"), (r"$\varepsilon$ cert.", r"$\varepsilon$ certified")):
-        if short in header:
+    for short, full in (("mech.", "mechanism"), (r"$\varepsilon$~cert.", r"$\varepsilon$~certified")):
+        if short.replace("~", " ") in header:
             assert f"{short}: {full}" in legend
     assert "uncert.: uncertified" in legend and "viol.: violated" in legend
     assert r"($\times$): relative to non-private" in legend and "bold: best private accuracy" in legend
@@ -162,3 +193,19 @@ def test_venues_name_their_sizes():
     assert VENUES["article"].column_pt == 229.5 and VENUES["article"].text_pt == 469.0
     assert VENUES["acm"].width_in("double") == pytest.approx(7.0, abs=0.01)
     assert VENUES["ieee"].width_in("single") == pytest.approx(3.49, abs=0.01)
+
+
+def test_single_columns_are_selectable():
+    """A paper's table: accuracy with the claimed, certified and audited epsilon, nothing else."""
+    from storage import schema
+
+    assert schema.select("utility,eps claimed,epsilon_certified,eps audited") == (
+        "utility", "eps claimed", "eps certified", "eps audited")
+    assert schema.select("audit") == ("core", "audit")
+    with pytest.raises(ValueError, match="unknown column group or column 'eps claim'"):
+        schema.select("eps claim")
+    text = render(rows(BOARD_RECORDS), "latex", columns="utility,eps claimed,eps certified,eps audited")
+    (table,) = tabulars(text)
+    assert table[0] == r"\begin{tabular}{@{}lrr@{}lrrr@{}}"  # mechanism, target, mean, +- std, three epsilons
+    markdown = render(rows(BOARD_RECORDS), "markdown", columns="eps claimed,utility")
+    assert markdown.splitlines()[0] == "| dataset | model | mechanism | eps target | utility | eps claimed |"

@@ -95,3 +95,54 @@ def test_every_table_compiles_without_bad_boxes_or_small_text(tmp_path, boards, 
     with capsys.disabled():
         print(f"\n{venue} {width}: {len(COLUMN_SETS) * 2 * len(boards)} tables, smallest text {smallest:.2f} pt")
     assert smallest >= 8 - 0.01
+
+
+def longest_names_board() -> list:
+    """Every registered mechanism (the longest name among them) on the registry's widest dataset and model (in
+    the italic of the block title), two seeds, target epsilon 1 and 8, audited, every status."""
+    from dashboards.latex import text
+    from mechanisms.framework import registry
+    from workers.datasets import contract as datasets
+    from workers.models import contract as models
+
+    def widest(names: list[str]) -> str:
+        return max(names, key=lambda n: text(n, "cmti").width(10))
+
+    dataset, model = widest(datasets.names()), widest(models.names())
+    recs = []
+    for i, mechanism in enumerate(registry.names()):
+        for eps in (None,) if mechanism == "nonprivate" else (1.0, 8.0):
+            for seed in (0, 1):
+                r = record(mechanism, eps, seed, 0.8 + seed / 100, certified=eps and eps * 1.0137, claimed=eps,
+                           claim=("ok", "overclaimed", "violated", "uncertified")[i % 4])
+                r["config"] |= {"dataset": dataset, "model": model}
+                r["metrics"]["examples_per_s"] = 15912.7
+                if eps:
+                    r["privacy"] |= {"epsilon_audited": 0.1234, "audit_ceiling": 3.5, "mu_claimed": 0.917,
+                                     "mu_audited": 0.884}
+                recs.append(r)
+    assert max(map(len, registry.names())) >= len("dpsgd-shuffle-rdp")
+    return rows(recs)
+
+
+def test_the_longest_registered_names_fit_single_and_double_width(tmp_path):
+    """In `\\documentclass[twocolumn,10pt]{article}`: the core and the full selection, bare and in a float, at
+    one column's and at the text's width: no Overfull box (the issue saw 25.96 pt, 35.25 pt with all columns)."""
+    assert shutil.which("pdflatex"), "pdflatex missing: apt-get install texlive-latex-recommended"
+    board, body = longest_names_board(), []
+    for width, float_env in (("single", "table"), ("double", "table*")):
+        for columns in ("core", "all"):
+            for env in ("none", float_env):
+                table = render(board, "latex", columns=columns, width=width, float_env=env,
+                               caption=f"{columns} at {width} width" if env != "none" else None)
+                if env == "none" and width == "double":
+                    table = "\\begin{table*}[p]\n" + table + "\\end{table*}\n"
+                body.append(f"Text before.\n\n{table}\nText after.\n\\clearpage")
+    (tmp_path / "paper.tex").write_text("\\documentclass[twocolumn,10pt]{article}\n\\usepackage{booktabs}\n"
+                                        "\\raggedbottom\n\\begin{document}\n" + "\n".join(body) + "\n\\end{document}\n")
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "paper.log").read_text(errors="replace")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.findall(r"Overfull \\hbox \(([\d.]+)pt", log) == []
+    assert "Float too large" not in log

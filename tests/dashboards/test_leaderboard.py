@@ -125,8 +125,9 @@ def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds()
     md = render(board, "markdown", columns="all").splitlines()
     header = [h.strip() for h in md[0].strip("|").split("|")]
     cells = dict(zip(header, [c.strip() for c in md[2].strip("|").split("|")], strict=True))
-    assert cells["eps audited"] == "0.4" and cells["eps curve"] == "0.9" and cells["ceiling"] == "0.6"
-    assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.1" and cells["eps noise"] == "0.97"
+    # each column with its significant digits' decimals, as the LaTeX table shows it (one value per quantity)
+    assert cells["eps audited"] == "0.40" and cells["eps curve"] == "0.90" and cells["ceiling"] == "0.60"
+    assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.10" and cells["eps noise"] == "0.97"
     csv = render(board, "csv").splitlines()
     for column in ("epsilon_audited_steinke", "epsilon_audited_fdp", "audit_ceiling", "mia_auc",
                    "mia_tpr_at_0_1pct_fpr", "audit_s", "audit_time_ratio"):
@@ -151,6 +152,6 @@ def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_co
     r = audited(0, epsilon_audited_noise=1.46, claim_status="violated")
     r["privacy"] |= {"epsilon_certified": 1.5}
     page = report([dict(r, sweep="s", curves={}), dict(RECORDS[0], sweep="s", curves={})], ["s"])
-    assert "the noise the run really added gives 1.46" in page
+    assert "the noise the run really added gives 1.4;" in page  # a lower bound rounded down, as the table shows it
     assert "DP-SGD&#x27;s own curves" not in page  # 0.9 is below the claim of 1: not a reason
     assert "(ceiling)" in page and "AUC 0.52" in page and "1.05x the training time" in page
