@@ -33,7 +33,8 @@ KEYS = ("epsilon_claimed", "epsilon_certified", "epsilon_audited", "epsilon_audi
         "audit_ceiling_tightness", "audit_canaries", "audit_guesses", "audit_s", "audit_time_ratio", "mia_auc",
         "mia_tpr_at_0_1pct_fpr",
         "epsilon_audited_curve", "epsilon_audited_noise", "audit_sigma_measured", "sigma", "audit_run_violated",
-        "audit_plan_s", "audit_family_s", "claim_status")
+        "audit_plan_s", "audit_family_s", "audit_canary_push", "audit_canary_push_se", "audit_violations",
+        "audit_above_ceiling", "claim_status")
 
 
 def run(workload: str, epsilon: float, before: bool, seed: int = 0) -> dict:

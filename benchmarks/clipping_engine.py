@@ -2,7 +2,8 @@
 
     python benchmarks/clipping_engine.py [--models mlp,cnn-small,...,bert-base,gpt2-small,vit-b16]
         [--variants nonprivate,bk,hooks,ghost,functorch,vmap] [--precisions fp32,bf16] [--scales 1,8]
-        [--config-batches 32,128] [--device auto|cpu|cuda] [--rounds 20] [--threads 1] [--quick]
+        [--config-batches 32,128] [--device auto|cpu|cuda] [--rounds 20] [--threads 1] [--clock auto|cpu|wall]
+        [--quick]
 
 On CUDA every step is synchronised before and after it is timed, and peak memory is
 `torch.cuda.max_memory_allocated` above the allocation at the step's start (reset per variant).
@@ -48,7 +49,9 @@ MODELS: dict[str, tuple[str, str, dict[str, Any], int, str]] = {
     "minilm-top-2": ("minilm", "rotten-tomatoes", TEXT | {"trainable": "top-2"}, 32, "examples/text.yaml"),
     "minilm-all": ("minilm", "rotten-tomatoes", TEXT | {"trainable": "all"}, 32, "examples/text.yaml, all layers"),
 }
-VARIANTS = ("nonprivate", "bk", "hooks", "ghost", "functorch", "vmap")
+VARIANTS = ("nonprivate", "bk", "hooks", "ghost", "functorch", "vmap", "noise")
+# `noise` is not an engine: the Gaussian noise of one DP-SGD step alone (one draw per trainable tensor from the
+# trial's generator), the floor no engine removes; its ratio to nonprivate is noise generation's share.
 # A fixed glibc mmap threshold: large buffers are mapped and unmapped per step, so resident memory returns
 # to its level between steps and one step's peak is visible (glibc's dynamic threshold would otherwise keep
 # a warmed-up step's buffers in the heap, and every step would read 0 extra).
@@ -177,6 +180,15 @@ def _stepper(variant: str, module: nn.Module, data: tuple[torch.Tensor, ...], de
     if variant == "vmap":
         step = _vmap_private(module, opt, loader, 1.0, 1.0)
         return lambda: step(*inputs, y)
+    if variant == "noise":
+        params = [p for p in module.parameters() if p.requires_grad]
+        noise_gen = torch.Generator(device).manual_seed(0)
+
+        def noise() -> None:
+            for p in params:
+                torch.normal(0.0, 1.0, p.shape, generator=noise_gen, device=device, dtype=p.dtype)
+
+        return noise
     mech = mechanisms.get("nonprivate" if variant == "nonprivate" else "dpsgd")
     plan = mech.plan(PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(y), batch_size=len(y),
                                  epochs=1000, sampler="fixed"))  # steps: rounds of the benchmark
@@ -216,7 +228,10 @@ def memory(name: str, batch: int, label: str, device: torch.device) -> dict[str,
     return {"peak_mb": mem.extra_mb}
 
 
-def timing(name: str, batch: int, labels: list[str], rounds: int, device: torch.device) -> dict[str, Any]:
+def timing(name: str, batch: int, labels: list[str], rounds: int, device: torch.device,
+           clock: Any = time.perf_counter) -> dict[str, Any]:
+    """Median step seconds per variant, taken in turns; `clock`: the wall clock (`perf_counter`, always on CUDA)
+    or the process's CPU time (`process_time`, on the CPU: a loaded machine's wall clock counts other processes)."""
     module, data = _batch(name, batch)
     steppers, errors = {}, {}
     for label in labels:
@@ -232,11 +247,11 @@ def timing(name: str, batch: int, labels: list[str], rounds: int, device: torch.
     for r in range(rounds + WARMUP):
         for v in names[r % len(names):] + names[: r % len(names)]:
             _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             steppers[v]()
             _sync(device)  # CUDA runs asynchronously: the step ends when its kernels have
             if r >= WARMUP:
-                times[v].append(time.perf_counter() - t0)
+                times[v].append(clock() - t0)
     return {"batch": batch, "median_s": {v: statistics.median(t) for v, t in times.items()}, "errors": errors}
 
 
@@ -252,6 +267,9 @@ def main() -> None:
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", default="auto", choices=("auto", "cpu", "wall"),
+                    help="step times from the CPU time of this process (cpu; auto on the CPU) or the wall clock "
+                         "(wall; auto on CUDA)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run in seconds: mlp, nonprivate/bk/ghost, fp32 and bf16, 2 rounds, no memory")
@@ -274,7 +292,10 @@ def main() -> None:
     results = {}
     for name, batch in cases(args.models.split(","), [int(s) for s in args.scales.split(",")],
                              [int(b) for b in args.config_batches.split(",")]):
-        res = timing(name, batch, labels, args.rounds, device)
+        clock = time.process_time if args.clock == "cpu" or (args.clock == "auto" and device.type == "cpu") \
+            else time.perf_counter
+        res = timing(name, batch, labels, args.rounds, device, clock)
+        res["clock"] = "cpu" if clock is time.process_time else "wall"
         res["peak_mb"] = {}
         for label in labels if not args.no_memory else []:
             if label in res["errors"]:
@@ -289,7 +310,7 @@ def main() -> None:
             res["peak_mb"][label] = json.loads(lines[-1])["peak_mb"] if lines else None
         results[f"{name}@{batch}"] = res
         _print(name, res, labels)
-    print(f"device: {device}; threads: {args.threads}; load average: {os.getloadavg()}")
+    print(f"device: {device}; threads: {args.threads}; clock: {args.clock}; load average: {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

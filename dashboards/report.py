@@ -78,8 +78,9 @@ def verdict_sentence(r: LeaderboardRow) -> str:
                       ("the test against DP-SGD's own curves gives", r.epsilon_audited_curve, "epsilon_audited_curve"))
                   if value is not None and r.epsilon_claimed is not None and value > r.epsilon_claimed]
         run = f"; within the certified family, {' and '.join(family)}" if family else ""
+        found = f"; the run's audits found: {r.audit_violation}" if r.audit_violation else ""
         return (f"{where}: violated. An experiment refutes the claim of epsilon {claimed}: the audited lower "
-                f"bound is {audited}{run}{step}; the sound bound is {certified}.")
+                f"bound is {audited}{run}{found}{step}; the sound bound is {certified}.")
     if r.claim_status == "uncertified":
         return (f"{where}: uncertified. No sound analysis of what the code does is known, so only the claim "
                 f"({claimed}) is reported; the audited lower bound is {audited}.")

@@ -13,11 +13,41 @@ import typer
 from rich.table import Table
 
 from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
-from orchestrator.console import fail, out, use_ascii_spelling
+from orchestrator.console import error, fail, out, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
-app = typer.Typer(help="Benchmark differentially private training mechanisms: claimed, certified and "
-                       "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
+
+class _Cli(typer.Typer):
+    """The `privbench` program: a value Typer rejects (an unknown option, `--port 0`, a missing argument) is
+    one `error:` line naming the command's `--help` and exit 2, like every other error, instead of click's
+    five-line usage box."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import sys
+
+        from typer._click import exceptions as click  # Typer's own copy of click (Typer >= 0.22)
+
+        kwargs.setdefault("prog_name", "privbench")
+        command = typer.main.get_command(self)
+        try:
+            code = command.main(*args, standalone_mode=False, **kwargs)
+        except click.NoArgsIsHelpError:
+            return command(*args, **kwargs)  # no arguments: the help, as Typer shows it
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else kwargs["prog_name"]
+            error(f"{e.format_message()} (`{where} --help` says what it takes)")
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            error(e.format_message())
+            sys.exit(e.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            error("interrupted")
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = _Cli(help="Benchmark differentially private training mechanisms: claimed, certified and "
+                "audited epsilon side by side.", no_args_is_help=True, pretty_exceptions_enable=False)
 
 
 @app.callback()
@@ -286,11 +316,13 @@ def export(
     store: StoreOpt = None,
     ledger: LedgerOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="csv|parquet|json")] = "json",
-    out_file: Annotated[Path, typer.Option("--out", help="Output file.")] = Path("privbench-export.json"),
+    out_file: Annotated[Path | None, typer.Option("--out", help="Output file (default: privbench-export.json, "
+                                                               ".csv or .parquet, after --format).")] = None,
 ) -> None:
     """Every trial record of a sweep (one row per trial, flattened)."""
     if fmt not in ("csv", "parquet", "json"):
         fail(f"unknown format {fmt!r}; known: csv, parquet, json")
+    out_file = out_file or Path(f"privbench-export.{fmt}")
     _writable_parent(out_file)
     st = _open_store(store, ledger)
     sweep_cli.not_into_store(out_file, st)

@@ -25,10 +25,15 @@ def _host_port(address: str) -> tuple[str, int] | None:
     """The TCP endpoint an address names (`ray://host:10001`, `host:6379`); None for `auto`."""
     if address == "auto":
         return None
-    parsed = urllib.parse.urlparse(address if "://" in address else f"tcp://{address}")
-    if not parsed.hostname or parsed.port is None:
-        raise ClusterError(f"--address {address!r}: expected auto, ray://host:port or host:port")
-    return parsed.hostname, parsed.port
+    expected = f"--address {address!r}: expected auto, ray://host:port or host:port"
+    try:
+        parsed = urllib.parse.urlparse(address if "://" in address else f"tcp://{address}")
+        port = parsed.port
+    except ValueError as e:  # a port out of range or not a number, an unclosed IPv6 bracket
+        raise ClusterError(f"{expected} ({str(e).lower()})") from None
+    if not parsed.hostname or port is None:
+        raise ClusterError(expected)
+    return parsed.hostname, port
 
 
 def _reachable(address: str) -> None:

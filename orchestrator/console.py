@@ -131,7 +131,18 @@ for _c in (out, err):  # wide tables stay readable when piped or logged, unless 
         _c.width = max(_c.width, 180)
 
 
+def one_line(text: str) -> str:
+    """`text` as one line: control characters escaped (`visible`), and line breaks too (`\\n`): a path or
+    name with a newline in it must not turn one error line into several."""
+    return visible(str(text)).replace("\r", "\\r").replace("\n", "\\n")
+
+
+def error(message: str) -> None:
+    """One `error:` line on stderr."""
+    err.print(styled("[bold red]error:[/] {message}", message=one_line(message)), soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """One clear line on stderr, then exit (2: invalid input, nothing written)."""
-    err.print(styled("[bold red]error:[/] {message}", message=message), soft_wrap=True)
+    error(message)
     raise typer.Exit(code=code)

@@ -8,6 +8,7 @@ what only a grid has (its axes, per-name tables, the trial count) and builds the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import itertools
 import json
@@ -112,7 +113,9 @@ def _read_yaml(text: str, source: str) -> dict[str, Any]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise GridError([f"{source}: YAML syntax error{where}: {getattr(e, 'problem', e)}"]) from None
+        said = " ".join(str(getattr(e, "problem", None) or e).split())  # a reader error spans two lines
+        said = said.replace(' in "<unicode string>",', " at")
+        raise GridError([f"{source}: YAML syntax error{where}: {said}"]) from None
     except RecursionError:
         raise GridError([f"{source}: the YAML is nested too deeply"]) from None
     if not isinstance(raw, dict):
@@ -482,6 +485,7 @@ def _name(raw: dict[str, Any], source: str, problems: list[str]) -> str:
 # expansion --------------------------------------------------------------------------------------------
 def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, str], TrainConfig],
             options: dict[str, dict[str, dict[str, Any]]], plugins: tuple[str, ...]) -> Iterator[TrialConfig]:
+    code = functools.cache(plugins_lib.code_of)  # one provenance per component, not per trial (10^6 trials)
     for (d, m), mech, seed in itertools.product(axes.pairs, axes.mechanisms, axes.seeds):
         private = mech in axes.private
         train_cfg = train[d, m, mech]
@@ -494,11 +498,28 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, s
                 mechanism_options=options["mechanism_options"].get(mech, {}),
                 model_options=options["model_options"].get(m, {}) | axes.pair_model_options.get((d, m), ("", {}))[1],
                 dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
-                code=plugins_lib.code_of(mech, m, d, shared.accountant))
+                code=code(mech, m, d, shared.accountant))
 
 
-def parse(text: str, *, source: str = "grid") -> GridSpec:
-    """Parse and validate a grid's YAML text; raise GridError listing every problem."""
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A checked grid whose trials are made one at a time (`trials()`): what `--dry-run` prints, so a grid
+    of 10^6 trials shows its first line in seconds and in little memory. `count` is known without
+    expanding (None for a `tune:` grid, whose candidates are drawn per cell)."""
+
+    name: str
+    count: int | None
+    make: Callable[[], Iterator[TrialConfig]]
+    raw: dict[str, Any]
+    plugins: tuple[str, ...] = ()
+
+    def trials(self) -> Iterator[TrialConfig]:
+        return self.make()
+
+
+def plan(text: str, *, source: str = "grid") -> Plan:
+    """Parse and validate a grid's YAML text (every problem raised as a GridError, as `parse` does) without
+    building its trials."""
     problems: list[str] = []
     raw = _mapping("grid file", _read_yaml(text, source), problems)
     _unknown_keys("top level", raw, TOP_LEVEL, problems)
@@ -517,12 +538,22 @@ def parse(text: str, *, source: str = "grid") -> GridSpec:
         tune = tune_block.grid_spec(raw, axes, options, problems)
     if problems:
         raise GridError(problems)
-    trials = _expand(name, axes, shared, train, options, plugins)
-    return GridSpec(name, raw, text, tuple(tune_block.expand(trials, tune) if tune else trials), plugins)
+
+    def make() -> Iterator[TrialConfig]:
+        trials = _expand(name, axes, shared, train, options, plugins)
+        return tune_block.expand(trials, tune) if tune else trials
+
+    return Plan(name, None if tune else axes.count(), make, raw, plugins)
 
 
-def load(path: str | Path) -> GridSpec:
-    """Read a grid file (UTF-8, at most MAX_GRID_BYTES) and parse it."""
+def parse(text: str, *, source: str = "grid") -> GridSpec:
+    """Parse and validate a grid's YAML text; raise GridError listing every problem."""
+    planned = plan(text, source=source)
+    return GridSpec(planned.name, planned.raw, text, tuple(planned.trials()), planned.plugins)
+
+
+def read(path: str | Path) -> str:
+    """A grid file's text (UTF-8, at most MAX_GRID_BYTES); GridError otherwise."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
@@ -533,11 +564,15 @@ def load(path: str | Path) -> GridSpec:
         raise GridError([f"{path}: a grid file is at most {MAX_GRID_BYTES:,} bytes; this one is larger "
                          "(list the axes' values, not the trials)"])
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise GridError([f"{path}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); "
                          "save the grid file as UTF-8"]) from None
-    return parse(text, source=str(path))
 
 
-__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "load", "parse", "stored_key"]
+def load(path: str | Path) -> GridSpec:
+    """Read a grid file (UTF-8, at most MAX_GRID_BYTES) and parse it."""
+    return parse(read(path), source=str(Path(path)))
+
+
+__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "Plan", "load", "parse", "plan", "read", "stored_key"]

@@ -14,6 +14,7 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,6 +204,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     from storage.errors import StoreError, translated
     from storage.store import Store, preflight
 
+    began = (time.perf_counter(), time.time())  # the driver run's wall time starts here (`privbench_driver_runs`)
     spec = load_grid(grid)
     selected = select(spec, only)
     location = locate(store, ledger, artifacts)
@@ -238,14 +240,15 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     stopping = _Stopping()  # after ray.init: Ray's own SIGTERM handler would abort with a crash dump
     try:
         return _open_and_run(spec, location, resources, max_concurrent, retries, steal_leases, cb, stopping,
-                             selected)
+                             selected, began)
     finally:
         stopping.restore()
 
 
 def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[str, float],
                   max_concurrent: int | None, retries: int, steal_leases: bool, cb: Callback,
-                  stopping: _Stopping, selected: Sequence[TrialConfig]) -> SweepSummary:
+                  stopping: _Stopping, selected: Sequence[TrialConfig],
+                  began: tuple[float, float] | None = None) -> SweepSummary:
     """Open the sweep in the store (the whole grid) and run what it has to do of the `selected` trials (`run`,
     once Ray is connected)."""
     from orchestrator import cluster
@@ -267,10 +270,12 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
     todo.sort(key=lambda c: not grids.mechanism_private(c.mechanism))  # long (private) trials first
     finished_before = len(selected) - len(todo)
     memory = {}
+    probe_started = time.perf_counter()
     if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):
         from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
 
         memory = measure_memory([c for c in todo if c.resources.gpus == "auto"], 1.0)
+    memory_probe_s = time.perf_counter() - probe_started
     todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0), memory)
     per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
@@ -280,9 +285,12 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
     skipped: list[str] = []
     from orchestrator.submit import ClusterLost
 
+    driver: dict[str, float] = {}
+    loop_started = time.perf_counter()
     try:
         if todo:
-            _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped, stopping)
+            driver = _run_trials(st, spec.name, todo, limit, retries, cb, failures, skipped, stopping)
+            driver["run_all_s"] = time.perf_counter() - loop_started
         counts = st.status_counts(spec.name)
         unrun = _unrun(st, spec.name, counts, selected, len(spec.trials))
         st.check_intact()
@@ -320,6 +328,9 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
                            not_run_message=message, running_elsewhere=alive, leased_by=owners)
     cb.on_sweep_end(summary)
     _log_sweep_summary(st, spec.name, cb)
+    if driver and began is not None:
+        _keep_driver_run(st, spec.name, cb, driver | {"memory_probe_s": memory_probe_s,
+                                                      "startup_s": loop_started - began[0]}, began)
     return summary
 
 
@@ -387,6 +398,20 @@ def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | No
                         started=0, counts={"finished": count}, nothing_to_do=True)
 
 
+def _keep_driver_run(st: Any, sweep: str, cb: Callback, timing: dict[str, float], began: tuple[float, float]) -> None:
+    """The driver's account of this run in the store (`privbench_driver_runs`): its wall time from `run`'s start, Ray's
+    start and the store's opening included (`startup_s`), its loop (`orchestrator.submit.DriverTiming`), and what
+    came after the loop (`end_s`: the release of leases, the summary files)."""
+    from storage.errors import StoreError
+
+    wall = time.perf_counter() - began[0]
+    timing = timing | {"end_s": wall - timing["startup_s"] - timing["run_all_s"]}  # after the trials: leases, summary
+    try:
+        st.add_driver_run(sweep, began[1], wall, timing)
+    except StoreError as e:  # the trials are recorded; an account of the time must not fail the sweep
+        cb.on_warning(f"could not store the driver run's timing: {e}")
+
+
 def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
     """Leaderboard and figures onto the sweep's parent MLflow run (matplotlib is imported only here)."""
     from dashboards.summary import sweep_files
@@ -398,9 +423,10 @@ def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
 
 
 def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retries: int, cb: Callback,
-                failures: list[Mapping[str, Any]], skipped: list[str], stop: Callable[[], bool]) -> None:
+                failures: list[Mapping[str, Any]], skipped: list[str], stop: Callable[[], bool]) -> dict[str, float]:
     """Claim, run and record the trials (`orchestrator.submit.run_all`), renewing this driver's leases
-    at every poll; `failures` and `skipped` are filled as results come."""
+    at every poll; `failures` and `skipped` are filled as results come. Returns the driver's account of its time
+    (`orchestrator.submit.DriverTiming`)."""
     from orchestrator.submit import run_all
     from storage.faults import fault
 
@@ -433,9 +459,19 @@ def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retrie
         st.save_phase(sweep, cfg.trial_key, output)
         fault("after_phase_saved")
 
-    run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
-            on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
-            save_phase=save_phase, stop=stop)
+    from orchestrator import plan_cache
+    from storage.errors import StoreError
+
+    def keep_plan(cfg: TrialConfig, planned: Any) -> None:
+        try:
+            plan_cache.keep(st, cfg, planned)
+        except StoreError as e:  # a plan not cached is made again next time: not worth failing the sweep
+            cb.on_warning(f"could not cache the plan of {cfg.trial_key}: {e}")
+
+    return run_all(todo, max_concurrent=limit, retries=retries, on_start=on_start, on_result=on_result,
+                   on_progress=on_progress, on_tick=lambda: st.heartbeat(sweep), load_phase=load_phase,
+                   save_phase=save_phase, stop=stop, cached_plan=lambda cfg: plan_cache.lookup(st, cfg),
+                   keep_plan=keep_plan).to_dict()
 
 
 TRIAL_COLUMNS = ("trial_key", "status", "dataset", "model", "mechanism", "epsilon", "seed", "attempts", "run_id",

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.console import err, fail, out, styled
+from orchestrator.console import error, fail, out
 from orchestrator.sweep_cli import StoreOpt, store_errors
 
 app = typer.Typer(help="Check a store's files, and rebuild a damaged one from the other.", no_args_is_help=True)
@@ -24,54 +24,65 @@ def _location(store: str | None, ledger: str | None):  # noqa: ANN202 - a StoreL
     return locate(store, ledger)
 
 
+QuickOpt = Annotated[bool, typer.Option("--quick", help="SQLite's quick_check and the file checks only, without "
+                                                          "the full integrity check and the ledger's rows (large "
+                                                          "stores).")]
+
+
 @app.command("check")
-def check(store: StoreOpt = None, ledger: LedgerOpt = None) -> None:
-    """SQLite's integrity check (`PRAGMA quick_check`) of the ledger and of MLflow's database; exit 2 when
-    one is damaged, with the command that rebuilds it. Reads only."""
+def check(store: StoreOpt = None, ledger: LedgerOpt = None, quick: QuickOpt = False) -> None:
+    """Check the ledger and MLflow's database as every command reads them: SQLite's full integrity check,
+    each file's length and log, and every ledger row (JSON that parses, keys that match their index). Exit 2
+    when one is damaged, naming the damage and the command that mends it. Reads only."""
     from storage import recovery
     from storage.store import damaged
 
     location = _location(store, ledger)
-    if not location.exists():
-        fail(f"no privbench store at {location.display}")
     with store_errors(location.display):
-        found = recovery.check(location)
+        if not location.exists():
+            fail(f"no privbench store at {location.display}")
+        found = recovery.check(location, quick=quick)
     bad = {path: problem for path, problem in found.items() if problem is not None}
     for path, problem in found.items():
         if problem is None:
-            out.print(f"{path}: ok")
+            out.print(f"{path}: ok", soft_wrap=True)
     for path, problem in bad.items():
-        err.print(styled("[bold red]error:[/] {message}", message=str(damaged(location, path, problem))),
-                  soft_wrap=True)
+        error(str(damaged(location, path, problem)))
     if not found:
         out.print(f"{location.display}: not a SQLite store; PostgreSQL and MLflow servers check their own pages")
     if bad:
         raise typer.Exit(code=2)
 
 
-ForceOpt = Annotated[bool, typer.Option("--force", help="Rebuild even a sound ledger (its pending trials and "
-                                                         "leases are lost).")]
+def _force_opt(losing: str) -> object:
+    return typer.Option("--force", help=f"Rebuild even a sound file ({losing}; the old file is kept beside the "
+                                        "new one as .replaced-<time>).")
 
 
 @app.command("rebuild-ledger")
-def rebuild_ledger(store: StoreOpt = None, ledger: LedgerOpt = None, force: ForceOpt = False) -> None:
+def rebuild_ledger(store: StoreOpt = None, ledger: LedgerOpt = None,
+                   force: Annotated[bool, _force_opt("its pending trials and leases are lost")] = False) -> None:
     """Rebuild a damaged ledger from the MLflow runs (each complete run holds its trial's result record).
-    Stop every driver of the store first. The damaged file is kept beside the new one."""
+    Stop every driver of the store first. The new ledger is built beside the old one and renamed into place
+    when complete; the old file is kept beside it (.damaged-<time>)."""
     from storage import recovery
 
     location = _location(store, ledger)
     with store_errors(location.display):
         rebuilt = recovery.rebuild_ledger(location, force=force)
-    out.print(rebuilt.summary("the ledger"))
+    out.print(rebuilt.summary("the ledger"), soft_wrap=True)
 
 
 @app.command("rebuild-mirror")
-def rebuild_mirror(store: StoreOpt = None, ledger: LedgerOpt = None) -> None:
+def rebuild_mirror(store: StoreOpt = None, ledger: LedgerOpt = None,
+                   force: Annotated[bool, _force_opt("experiments and runs privbench did not make are left out")]
+                   = False) -> None:
     """Rebuild a damaged or lost MLflow database from the ledger (one run per recorded trial, from its
-    result record). Stop every driver of the store first. The damaged file is kept beside the new one."""
+    result record). Stop every driver of the store first. The new file is built beside the old one and
+    renamed into place when complete; the old file is kept beside it (.damaged-<time>)."""
     from storage import recovery
 
     location = _location(store, ledger)
     with store_errors(location.display):
-        rebuilt = recovery.rebuild_mirror(location)
-    out.print(rebuilt.summary("the MLflow runs"))
+        rebuilt = recovery.rebuild_mirror(location, force=force)
+    out.print(rebuilt.summary("the MLflow runs"), soft_wrap=True)

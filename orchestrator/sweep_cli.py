@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.console import err, fail, out, styled, visible
+from orchestrator.console import err, error, fail, out, styled, visible
 from orchestrator.runner import Callback, SweepSummary, trial_rows
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
@@ -80,6 +81,9 @@ def run(
     """
     from orchestrator import runner
 
+    if dry_run and not only:
+        _dry_run(grid_file, store, ledger, artifacts)
+        return
     try:
         spec = runner.load_grid(grid_file)
         location = runner.locate(store, ledger, artifacts)
@@ -100,7 +104,7 @@ def run(
                                  callbacks=[display], only=only or ())
     except runner.SweepError as e:
         for problem in e.problems:
-            err.print(styled("[bold red]error:[/] {problem}", problem=problem), soft_wrap=True)
+            error(problem)
         raise typer.Exit(code=e.code) from None
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (the first one stops after recording)
         fail("interrupted; what was recorded is kept: run the sweep again to resume", code=130)
@@ -115,6 +119,68 @@ def run(
         for rec in summary.failures:
             err.print(f"  {rec['trial_key']} {_label(rec['config'])}: {rec['error']}", soft_wrap=True)
         raise typer.Exit(code=1)
+
+
+DRY_RUN_TABLE = 200  # above this many trials, --dry-run streams plain lines instead of one rich table
+
+
+def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: str | None) -> None:
+    """`sweep run --dry-run`: the grid checked and its trials listed as they are made, never all held at
+    once: a grid of 10^6 trials prints its first line in seconds. A small grid is one table; a large one
+    streams a line per trial (on a terminal, one screenful and then a count of the rest)."""
+    import itertools
+
+    from orchestrator import grid as grids
+    from orchestrator import runner
+
+    try:
+        planned = grids.plan(grids.read(grid_file), source=str(grid_file))
+        runner.locate(store, ledger, artifacts)
+    except grids.GridError as e:
+        for problem in e.problems:
+            error(problem)
+        raise typer.Exit(code=2) from None
+    except runner.SweepError as e:
+        for problem in e.problems:
+            error(problem)
+        raise typer.Exit(code=e.code) from None
+
+    def cells(t: Any) -> tuple[str, ...]:
+        return (t.trial_key, t.dataset, t.model, t.mechanism, "-" if t.epsilon is None else f"{t.epsilon:g}",
+                str(t.seed))
+
+    names = ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed")
+    trials = planned.trials()
+    if planned.count is None or planned.count <= DRY_RUN_TABLE:
+        rows = [cells(t) for t in trials]
+        table = Table(title=f"sweep {planned.name}: {len(rows)} trials")
+        for col in names:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    out.print(f"sweep {planned.name}: {planned.count:,} trials", highlight=False, soft_wrap=True)
+    first = [cells(t) for t in itertools.islice(trials, 100)]
+    widths = [max(len(c) for c in column) for column in zip(names, *first, strict=False)]
+
+    def line(row: tuple[str, ...]) -> str:
+        return visible("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+    shown_rows = max(out.height - 4, 10) if out.is_terminal else None
+    stream = sys.stdout
+    stream.write(line(names) + "\n")
+    rows = itertools.chain(first, (cells(t) for t in trials))
+    try:
+        for n, row in enumerate(rows, 1):
+            stream.write(line(row) + "\n")
+            if shown_rows is not None and n >= shown_rows:
+                stream.write(f"... and {planned.count - n:,} more trials (not shown on a terminal: pipe the "
+                             "output to see every one)\n")
+                break
+        stream.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 class RichProgress(Callback):
@@ -289,10 +355,23 @@ def resolve_sweep(st: Any, sweep: str | None) -> str:
 @app.command("status")
 def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default: the latest).")] = None,
            store: StoreOpt = None, ledger: LedgerOpt = None,
-           as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False) -> None:
+           as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+           timing: Annotated[bool, typer.Option("--timing", help="Where the sweep's wall time went: each part of "
+                                                "its trials and drivers, and the unexplained share.")] = False) -> None:
     """Show every trial of a sweep with its status, accuracy and error (reads the ledger, writes nothing)."""
     st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
+    if timing:
+        from orchestrator.timing_report import lines, sweep_timing
+
+        with store_errors(st.where):
+            report = sweep_timing(st.records(name), st.driver_runs(name))
+        if as_json:
+            print(json.dumps({"sweep": name, "timing": report}))
+        else:
+            for line in lines(name, report):
+                out.print(line, highlight=False)
+        return
     with store_errors(st.where):
         rows = trial_rows(st, name)
         counts = st.status_counts(name)

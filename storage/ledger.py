@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -86,6 +87,28 @@ drivers = sa.Table(
     sa.Column("grid_key", sa.String(64), nullable=False),
     sa.Column("trials", sa.Integer, nullable=False),
     sa.Column("expires", sa.Float, nullable=False),
+)
+
+# One row per `sweep run` that ran trials: its wall time and the driver's account of it (`timing_json`:
+# orchestrator.submit.DriverTiming and the runner's start and end), which `sweep status --timing` sets beside the
+# trials' own breakdowns.
+driver_runs = sa.Table(
+    "privbench_driver_runs", metadata,
+    sa.Column("sweep", sa.String(200), primary_key=True),
+    sa.Column("owner", sa.String(200), primary_key=True),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("wall_s", sa.Float, nullable=False),
+    sa.Column("timing_json", sa.Text, nullable=False),
+)
+
+# Privacy plans by the settings they depend on (orchestrator/plan_cache.py says what the key covers): a sweep of a
+# geometry planned before reads its plans here instead of calibrating again.
+calibrations = sa.Table(
+    "privbench_calibrations", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("view_json", sa.Text, nullable=False),  # what the key was made of, readable
+    sa.Column("plan_blob", sa.LargeBinary, nullable=False),
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -154,21 +177,115 @@ def _sqlite_ro_connect(path: Path) -> Callable[[], sqlite3.Connection]:
     return connect
 
 
-def sqlite_damage(path: Path) -> str | None:
-    """What SQLite's `PRAGMA quick_check` finds wrong with the file at `path` (its first problem), or None.
+def sqlite_damage(path: Path, *, full: bool = False) -> str | None:
+    """What SQLite finds wrong with the file at `path` (its first problem), or None.
 
-    quick_check reads every page and b-tree of the file (about the time a full read of it takes), so a
-    torn or zeroed page is found before a query silently returns fewer rows than the file holds: a
+    `PRAGMA quick_check` reads every page and b-tree of the file (about the time a full read of it takes),
+    so a torn or zeroed page is found before a query silently returns fewer rows than the file holds: a
     damaged index page makes `SELECT ... WHERE sweep = ?` return nothing, and a store would read as
-    empty. It never writes: the file is opened read-only, as read commands open it."""
+    empty. `full` runs `PRAGMA integrity_check` instead, which also matches every index entry with its
+    row (an index that lists a trial key no row has passes quick_check) and sees more damage inside
+    rows. Before either, the file's length is checked against its header (a file cut short reads its
+    lost pages as zeros) and a write-ahead log's header against its checksum (a torn one makes SQLite
+    ignore every commit in it, and the store reads as it was at the last checkpoint). It never writes:
+    the file is opened read-only, as read commands open it."""
+    problem = _short_file(path) or _torn_wal(path)
+    if problem is not None:
+        return problem
     try:
         with contextlib.closing(_sqlite_ro_connect(path)()) as conn:
-            rows = conn.execute("PRAGMA quick_check").fetchall()
+            rows = conn.execute("PRAGMA integrity_check" if full else "PRAGMA quick_check").fetchall()
     except sqlite3.DatabaseError as e:  # not a database at all, or a header too damaged to open
         return "not a SQLite database: overwritten or truncated" if "not a database" in str(e) else str(e)
     lines = [line.strip() for row in rows for line in str(row[0]).splitlines()]
     lines = [line for line in lines if line and not line.startswith("*** in database")]
-    return None if lines == ["ok"] else (lines[0] if lines else "quick_check failed")
+    return None if lines == ["ok"] else (lines[0] if lines else "integrity check failed")
+
+
+def _short_file(path: Path) -> str | None:
+    """A SQLite file shorter than its header says (its size in pages is valid when the header's "version
+    valid for" equals its change counter), or not a whole number of pages."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None  # SQLite's own open says what is wrong
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\0"):
+        return None
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] == header[92:96] and pages and size < pages * page:
+        return f"cut short: {size} bytes where its header says {pages} pages of {page} bytes ({pages * page})"
+    if page >= 512 and size % page:
+        return f"cut short: {size} bytes is not a whole number of {page}-byte pages"
+    return None
+
+
+WAL_MAGIC = (0x377F0682, 0x377F0683)
+
+
+def _torn_wal(path: Path) -> str | None:
+    """A write-ahead log beside the file whose header is torn (a driver killed while writing it): SQLite
+    would silently drop every commit in it."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        with open(wal, "rb") as fh:
+            header = fh.read(32)
+    except OSError:
+        return None
+    if not header:
+        return None
+    if len(header) < 32:
+        return f"its write-ahead log {wal.name} is torn ({len(header)}-byte header): its commits are lost"
+    magic = int.from_bytes(header[:4], "big")
+    if magic not in WAL_MAGIC:
+        return f"its write-ahead log {wal.name} has a torn header (bad magic number): its commits are lost"
+    order = "big" if magic & 1 else "little"
+    s0 = s1 = 0
+    for i in range(0, 24, 8):
+        s0 = (s0 + int.from_bytes(header[i:i + 4], order) + s1) & 0xFFFFFFFF
+        s1 = (s1 + int.from_bytes(header[i + 4:i + 8], order) + s0) & 0xFFFFFFFF
+    if (s0, s1) != (int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big")):
+        return f"its write-ahead log {wal.name} has a torn header (bad checksum): its commits are lost"
+    return None
+
+
+def ledger_row_damage(path: Path) -> str | None:
+    """The first ledger row that does not read as privbench wrote it, or None: a config or result that is
+    not a JSON object (a changed byte inside a row passes SQLite's checks), a trial of a sweep the ledger
+    does not list, or keys that differ when read through the primary key's index and past it. Read-only,
+    like `sqlite_damage`."""
+    try:
+        with contextlib.closing(_sqlite_ro_connect(path)()) as conn:
+            tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+            if not {"privbench_trials", "privbench_sweeps"} <= tables:
+                return "missing the tables privbench_sweeps and privbench_trials (truncated, or not a privbench ledger)"
+            sweeps_known = {r[0] for r in conn.execute("select name from privbench_sweeps")}
+            scanned = set()
+            for sweep, key, config, result in conn.execute(
+                    "select sweep, trial_key, config_json, result_json from privbench_trials not indexed"):
+                scanned.add((sweep, key))
+                where = f"trial {key!r} of sweep {sweep!r}"
+                if sweep not in sweeps_known:
+                    return f"{where} belongs to no sweep the ledger lists"
+                for column, text in (("config_json", config), ("result_json", result)):
+                    if text is None and column == "result_json":
+                        continue
+                    try:
+                        value = json.loads(text)
+                    except (TypeError, ValueError):
+                        return f"the {column} of {where} is not JSON"
+                    if not isinstance(value, dict):
+                        return f"the {column} of {where} is not a JSON object"
+            indexed = set(conn.execute("select sweep, trial_key from privbench_trials order by sweep, trial_key"))
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    if indexed != scanned:
+        odd = sorted(indexed ^ scanned)[0]
+        return f"its index and its rows disagree (trial {odd[1]!r} of sweep {odd[0]!r})"
+    return None
 
 
 def engine_for(uri: str, *, read_only: bool = False) -> sa.Engine:
@@ -217,6 +334,10 @@ class Ledger:
         self.read_only = read_only and not create
         self.engine = engine_for(uri, read_only=self.read_only)
         self._columns: list[sa.Column] | None = None
+        # What a damaged row's message tells the user to do; the store that opened the ledger names its
+        # own recovery command (`storage.store.damaged`).
+        self.damaged: Callable[[str], StoreError] = lambda problem: StoreError(
+            f"store {self.where}: {problem}; restore the ledger from a backup")
         if create:
             self.migrate()
 
@@ -498,6 +619,18 @@ class Ledger:
             c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == trial_key))
                       .values(run_id=run_id))
 
+    def repoint(self, experiments: Mapping[str, str], runs: Mapping[tuple[str, str], str]) -> None:
+        """Point sweeps at new MLflow experiments and trials at new runs, all in one transaction (a rebuilt
+        mirror: the ledger never names runs of two different MLflow files)."""
+        now = self.now_sql()
+        with self.engine.begin() as c:
+            for name, experiment_id in experiments.items():
+                c.execute(sweeps.update().where(sweeps.c.name == name)
+                          .values(experiment_id=experiment_id, updated_at=now))
+            for (sweep, key), run_id in runs.items():
+                c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == key))
+                          .values(run_id=run_id))
+
     def save_phase(self, sweep: str, trial_key: str, owner: str, phase_json: str) -> bool:
         """Keep a trial's accelerator-phase output while `owner` holds its lease (False: it does not)."""
         cond = (trials.c.sweep == sweep) & (trials.c.trial_key == trial_key) & (trials.c.lease_owner == owner)
@@ -522,8 +655,8 @@ class Ledger:
         try:
             return json.loads(row[column])
         except (TypeError, ValueError):
-            raise StoreError(f"store {self.where}: the {column} of trial {row['trial_key']} of sweep {row['sweep']!r} "
-                             "is damaged (not JSON); restore the ledger from a backup") from None
+            raise self.damaged(f"the {column} of trial {row['trial_key']!r} of sweep {row['sweep']!r} "
+                               "is not JSON") from None
 
     def _present(self) -> list[sa.Column]:
         """The trial columns this ledger has: a store written by an older privbench lacks the newer ones
@@ -539,6 +672,33 @@ class Ledger:
                              .order_by(trials.c.dataset, trials.c.model, trials.c.mechanism,
                                        trials.c.epsilon, trials.c.seed)).mappings().all()
         return [dict(r) for r in rows]
+
+    def add_driver_run(self, sweep: str, owner: str, started_at: float, wall_s: float, timing_json: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(driver_runs.delete().where((driver_runs.c.sweep == sweep) & (driver_runs.c.owner == owner)))
+            c.execute(driver_runs.insert().values(sweep=sweep, owner=owner, started_at=started_at, wall_s=wall_s,
+                                                  timing_json=timing_json))
+
+    def driver_runs(self, sweep: str) -> list[dict[str, Any]]:
+        """The sweep's driver runs, oldest first ([] in a ledger made before the table)."""
+        if not sa.inspect(self.engine).has_table(driver_runs.name):
+            return []
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(driver_runs).where(driver_runs.c.sweep == sweep)
+                             .order_by(driver_runs.c.started_at)).mappings().all()
+        return [dict(r) for r in rows]
+
+    def calibration(self, key: str) -> bytes | None:
+        if not sa.inspect(self.engine).has_table(calibrations.name):
+            return None
+        with self.engine.connect() as c:
+            return c.execute(sa.select(calibrations.c.plan_blob).where(calibrations.c.key == key)).scalar()
+
+    def add_calibration(self, key: str, view_json: str, blob: bytes) -> None:
+        with self.engine.begin() as c:
+            c.execute(calibrations.delete().where(calibrations.c.key == key))
+            c.execute(calibrations.insert().values(key=key, created_at=time.time(), view_json=view_json,
+                                                   plan_blob=blob))
 
     def status_counts(self, sweep: str) -> dict[str, int]:
         with self.engine.connect() as c:

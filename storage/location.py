@@ -10,6 +10,7 @@ URI the team shares) or, by default, a per-user file that only that user resumes
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
 import os
 import re
@@ -94,6 +95,19 @@ def normalise_db_uri(uri: str) -> str:
     return join_credentials(scheme, user, password, rest)
 
 
+def _resolved(path: Path, raw: str) -> Path:
+    """`path` made absolute, its links followed; a loop of links or a name the system refuses is one line."""
+    try:
+        return path.expanduser().resolve()
+    except RuntimeError:  # Python 3.11's "Symlink loop from ..."
+        raise StoreError(f"store {mask(raw)[:200]!r} is a loop of symbolic links; point --store at a folder") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(f"store {mask(raw)[:200]!r} is a loop of symbolic links; point --store at a folder") \
+                from None
+        raise StoreError(f"store {mask(raw)[:200]!r}: {e.strerror or e}") from None
+
+
 def _unsupported(raw: str) -> StoreError:
     scheme = raw.split("://", 1)[0].split("+", 1)[0].lower()
     extra = (" (MySQL is not supported: the ledger's creation lock and lease updates are tested on "
@@ -135,7 +149,7 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
             raise StoreError(f"a sqlite store needs a file: sqlite:////absolute/path/mlflow.db, got {raw!r}")
         own = None
         if path is not None:
-            path = path.expanduser().resolve()
+            path = _resolved(path, raw)
             uri = f"sqlite:///{path}"
             own = path.parent / "artifacts"
             artifacts = artifacts or RELATIVE_ARTIFACTS
@@ -148,7 +162,7 @@ def resolve(store: str | os.PathLike[str] | None = None, *, ledger: str | None =
         return StoreLocation(server, ledger or _server_ledger(server), artifacts, None, "server")
     if "://" in raw:
         raise _unsupported(raw)
-    folder = Path(raw).expanduser().resolve()
+    folder = _resolved(Path(raw), raw)
     return StoreLocation(
         tracking_uri=f"sqlite:///{folder / 'mlflow.db'}",
         ledger_uri=ledger or f"sqlite:///{folder / 'ledger.db'}",

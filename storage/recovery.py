@@ -3,10 +3,14 @@
 The ledger is the source of truth and MLflow its mirror, but each holds every recorded result: a trial's
 MLflow run stores its whole result record (`result.json`), and the ledger row stores the same record.
 So a damaged `ledger.db` is rebuilt from the runs (`rebuild_ledger`), and a damaged or lost `mlflow.db`
-from the ledger (`rebuild_mirror`). Nothing is deleted: the damaged file is renamed beside it
-(`ledger.db.damaged-20250101T120000`), with its `-wal` and `-shm` files. Both run under the lock drivers
-take to open the store; drivers that are still running must be stopped first (a running driver keeps
-writing into the file it opened).
+from the ledger (`rebuild_mirror`). Nothing is deleted: the old file is kept beside it, named for why it
+was replaced (`ledger.db.damaged-20250101T120000`, or `.replaced-...` for a sound file rebuilt with
+`--force`), with its log. Each rebuild builds the new file beside the old one and renames it into place
+when complete (`storage.files.replace_whole`): a rebuild killed at any moment leaves the old file or the
+new one, and one that fails leaves the old file in place. Both refuse a sound file unless forced, and
+judge "sound" as `store check` does (`check`). Both run under the lock drivers take to open the store;
+drivers that are still running must be stopped first (a running driver keeps writing into the file it
+opened).
 
 What a rebuilt ledger does not have: trials that had no result yet (pending, running) and leases; the
 next `sweep run` adds the grid's missing trials as pending, as for a new grid.
@@ -15,13 +19,13 @@ next `sweep run` adds the grid's missing trials as pending, as for a new grid.
 from __future__ import annotations
 
 import dataclasses
-import os
-import time
 from pathlib import Path
 from typing import Any
 
+from storage import files
 from storage.errors import StoreError, translated
-from storage.ledger import Ledger, file_lock, sqlite_damage
+from storage.faults import fault
+from storage.ledger import Ledger, file_lock, ledger_row_damage, sqlite_damage
 from storage.location import StoreLocation, sqlite_path
 from storage.mlflow_sink import (
     KIND_TAG,
@@ -32,6 +36,7 @@ from storage.mlflow_sink import (
     SWEEP_RUN_TAG,
     TRIAL_KEY_TAG,
     MlflowSink,
+    _forget_store,
 )
 
 
@@ -49,13 +54,34 @@ class Rebuilt:
         return f"rebuilt {what}: {self.sweeps} sweep(s), {counts}{kept}"
 
 
-def check(location: StoreLocation) -> dict[Path, str | None]:
-    """`PRAGMA quick_check` of each SQLite file of the store: its first problem, or None when it is sound."""
-    files = [p for p in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri)))
+def problem_of(location: StoreLocation, path: Path, *, quick: bool = False) -> str | None:
+    """What is wrong with one SQLite file of the store, as every command would find it, or None.
+
+    The full check (`store check`, and what the rebuilds call sound): SQLite's `integrity_check`, the
+    file's length against its header and its log's header, and for the ledger every row (JSON that
+    parses, keys that match their index); a rebuilt MLflow database the ledger does not point at yet
+    is unfinished. `quick`: SQLite's `quick_check` and the file checks only, for large stores."""
+    if not path.exists() and not path.is_symlink():
+        return "missing"
+    if path.is_file() and path.stat().st_size == 0:
+        return "empty (0 bytes)"
+    ledger = sqlite_path(location.ledger_uri)
+    if path != ledger and files.unfinished(path):
+        return ("an interrupted rebuild-mirror left it unfinished: the ledger does not point at its runs yet "
+                "(the old file is kept beside it)")
+    problem = sqlite_damage(path, full=not quick)
+    if problem is None and path == ledger and not quick:
+        problem = ledger_row_damage(path)
+    return problem
+
+
+def check(location: StoreLocation, *, quick: bool = False) -> dict[Path, str | None]:
+    """Each SQLite file of the store: its first problem (`problem_of`), or None when it is sound."""
+    paths = [p for p in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri)))
              if p is not None]
     with translated(location.display):
-        return {p: (sqlite_damage(p) if p.is_file() and p.stat().st_size > 0 else
-                    "missing" if not p.exists() else "empty (0 bytes)") for p in files}
+        files.refuse_odd(paths, location.display)
+        return {p: problem_of(location, p, quick=quick) for p in paths}
 
 
 def _files(location: StoreLocation, what: str) -> tuple[Path, Path]:
@@ -66,20 +92,8 @@ def _files(location: StoreLocation, what: str) -> tuple[Path, Path]:
     if ledger == tracking:
         raise StoreError(f"store {location.display} keeps the ledger and the MLflow runs in one file: neither "
                          "can be rebuilt from the other; restore the file from a backup")
+    files.refuse_odd((ledger, tracking), location.display, lock=ledger.with_name(ledger.name + ".lock"))
     return ledger, tracking
-
-
-def _set_aside(path: Path) -> Path | None:
-    """Rename a damaged file (and its -wal/-shm) beside itself; None when there is no such file."""
-    if not path.exists() and not path.is_symlink():
-        return None
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    kept = path.with_name(f"{path.name}.damaged-{stamp}")
-    for suffix in ("", "-wal", "-shm"):
-        src = path.with_name(path.name + suffix)
-        if src.exists() or src.is_symlink():
-            os.replace(src, kept.with_name(kept.name + suffix))
-    return kept
 
 
 def _ledger_id_of(path: Path) -> str | None:
@@ -94,36 +108,53 @@ def _ledger_id_of(path: Path) -> str | None:
         return None
 
 
+def _refuse_sound(location: StoreLocation, path: Path, losing: str) -> StoreError:
+    from storage.store import mend_command
+
+    return StoreError(f"{path} passes privbench's integrity check (`privbench store check`): nothing to rebuild. "
+                      f"`{mend_command(location, path, force=True)}` rebuilds it anyway ({losing}; the file is "
+                      "kept beside the new one as .replaced-<time>)")
+
+
 def rebuild_ledger(location: StoreLocation, *, force: bool = False) -> Rebuilt:
     """A new ledger from the MLflow runs of this ledger's sweeps: each sweep (its identity, experiment
     and grid file from its parent run) and each trial with a complete run (its result record, status and
-    run). Refused while the ledger is sound (unless `force`) or MLflow is damaged too."""
+    run). Refused while the ledger is sound (unless `force`) or MLflow is damaged too. Built as
+    `ledger.db.rebuilding` and renamed into place when complete."""
     path, tracking = _files(location, "ledger")
     with translated(location.display), file_lock(path):
-        if tracking.is_file() and (problem := sqlite_damage(tracking)):
-            raise StoreError(f"{tracking} is damaged too ({problem[:120]}): the ledger cannot be rebuilt from it; "
-                             "restore one of the two files from a backup")
         if not tracking.is_file():
             raise StoreError(f"{tracking} is missing: the ledger cannot be rebuilt without it")
-        sound = path.is_file() and path.stat().st_size > 0 and sqlite_damage(path) is None
+        if problem := problem_of(location, tracking, quick=True):
+            raise StoreError(f"{tracking} is damaged too ({problem[:120]}): the ledger cannot be rebuilt from it; "
+                             "restore one of the two files from a backup")
+        sound = problem_of(location, path) is None
         if sound and not force:
-            raise StoreError(f"{path} passes SQLite's integrity check: nothing to rebuild (pass --force to "
-                             "rebuild it from MLflow anyway, losing its pending trials and leases)")
-        sink = MlflowSink(location.tracking_uri, location.display, writer=True,
+            raise _refuse_sound(location, path, "its pending trials and leases are lost")
+        sink = MlflowSink(location.tracking_uri, location.display, writer=False,
                           artifacts_folder=location.artifacts_folder)
-        experiments = _experiments(sink, _ledger_id_of(path) if path.exists() else None)
-        kept = _set_aside(path)
-        ledger = Ledger(location.ledger_uri, create=True)
+        built = path.with_name(path.name + ".rebuilding")
+        files.remove_leftovers(built)
         try:
-            ledger_id = experiments[0].tags[LEDGER_ID_TAG] if experiments else None
-            if ledger_id:
-                ledger.ensure_meta("ledger_id", ledger_id)
-            counts: dict[str, int] = {}
-            for exp in experiments:
-                for status in _rebuild_sweep(ledger, sink, exp):
-                    counts[status] = counts.get(status, 0) + 1
+            experiments = _experiments(sink, _ledger_id_of(path) if path.exists() else None)
+            ledger = Ledger(f"sqlite:///{built}", create=True)
+            try:
+                ledger_id = experiments[0].tags[LEDGER_ID_TAG] if experiments else None
+                if ledger_id:
+                    ledger.ensure_meta("ledger_id", ledger_id)
+                counts: dict[str, int] = {}
+                for exp in experiments:
+                    for status in _rebuild_sweep(ledger, sink, exp):
+                        counts[status] = counts.get(status, 0) + 1
+            finally:
+                ledger.engine.dispose()
+            files.seal(built)
+            fault("rebuild_built")
+            kept = files.replace_whole(path, built, "replaced" if sound else "damaged", sound=sound)
+        except BaseException:
+            files.remove_leftovers(built)  # a failed rebuild: the old file is still in place
+            raise
         finally:
-            ledger.engine.dispose()
             sink.close()
     return Rebuilt(len(experiments), counts, kept)
 
@@ -168,48 +199,76 @@ def _rebuild_sweep(ledger: Ledger, sink: MlflowSink, exp: Any) -> list[str]:
         record = {**record, "sweep": exp.name}
         status = "superseded" if run.data.tags.get(SUPERSEDED_TAG) == "true" else record["status"]
         ledger.restore(exp.name, record, run.info.run_id, status)
+        fault("rebuild_row")
         statuses.append(status)
     return statuses
 
 
-def rebuild_mirror(location: StoreLocation) -> Rebuilt:
+def rebuild_mirror(location: StoreLocation, *, force: bool = False) -> Rebuilt:
     """A new MLflow database from the ledger: each sweep's experiment (with its identity), its parent run
-    with the grid file, and one run per recorded trial written from the ledger's result record."""
+    with the grid file, and one run per recorded trial written from the ledger's result record. Refused
+    while MLflow's file is sound (unless `force`: experiments and runs not made by privbench are then only
+    in the file kept beside it). Built as `mlflow.db.rebuilding`, renamed into place when complete; the
+    ledger is pointed at the new runs in one transaction after that, and until it is, the new file is
+    marked unfinished (`storage.files.unfinished`): every check names it, and running this again mends it."""
     path, tracking = _files(location, "mirror")
     with translated(location.display), file_lock(path):
-        if not path.is_file() or (problem := sqlite_damage(path)):
-            raise StoreError(f"{path} is damaged or missing ({problem if path.is_file() else 'missing'}): the "
-                             "MLflow runs cannot be rebuilt from it; rebuild the ledger from them instead")
-        kept = _set_aside(tracking)
+        if problem := problem_of(location, path):
+            raise StoreError(f"{path} is damaged or missing ({problem[:120]}): the MLflow runs cannot be rebuilt "
+                             "from it; rebuild the ledger from them instead")
+        sound = problem_of(location, tracking) is None
+        if sound and not force:
+            raise _refuse_sound(location, tracking, "experiments and runs that privbench did not make are left "
+                                                    "out of it")
+        built = tracking.with_name(tracking.name + ".rebuilding")
+        files.remove_leftovers(built)
+        built_uri = f"sqlite:///{built}"
         ledger = Ledger(location.ledger_uri)
-        sink = MlflowSink(location.tracking_uri, location.display, writer=True,
-                          artifacts_folder=location.artifacts_folder)
+        sink = MlflowSink(built_uri, location.display, writer=True, artifacts_folder=location.artifacts_folder)
         try:
             ledger.migrate()
+            sink.create_file(built)
             sink.connect(new_file=True)
             ledger_id = ledger.ledger_id()
             counts: dict[str, int] = {}
             names = ledger.sweep_names()
+            experiments: dict[str, str] = {}
+            runs: dict[tuple[str, str], str] = {}
             for name in names:
                 row = ledger.sweep(name) or {}
                 artifacts = f"{location.artifact_root.rstrip('/')}/{name}" if location.artifact_root else None
                 experiment_id = sink.create_experiment(name, artifacts, row["sweep_id"], ledger_id)
                 if experiment_id is None:
-                    raise StoreError(f"MLflow already has an experiment {name!r}: the mirror was not rebuilt")
-                ledger.update_sweep(name, experiment_id=experiment_id)
+                    raise StoreError(f"two sweeps named {name!r} in the ledger: the mirror was not rebuilt")
+                experiments[name] = experiment_id
                 sink.sweep_run(name, experiment_id, row.get("grid_yaml") or "")
                 for t in ledger.trials(name):
                     if not t["result_json"] or t["status"] not in ("finished", "failed", "superseded"):
                         continue
                     run_id = sink.write_run(ledger.loads(t, "result_json"), experiment_id, row["sweep_id"])
-                    ledger.set_run_id(name, t["trial_key"], run_id)
+                    runs[(name, t["trial_key"])] = run_id
                     if t["status"] == "superseded":
                         sink.tag_quietly(run_id, SUPERSEDED_TAG, "true")
                     counts[t["status"]] = counts.get(t["status"], 0) + 1
+                    fault("rebuild_row")
+            sink.close()
+            _forget_store(built_uri)
+            files.seal(built)
+            fault("rebuild_built")
+            files.mark_unfinished(tracking, built)
+            kept = files.replace_whole(tracking, built, "replaced" if sound else "damaged", sound=sound)
+            _forget_store(location.tracking_uri)  # this process's MLflow still has the old file open
+            ledger.repoint(experiments, runs)
+            fault("rebuild_repointed")
+            files.finished(tracking)
+        except BaseException:
+            sink.close()
+            _forget_store(built_uri)
+            files.remove_leftovers(built)  # a failed rebuild: the old file is still in place
+            raise
         finally:
             ledger.engine.dispose()
-            sink.close()
     return Rebuilt(len(names), counts, kept)
 
 
-__all__ = ["Rebuilt", "check", "rebuild_ledger", "rebuild_mirror"]
+__all__ = ["Rebuilt", "check", "problem_of", "rebuild_ledger", "rebuild_mirror"]

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-SECTIONS = ("record", "config", "metrics", "curves", "privacy", "environment", "derived")
+SECTIONS = ("record", "config", "metrics", "curves", "privacy", "environment", "timing", "derived")
 GROUPS = ("core", "privacy", "audit", "overhead")
 AGGREGATES = ("mean", "max", "first", "worst", "none")
 ROUNDINGS = ("nearest", "up", "down")
@@ -82,6 +82,32 @@ FIELDS: tuple[Field, ...] = (
     F("environment", "record", dict, "where and when the trial ran"),
     F("error", "record", (str, type(None)), "one line: why the trial failed"),
     F("traceback", "record", (str, type(None)), "the failed trial's traceback"),
+    F("timing", "record", dict, "where the trial's time went, wall seconds per part (workers/timing.py)"),
+
+    # timing: each part's wall seconds (workers/timing.py says what each covers); `cpu` the same parts' CPU seconds
+    *(F(part, "timing", NUM, doc, unit="s") for part, doc in (
+        ("plan_wait_s", "the accelerator task's wait for its plan"),
+        ("scheduling_s", "Ray scheduling and task start, imports aside"),
+        ("imports_s", "module imports of a fresh worker"),
+        ("prepare_s", "process settings and plugins"),
+        ("data_s", "the dataset's splits (0 from the worker's cache)"),
+        ("model_s", "the model's construction"),
+        ("planning_s", "the plan made in the accelerator phase (no plan task)"),
+        ("calibration_s", "the plan task's calibration and accounting"),
+        ("setup_s", "statistics, model copies and the mechanism's private objects"),
+        ("training_s", "the training steps"),
+        ("evaluation_s", "the evaluation after each epoch"),
+        ("memory_probe_s", "the trial's share of the memory probe"),
+        ("forward_s", "the forward passes of the membership-inference audit"),
+        ("overhead_s", "the paired overhead measurement"),
+        ("transfer_s", "the accelerator output's way to the driver"),
+        ("save_s", "the driver's write of the accelerator output"),
+        ("plan_s", "the plan task (beside the accelerator slot; 0 from the calibration cache)"),
+        ("analysis_wait_s", "the analysis task's wait for a CPU slot"),
+        ("audits_s", "the audits and the record, in the analysis phase"),
+        ("span_s", "the accelerator task's submission to the driver's receipt of its output"),
+    )),
+    F("cpu", "timing", dict, "each part's CPU seconds in the process that ran it"),
 
     # environment: where and when the trial ran (MLflow tags)
     F("hostname", "environment", str, "host that ran the trial"),
@@ -141,6 +167,10 @@ FIELDS: tuple[Field, ...] = (
       "(workers/overhead.py)", mlflow=True, unit="s"),
     F("paired_nonprivate_step_s", "metrics", NUM + OPT, "median non-private step of the same model and batch in "
       "that window", mlflow=True, unit="s"),
+    F("step_time_ratio_low", "metrics", NUM + OPT, "lower end of the 95% interval of step_time_ratio (the paired "
+      "rounds' order statistics)", mlflow=True, unit="x"),
+    F("step_time_ratio_high", "metrics", NUM + OPT, "upper end of that interval", mlflow=True, unit="x"),
+    F("paired_rounds", "metrics", NUM + OPT, "rounds the paired overhead measurement took", mlflow=True),
     F("examples_per_s", "metrics", NUM + OPT, "training throughput", column="examples_per_s", header="ex/s",
       group="overhead", mlflow=True, unit="ex/s", label="throughput", abbr="thr.", digits=4),
     F("train_s", "metrics", NUM + OPT, "training time (audit canaries left out)", mlflow=True, unit="s"),
@@ -242,12 +272,24 @@ FIELDS: tuple[Field, ...] = (
       "step scale, scale across steps, lag k, partial sums L)", private_only=True),
     F("audit_noise_checks_skipped", "privacy", (str, type(None)), "why the noise checks did not run",
       private_only=True),
+    F("audit_step_probe_push", "privacy", NUM + OPT, "the step audit's canary layer: how far a canary moved the "
+      "release through the mechanism's own make_private, engine and hooks, in the plan's bound", private_only=True),
+    F("audit_step_probe_p_value", "privacy", NUM + OPT, "the canary layer's p-value (push and noise checks, "
+      "Bonferroni); the step audit's p-value is Bonferroni over it and the curve test", private_only=True),
+    F("audit_step_probe_findings", "privacy", list, "what the canary layer found, in words", private_only=True),
+    F("audit_step_probe_skipped", "privacy", (str, type(None)), "why the canary layer did not run",
+      private_only=True),
+    F("audit_step_probe_steps", "privacy", int, "the canary layer's steps", private_only=True),
+    F("audit_step_probe_s", "privacy", NUM + OPT, "the canary layer's seconds (in audit_step_s)", private_only=True),
+    F("audit_canary_push", "privacy", NUM + OPT, "how far a joining canary moved the release, in the plan's bound "
+      "(at most 1 when the step clips as planned)", private_only=True, mlflow=True),
+    F("audit_canary_push_se", "privacy", NUM + OPT, "the standard error of audit_canary_push", private_only=True),
     F("audit_findings", "privacy", list, "what the run's audits found that refutes the claim, in words (the audited "
       "epsilon above the ceiling beyond its noise, a failed noise check, a family bound above the claim)",
       private_only=True),
-    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, noise below "
-      "declared, noise repeats across steps, noise correlated across steps, family bound above claim)",
-      private_only=True),
+    F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, canaries pushed "
+      "beyond the bound, noise below declared, noise repeats across steps, noise correlated across steps, family "
+      "bound above claim)", private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),

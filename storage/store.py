@@ -11,7 +11,8 @@ deleted, a missing run written again from the ledger's record) and never a recor
 ledger. The one thing MLflow can add to the ledger is a complete, recorded run of a trial the ledger
 holds no result for (a ledger restored from a backup, a driver killed between the run and the ledger
 row): that run is adopted, not deleted and trained again. Both files are integrity-checked when a
-driver opens them, and the ledger when a read command does (`PRAGMA quick_check`).
+driver opens them, and the ledger when a read command does (`PRAGMA integrity_check` for the ledger,
+`quick_check` for MLflow's larger file).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def preflight(location: StoreLocation, sweep: str) -> None:
     the server (it would belong to another ledger, and the run would be refused after creating one)."""
     lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
     with translated(location.display):
+        refuse_odd_files(location, locks=True)
         check_files(location, sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))
         ledger_file = sqlite_path(location.ledger_uri)
         if ledger_file is not None and ledger_file.is_file():
@@ -117,19 +119,38 @@ def _translating(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def damaged(location: StoreLocation, path: Path, problem: str) -> Damaged:
-    """The one line for a damaged store file: which file, what SQLite found, and how to recover it."""
+def mend_command(location: StoreLocation, path: Path, *, force: bool = False) -> str | None:
+    """The command that mends the store file at `path` by rebuilding it from the other file (None: the
+    store keeps both in one file, or on a database server, and only a backup mends it)."""
     tracking, ledger = sqlite_path(location.tracking_uri), sqlite_path(location.ledger_uri)
-    store = location.display
-    if tracking == ledger:
+    if tracking is None or ledger is None or tracking == ledger or path not in (tracking, ledger):
+        return None
+    what = "rebuild-ledger" if path == ledger else "rebuild-mirror"
+    own = location.folder is not None and ledger == location.folder / "ledger.db"
+    ledger_opt = "" if own else f" --ledger {quote(location.ledger_uri)}"
+    return f"privbench store {what} --store {quote(location.display)}{ledger_opt}{' --force' if force else ''}"
+
+
+def quote(text: str) -> str:
+    """A path as a shell would need it typed (`'my store'`), control characters escaped."""
+    import shlex
+
+    return shlex.quote(text)
+
+
+def damaged(location: StoreLocation, path: Path, problem: str) -> Damaged:
+    """The one line for a damaged store file: which file, what SQLite found, and how to recover it: the
+    command `store check` names for the same damage."""
+    command = mend_command(location, path)
+    if command is None:
         recovery = ("the file holds both the ledger and the MLflow runs: restore it from a backup "
                     "(docs/store.md, damaged stores)")
-    elif path == ledger:
-        recovery = ("the MLflow mirror holds every recorded result: `privbench store rebuild-ledger --store "
-                    f"{store}` rebuilds the ledger from it (the damaged file is kept beside it)")
+    elif "rebuild-ledger" in command:
+        recovery = f"the MLflow mirror holds every recorded result: `{command}` rebuilds the ledger from it " \
+                   "(the damaged file is kept beside it)"
     else:
-        recovery = ("the ledger holds every recorded result: `privbench store rebuild-mirror --store "
-                    f"{store}` rebuilds the MLflow runs from it (the damaged file is kept beside it)")
+        recovery = f"the ledger holds every recorded result: `{command}` rebuilds the MLflow runs from it " \
+                   "(the damaged file is kept beside it)"
     return Damaged(f"store file {path} is damaged ({problem[:160]}); nothing was written. Stop every driver of "
                    f"this store, then: {recovery}")
 
@@ -143,12 +164,35 @@ def _half_migrated(path: Path) -> bool:
                           ).fetchone()[0] > 0
 
 
+def refuse_odd_files(location: StoreLocation, *, reading: bool = False, locks: bool = False) -> None:
+    """The store's SQLite files are regular files of their own, or absent (`storage.files.refuse_odd`);
+    `reading`: the ledger only (read commands never open MLflow's file). `locks`: and no other process
+    holds SQLite's write lock on one (`storage.files.sqlite_locked`), for a driver about to write."""
+    from storage import files
+
+    ledger = sqlite_path(location.ledger_uri)
+    paths = (ledger,) if reading else (ledger, sqlite_path(location.tracking_uri))
+    files.refuse_odd(paths, location.display,
+                     lock=ledger.with_name(ledger.name + ".lock") if ledger is not None and not reading else None)
+    for path in dict.fromkeys(paths) if locks else ():
+        if path is not None:
+            files.sqlite_locked(path, location.display)
+
+
 def check_files(location: StoreLocation, *paths: Path | None) -> None:
-    """`PRAGMA quick_check` of some of the store's SQLite files: a damaged page is said (`damaged`) before
-    anything reads fewer rows than the file holds, or writes over it."""
+    """SQLite's integrity check of some of the store's SQLite files: a damaged page is said (`damaged`)
+    before anything reads fewer rows than the file holds, or writes over it. The ledger gets the full
+    `integrity_check` (it is small, and an index that disagrees with its rows passes `quick_check` while
+    every read through it is wrong); MLflow's larger file gets `quick_check`."""
+    from storage import files
+
+    ledger = sqlite_path(location.ledger_uri)
     for path in dict.fromkeys(paths):
+        if path is not None and path != ledger and files.unfinished(path):
+            raise damaged(location, path, "an interrupted rebuild-mirror left it unfinished: the ledger does not "
+                                          "point at its runs yet")
         if path is not None and path.is_file() and path.stat().st_size > 0:
-            problem = sqlite_damage(path)
+            problem = sqlite_damage(path, full=path == ledger)
             if problem is not None:
                 raise damaged(location, path, problem)
 
@@ -235,13 +279,16 @@ class Store:
             else:
                 if not self.location.exists():
                     raise StoreError(f"no privbench store at {self.where}")
+                refuse_odd_files(self.location, reading=True)
                 self._ledger = Ledger(self.location.ledger_uri, read_only=True)
+                self._own_damage()
                 check_files(self.location, self._ledger.path)
                 self._ledger.check()
             self.started = self._ledger.now()  # the database's clock (claims compare with it)
 
     def _create(self) -> None:
         loc = self.location
+        refuse_odd_files(loc)
         for path in (sqlite_path(loc.ledger_uri), sqlite_path(loc.tracking_uri)):
             if path is not None and path.exists() and not os.access(path, os.W_OK):
                 raise StoreError(f"store {path} is read-only: `sweep run` {WRITE_ACCESS}")
@@ -251,7 +298,9 @@ class Store:
             except OSError as e:
                 raise StoreError(f"cannot create the store folder {loc.folder}: {e.strerror}") from None
         self._ledger = Ledger(loc.ledger_uri)
+        self._own_damage()
         with self._ledger.lock():
+            refuse_odd_files(loc, locks=True)  # again under the lock: a rebuild may have run meanwhile
             check_files(self.location, self._ledger.path, sqlite_path(loc.tracking_uri))
             check_tracking_file(self.location, self._ledger)
             self._ledger.migrate()
@@ -262,6 +311,12 @@ class Store:
                 self.artifact_root = self._ledger.ensure_meta("artifact_root", _default_artifacts(loc))
             self.sink.connect()  # MLflow creates its schema here: under the lock
         self._files = self._file_identities()
+
+    def _own_damage(self) -> None:
+        """A damaged ledger row names this store's recovery command, as `store check` does."""
+        path = self._ledger.path
+        if path is not None:
+            self._ledger.damaged = lambda problem: damaged(self.location, path, problem)
 
     def _create_tracking_file(self) -> None:
         """A new SQLite store's MLflow database, made whole or not at all (`MlflowSink.create_file`); one that
@@ -580,6 +635,26 @@ class Store:
                 for t in self._ledger.trials(sweep)]
 
     @_translating
+    def driver_runs(self, sweep: str) -> list[dict[str, Any]]:
+        """The sweep's driver runs, oldest first: owner, started_at, wall_s and `timing` (the driver's account)."""
+        return [{k: v for k, v in row.items() if k != "timing_json"} | {"timing": json.loads(row["timing_json"])}
+                for row in self._ledger.driver_runs(sweep)]
+
+    @_translating
+    def add_driver_run(self, sweep: str, started_at: float, wall_s: float, timing: Mapping[str, float]) -> None:
+        """Keep this driver's account of its run of the sweep (`sweep status --timing` reads it)."""
+        self._ledger.add_driver_run(sweep, self.owner, started_at, wall_s, json.dumps(dict(timing)))
+
+    @_translating
+    def calibration(self, key: str) -> bytes | None:
+        """A cached plan (orchestrator/plan_cache.py), or None."""
+        return self._ledger.calibration(key)
+
+    @_translating
+    def add_calibration(self, key: str, view: Mapping[str, Any], blob: bytes) -> None:
+        self._ledger.add_calibration(key, json.dumps(dict(view), sort_keys=True, default=str), blob)
+
+    @_translating
     def status_counts(self, sweep: str) -> dict[str, int]:
         """Trials per status: finished, failed, pending, running, superseded."""
         return self._ledger.status_counts(sweep)
@@ -638,7 +713,7 @@ def finished_already(location: StoreLocation, sweep: str, grid_yaml: str, keys: 
     try:
         ledger = Ledger(location.ledger_uri, read_only=True)
         try:
-            if ledger.path is not None and ledger.path.is_file() and sqlite_damage(ledger.path) is not None:
+            if ledger.path is not None and ledger.path.is_file() and sqlite_damage(ledger.path, full=True) is not None:
                 return None
             if not ledger.has_schema():
                 return None

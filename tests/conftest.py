@@ -56,12 +56,30 @@ def parse_json(output: str) -> Any:
     return json.loads(output)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray instance (2 CPUs, no dashboard) for one test module, shut down after it."""
+RAY_OPTIONS = {"num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
+
+
+def start_ray() -> None:
+    """The test session's local Ray (2 CPUs, no dashboard), started if none is running."""
     import ray
 
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(**RAY_OPTIONS)
+
+
+@pytest.fixture
+def local_ray():
+    """A local Ray shared by every test that runs a sweep in-process: its start costs seconds, so it is started
+    once per session and again only after a test that needed a Ray of its own (a GPU, shipped plugins) shut it
+    down. The sweeps' stores are each test's own, so nothing but the workers is shared."""
+    start_ray()
     yield
-    ray.shutdown()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Leave no Ray behind: the session's shared instance ends with the session."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()

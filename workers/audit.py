@@ -70,10 +70,97 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
 
     audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,
                        seed=seed, workers=workers, options=options, significance=cfg.step_significance)
-    return {"epsilon_audited_step": audit.epsilon_audited, "mu_audited": audit.mu_audited,
-            "mu_claimed": audit.mu_claimed, "audit_step_violated": audit.violated,
-            "audit_step_p_value": audit.p_value, "audit_step_significance": audit.significance,
-            "audit_step_curve": audit.claimed_curve, "audit_step_s": audit.wall_s}
+    out = {"epsilon_audited_step": audit.epsilon_audited, "mu_audited": audit.mu_audited,
+           "mu_claimed": audit.mu_claimed, "audit_step_violated": audit.violated,
+           "audit_step_p_value": audit.p_value, "audit_step_significance": audit.significance,
+           "audit_step_curve": audit.claimed_curve, "audit_step_s": audit.wall_s}
+    probe = step_probe(mechanism, plan, seed)
+    out |= probe
+    if "audit_step_probe_p_value" in probe:  # two tests of the step now: Bonferroni over them
+        p = min(1.0, 2.0 * min(audit.p_value, probe["audit_step_probe_p_value"]))
+        out |= {"audit_step_p_value": p, "audit_step_violated": p <= audit.significance,
+                "audit_step_s": audit.wall_s + probe["audit_step_probe_s"]}
+    return out
+
+
+PROBE_STEPS, PROBE_WIDTH = 32, 64  # the canary layer's steps and inputs (130 parameters, 4,160 observations)
+
+
+def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE_STEPS,
+               width: int = PROBE_WIDTH) -> dict[str, Any]:
+    """The one-step audit's probe of the code that trains: the mechanism's own `make_private` (its engine, its
+    hooks and post-processing, privbench's step guard) on a canary layer (a linear layer `width` -> 2 over
+    random data of the plan's size), every coordinate a Dirac canary joining every step (sample rate 1), for
+    `steps` steps. Its findings: the canaries' push (`noise_checks.push_check`: at most one plan unit) and, when
+    the plan is DP-SGD-shaped, the noise checks at the plan's noise multiplier. The p-value is the smaller of
+    the two families' (Bonferroni over them, `significance` 0.001). A mechanism whose step cannot run on such a
+    layer (per-layer bounds for another model, a post-processing that needs the model's layers) is skipped with
+    the reason (`audit_step_probe_skipped`): the probe never fails a trial."""
+    t0 = time.perf_counter()
+    parts = getattr(plan, "parts", None)
+    if parts is None or not mechanism.private or plan.sigma is None:
+        return {}
+    try:
+        import torch
+        from torch import nn
+        from torch.utils.data import TensorDataset
+
+        from mechanisms.auditing import DiracCanaries, noise_checks
+
+        n = parts.sampler.dataset_size
+        gen = torch.Generator().manual_seed(seed)
+        data = TensorDataset(torch.randn(n, width, generator=gen), torch.randint(0, 2, (n,), generator=gen))
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            layer = nn.Linear(width, 2)
+        training = mechanism.make_private(layer, torch.optim.SGD(layer.parameters(), lr=0.0), data, plan,
+                                          criterion=nn.CrossEntropyLoss(),
+                                          generator=torch.Generator().manual_seed(seed),
+                                          noise_generator=torch.Generator().manual_seed(seed + 1),
+                                          grad_sample_mode="hooks")
+        optimizer = training.optimizer
+        if not hasattr(optimizer, "attach_probe"):
+            return {"audit_step_probe_skipped": "the mechanism's step has no private optimizer to carry canaries"}
+        unit, unit_range, correlation = plan_units(plan)
+        n_params = sum(p.numel() for p in optimizer.params)
+        canaries = DiracCanaries.attach_to(optimizer, n_params, sample_rate=1.0, seed=seed, unit=unit,
+                                           unit_range=unit_range, planned_steps=steps, correlation=correlation)
+        done = 0
+        while done < steps:
+            for x, y in training.loader:
+                optimizer.zero_grad()
+                training.criterion(training.module(x), y).backward()
+                optimizer.step()
+                done += 1
+                if done == steps or optimizer.steps_taken >= plan.steps:
+                    break
+            if optimizer.steps_taken >= plan.steps:
+                break
+        obs = canaries.observations()
+    except Exception as exc:  # noqa: BLE001 - the probe is an extra check, never a failed trial
+        return {"audit_step_probe_skipped": f"the mechanism's step did not run on a canary layer: "
+                                            f"{type(exc).__name__}: {exc}"}
+    half = noise_checks.SIGNIFICANCE / 2
+    push = noise_checks.push_check(obs.scores, obs.included, 1.0, obs.steps, significance=half)
+    out: dict[str, Any] = {"audit_step_probe_steps": obs.steps}
+    findings, p_values = [], []
+    if push is not None:
+        out["audit_step_probe_push"] = push.push
+        p_values.append(push.p_value)
+        if push.failed:
+            findings.append(push.words)
+    shape = declared_shape(plan)
+    if shape is not None and obs.noise_summary is not None:
+        report = noise_checks.check_noise(obs.noise_summary, shape[0], significance=half)
+        if report.findings:
+            p_values.append(report.p_value)  # Bonferroni-adjusted within the noise checks
+            findings += report.reasons()
+    if p_values:
+        out["audit_step_probe_p_value"] = min(1.0, len(p_values) * min(p_values))
+    if findings:
+        out["audit_step_probe_findings"] = findings
+    out["audit_step_probe_s"] = time.perf_counter() - t0
+    return out
 
 
 def dpsgd_shape(event: Any) -> tuple[float, float, int] | None:
@@ -89,6 +176,22 @@ def dpsgd_shape(event: Any) -> tuple[float, float, int] | None:
     if isinstance(event, dp_accounting.GaussianDpEvent):
         return float(event.noise_multiplier), float(rate), int(count)
     return None
+
+
+def declared_shape(plan: Any) -> tuple[float, float, int] | None:
+    """`dpsgd_shape` of the plan's event, or, when the plan is uncertified (no sound analysis of what runs: a
+    contract broken, a part that is not privbench's), of the event its parts declare: the audits then test what
+    the mechanism declares against what ran, and a refutation makes it `violated` (above `uncertified`)."""
+    import dp_accounting
+
+    event = plan.effective_event
+    parts = getattr(plan, "parts", None)
+    if isinstance(event, dp_accounting.UnsupportedDpEvent) and parts is not None and plan.sigma is not None:
+        try:
+            event = parts.dp_event(plan.sigma)
+        except Exception:  # noqa: BLE001 - parts that cannot state an event have no shape to test
+            return None
+    return dpsgd_shape(event)
 
 
 def plan_units(plan: Any) -> tuple[float | None, tuple[float, float] | None, Any]:
@@ -126,7 +229,7 @@ class OneRun:
 
     def attach(self, optimizer: Any) -> Callable[[], float] | None:
         """Returns a clock of the seconds the canaries spent inside optimizer steps (kept out of the step time)."""
-        if not hasattr(optimizer, "observe_releases"):
+        if not hasattr(optimizer, "attach_probe"):
             self.skipped = "the mechanism has no private optimizer releasing noisy gradients to carry canaries"
             return None
         from mechanisms.auditing import DiracCanaries
@@ -136,12 +239,20 @@ class OneRun:
         # The canaries join each step with probability q, as an example of a Poisson-sampled run does: the run is
         # then read within the certified family (T Poisson-subsampled Gaussian steps). A shuffled or fixed-size
         # run is not that process, so no bound leans on its event's shape (it would not be a lower bound).
-        self.shape = dpsgd_shape(self.plan.effective_event) if self.plan.sampler == "poisson" else None
+        self.shape = declared_shape(self.plan) if self.plan.sampler == "poisson" else None
         m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
         unit, unit_range, correlation = plan_units(self.plan)
-        self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
-                                                statistic=self.cfg.statistic, unit=unit, unit_range=unit_range,
-                                                planned_steps=self.plan.steps, correlation=correlation)
+        noise = getattr(getattr(self.plan, "parts", None), "noise", None)
+        if getattr(noise, "covers_run", False):  # correlated noise: canaries join as fixed-order examples do, and
+            from mechanisms.auditing.correlated_canaries import CorrelatedCanaries  # are scored after whitening
+
+            self.canaries = CorrelatedCanaries.attach_correlated(
+                optimizer, m, noise=noise, steps_per_epoch=self.plan.batch_selection.steps_per_epoch, seed=self.seed,
+                statistic=self.cfg.statistic, unit=unit, planned_steps=self.plan.steps)
+        else:
+            self.canaries = DiracCanaries.attach_to(optimizer, m, sample_rate=self.sample_rate, seed=self.seed,
+                                                    statistic=self.cfg.statistic, unit=unit, unit_range=unit_range,
+                                                    planned_steps=self.plan.steps, correlation=correlation)
         self.plan_s = time.perf_counter() - t0
         canaries = self.canaries
         return lambda: canaries.overhead_s
@@ -254,6 +365,28 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
     return out
 
 
+# each run audit's check name in the record's integrity fields, by the few words of its findings
+AUDIT_CHECKS = {"above ceiling": "audit_ceiling", "canaries pushed beyond the bound": "audit_push",
+                "noise below declared": "audit_noise", "noise repeats across steps": "audit_noise",
+                "noise correlated across steps": "audit_noise", "family bound above claim": "audit_family"}
+
+
+def audit_integrity_findings(audits: dict[str, Any]) -> list[Any]:
+    """The run audits' checks as `integrity.Finding`s (the one type every check of what ran reports through):
+    each check that ran, passed or failed with its findings in words. A failed audit makes the trial
+    `violated` (it refutes the claim), where a failed integrity check makes it `uncertified`."""
+    from mechanisms.framework.integrity import Finding
+
+    ran = {"audit_ceiling": "audit_above_ceiling" in audits, "audit_push": "audit_canary_push" in audits,
+           "audit_noise": bool(audits.get("audit_noise_checks")),
+           "audit_family": any(audits.get(k) is not None for k in ("epsilon_audited_curve", "epsilon_audited_noise"))}
+    failed: dict[str, list[str]] = {}
+    for label, words in zip(audits.get("audit_violations") or (), audits.get("audit_findings") or (), strict=True):
+        failed.setdefault(AUDIT_CHECKS.get(label, "audit_" + label.replace(" ", "_")), []).append(words)
+    checks = [c for c, yes in ran.items() if yes or c in failed] + [c for c in failed if c not in ran]
+    return [Finding(c, c not in failed, "; ".join(failed.get(c, ()))) for c in checks]
+
+
 def above_ceiling(audited: float, ceiling: float, noise: float) -> bool:
     """Whether an audited epsilon lies above what the same analysis reaches on the certified mechanism by more
     than the ceiling's noise allows (`white_box.CEILING_FLAG_NOISES` of it, and the claims' tolerance): then
@@ -308,15 +441,22 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
             findings.append(f"the measured noise {n.sigma_upper:.3g} (upper bound) is below the {sigma:.3g} "
                             "the plan declares")
             labels.append("noise below declared")
-    if c.noise_summary is not None and cfg.family_bounds:
-        from mechanisms.auditing import noise_checks
+    from mechanisms.auditing import noise_checks
 
-        report = noise_checks.check_noise(c.noise_summary, sigma)
+    # the run's checks share privbench's audit significance: half to the noise checks, half to the push (Bonferroni)
+    push = noise_checks.push_check(c.scores, c.included, rate, c.steps, significance=noise_checks.SIGNIFICANCE / 2)
+    if push is not None:
+        out |= {"audit_canary_push": push.push, "audit_canary_push_se": push.std_error}
+        if push.failed:
+            findings.append(push.words)
+            labels.append(push.label)
+    if c.noise_summary is not None and cfg.family_bounds:
+        report = noise_checks.check_noise(c.noise_summary, sigma, significance=noise_checks.SIGNIFICANCE / 2)
         out["audit_noise_checks"] = [f.check for f in report.findings]
         if report.skipped:
             out["audit_noise_checks_skipped"] = report.skipped
         findings += report.reasons()
-        labels += report.labels()
+        labels += [f.label for f in report.failed]  # one label per finding (`audit_integrity_findings` pairs them)
     claimed = getattr(plan, "epsilon_claimed", None)
     if claimed is not None:
         for key, what in (("epsilon_audited_curve", "the bound within the certified family"),
@@ -328,7 +468,7 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     if out and claimed is not None or findings:
         out["audit_run_violated"] = bool(findings)
     if findings:
-        out["audit_findings"], out["audit_violations"] = findings, list(dict.fromkeys(labels))
+        out["audit_findings"], out["audit_violations"] = findings, labels  # parallel: one label per finding
     if out:
         out["audit_family_s"] = time.perf_counter() - t0
     return out

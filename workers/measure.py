@@ -25,12 +25,14 @@ def _status_kb(field: str) -> int | None:
     return None
 
 
-def release_free_memory() -> bool:
+def release_free_memory(collect: bool = True) -> bool:
     """Hand the C heap's free memory back to the kernel (glibc `malloc_trim(0)`, every arena), after a
     garbage collection: what earlier work freed but the allocator kept would otherwise be reused without
     raising the resident size, and a block measured after it would read low (0.41 MB against 396 MB for two
-    trials of one sweep in one worker). Returns False where there is no glibc."""
-    gc.collect()
+    trials of one sweep in one worker). Returns False where there is no glibc. `collect` False: no garbage
+    collection first (the caller made one and freed nothing since)."""
+    if collect:
+        gc.collect()
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return bool(libc.malloc_trim(0)) or True
@@ -62,7 +64,8 @@ class PeakMemory:
     allocated tensors only, never the caching allocator's reserve, and the peak counter is reset at entry.
     """
 
-    def __init__(self, interval_s: float = 0.005, device: Any = None) -> None:
+    def __init__(self, interval_s: float = 0.005, device: Any = None, collect: bool = True) -> None:
+        self._collect = collect  # False: the caller has just collected garbage (a full collection costs ~0.3 s)
         self._proc = psutil.Process()
         self._interval = interval_s
         self._stop = threading.Event()
@@ -82,7 +85,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self._device)
             self.baseline = self.peak = torch.cuda.memory_allocated(self._device)
             return self
-        release_free_memory()
+        release_free_memory(self._collect)
         self._kernel = reset_peak_rss() and _status_kb("VmHWM") is not None
         rss = _status_kb("VmRSS") if self._kernel else None
         if rss is not None:

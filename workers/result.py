@@ -23,6 +23,7 @@ class TrialResult:
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     error: str | None = None
     traceback: str | None = None
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)  # where its time went (`workers.timing`)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

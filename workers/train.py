@@ -17,6 +17,7 @@ from workers.config import TrainConfig
 from workers.datasets.contract import Split
 from workers.measure import PeakMemory, StepTimer
 from workers.models.contract import ModelBundle
+from workers.timing import Stopwatch
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 
@@ -201,9 +202,11 @@ class Setup:
 
 def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
           cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
-          noise_generator: torch.Generator | None = None, secure_mode: bool = False, private: bool = True) -> Setup:
+          noise_generator: torch.Generator | None = None, secure_mode: bool = False, private: bool = True,
+          integrity: bool = True) -> Setup:
     """The model on `device`, its optimizer, the mechanism's private objects (batches, clipping, noise) from the
-    plan, the precision and the (compiled) step module, and what the record says about them."""
+    plan, the precision and the (compiled) step module, and what the record says about them. `integrity` False
+    skips the check that the private step is privbench's (`step_integrity`): for a copy of a step already checked."""
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
@@ -216,8 +219,10 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
                                       generator=generator, grad_sample_mode=mode.name, noise_generator=noise_generator,
                                       secure_mode=secure_mode, pad_to=PAD_TO if cfg.compile else None)
-    if private and runs_own_step(mechanism):  # the trainer's step (an override is its own: the contract check
-        info["integrity"] = [step_findings(training).to_dict()]  # flags a plugin's)
+    # the trainer's step (an override is its own: the contract check flags a plugin's); `integrity` False: a copy of a
+    # step already checked (the paired overhead measurement)
+    if integrity and private and runs_own_step(mechanism):
+        info["integrity"] = [step_findings(training).to_dict()]
     precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode.name)
     step_module = compiled(training.module, mode.name, private) if cfg.compile else training.module
     return Setup(training, precision, step_module, evals, info)
@@ -241,7 +246,7 @@ def train(
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
     noise_generator: torch.Generator | None = None, secure_mode: bool = False,
     on_progress: Progress | None = None, attach: Callable[[Any], Callable[[], float] | None] | None = None,
-    private: bool | None = None,
+    private: bool | None = None, watch: Stopwatch | None = None,
 ) -> TrainOutcome:
     """Train `bundle.module` with `mechanism` under `plan`; evaluate every epoch on `eval_splits`.
 
@@ -261,8 +266,10 @@ def train(
     """
     if private is None:
         private = plan.sigma is not None
-    s = setup(bundle, train_split, eval_splits, mechanism, plan, cfg, device=device, generator=generator,
-              noise_generator=noise_generator, secure_mode=secure_mode, private=private)
+    watch = watch or Stopwatch()
+    with watch.part("setup_s"):
+        s = setup(bundle, train_split, eval_splits, mechanism, plan, cfg, device=device, generator=generator,
+                  noise_generator=noise_generator, secure_mode=secure_mode, private=private)
     module, optimizer, loader = s.training.module, s.training.optimizer, s.training.loader
     evals, info = s.evals, s.info
     audit_clock = attach(optimizer) if attach is not None else None
@@ -273,19 +280,21 @@ def train(
     module.train()
     with PeakMemory(device=device) as memory:
         for epoch in range(cfg.epochs):
-            for batch in loader:
-                audit_before = audit_clock() if audit_clock else 0.0
-                timer.start()
-                loss = train_step(s, batch)
-                timer.stop(batch.size, excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
-                done += 1
-                if check.add(loss, done):
-                    report(on_progress, check.read(done, epoch + 1), done, total_steps, epoch)
-            report(on_progress, check.read(done, epoch + 1), done, total_steps, epoch)
-            curves["train_loss"].append(check.epoch_mean())
-            for name, data in evals.items():  # the last epoch's evaluation is the final one (model unchanged)
-                final[name] = evaluate(module, data, cfg.eval_batch_size, device)
-                curves[f"{name}_accuracy"].append(final[name]["accuracy"])
+            with watch.part("training_s"):
+                for batch in loader:
+                    audit_before = audit_clock() if audit_clock else 0.0
+                    timer.start()
+                    loss = train_step(s, batch)
+                    timer.stop(batch.size, excluded_s=audit_clock() - audit_before if audit_clock else 0.0)
+                    done += 1
+                    if check.add(loss, done):
+                        report(on_progress, check.read(done, epoch + 1), done, total_steps, epoch)
+                report(on_progress, check.read(done, epoch + 1), done, total_steps, epoch)
+                curves["train_loss"].append(check.epoch_mean())
+            with watch.part("evaluation_s"):
+                for name, data in evals.items():  # the last epoch's evaluation is the final one (model unchanged)
+                    final[name] = evaluate(module, data, cfg.eval_batch_size, device)
+                    curves[f"{name}_accuracy"].append(final[name]["accuracy"])
     taken = getattr(optimizer, "steps_taken", done)
     if done != plan.steps or taken != plan.steps:
         raise RuntimeError(f"the trial ran {done} batches and {taken} updates, the plan accounted for {plan.steps}")

@@ -16,6 +16,7 @@ driver records what they return. `run_trial` never raises: a failure is a `faile
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import importlib.metadata
@@ -37,12 +38,13 @@ from mechanisms.framework.claims import claim_status
 from mechanisms.framework.integrity import Finding, runs_own_step
 from mechanisms.framework.mechanism import plan_for, uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
-from workers import datasets, models, plugins
+from workers import cache, datasets, models, plugins
 from workers.audit import (
     MiaLosses,
     OneRun,
     OneRunResult,
     audit_cost,
+    audit_integrity_findings,
     loss_threshold_mia,
     mia_losses,
     one_run_fields,
@@ -50,8 +52,9 @@ from workers.audit import (
 )
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
-from workers.overhead import BUDGET_S, paired_overhead
+from workers.overhead import affordable, overhead_budget, paired_overhead
 from workers.result import TrialResult
+from workers.timing import Stopwatch
 from workers.train import Diverged, Progress, release_statistics, train
 from workers.tuning_candidates import candidate_fields, tuned_plan
 
@@ -124,13 +127,19 @@ def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
     return config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
 
 
-def _workload(config: TrialConfig) -> tuple[Any, Any, Any]:
+def _workload(config: TrialConfig, watch: Stopwatch | None = None) -> tuple[Any, Any, Any]:
     """The trial's data splits (the test split at most `max_test_examples`), its training split (at most
-    `max_train_examples`), each the same subset in every phase, and its model."""
-    splits = datasets.load(config.dataset, dict(config.dataset_options))
-    train_split = _at_most(splits.train, config.train.max_train_examples)
-    splits = dataclasses.replace(splits, test=_at_most(splits.test, config.train.max_test_examples))
-    return splits, train_split, models.build(config.model, splits, dict(config.model_options))
+    `max_train_examples`), each the same subset in every phase, and its model. The splits come from the worker's
+    cache (`workers.cache`) when an earlier trial in this process loaded them."""
+    watch = watch or Stopwatch()
+    with watch.part("data_s"):
+        options = dict(config.dataset_options)
+        splits, _ = cache.cached_dataset(config.dataset, options, lambda: datasets.load(config.dataset, options))
+        train_split = _at_most(splits.train, config.train.max_train_examples)
+        splits = dataclasses.replace(splits, test=_at_most(splits.test, config.train.max_test_examples))
+    with watch.part("model_s"):
+        bundle = models.build(config.model, splits, dict(config.model_options))
+    return splits, train_split, bundle
 
 
 def _at_most(split: Any, most: int | None) -> Any:
@@ -162,26 +171,47 @@ def _prepare(config: TrialConfig) -> None:
 @dataclasses.dataclass(frozen=True)
 class Planned:
     """The plan phase's output: the plan, the spec it answers (the accelerator phase checks that it runs
-    exactly that process), and its seconds (`calibration_s` for the mechanism's own planning)."""
+    exactly that process), and its seconds (`calibration_s` for the mechanism's own planning).
+    `timing`: its parts (`Stopwatch.to_dict`); `finished_at`: when it was ready (seconds since the epoch), from
+    which the driver tells the accelerator phase's wait for it; `cached`: read from the store's calibration cache
+    (`orchestrator.plan_cache`) instead of made."""
 
     plan: PrivacyPlan
     spec: PrivacySpec
     seconds: float
     calibration_s: float
     tuning: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # a tuned candidate's record fields
+    timing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    finished_at: float | None = None
+    cached: bool = False
+
+
+def needs_plan_task(config: TrialConfig) -> bool:
+    """Whether the trial's plan is made by a plan task before training: a private trial's calibration and
+    accounting (or a tuned candidate's selection). A reference run has nothing to calibrate: its accelerator phase
+    plans it in place (the batch geometry only) with the data and model it loads anyway."""
+    return config.private or bool(config.tuning)
+
+
+def _plan(config: TrialConfig, spec: PrivacySpec) -> tuple[PrivacyPlan, Mapping[str, Any]]:
+    mechanism = mechanisms.get(config.mechanism)
+    return tuned_plan(config.tuning, spec, mechanism) if config.tuning else (plan_for(mechanism, spec), {})
 
 
 def plan_phase(config: TrialConfig) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
     training set's size and the trainable tensors' sizes."""
     t0 = time.perf_counter()
-    _prepare(config)
-    _, train_split, bundle = _workload(config)
+    watch = Stopwatch()
+    with watch.part("prepare_s"):
+        _prepare(config)
+    _, train_split, bundle = _workload(config, watch)
     spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
     t1 = time.perf_counter()
-    mechanism = mechanisms.get(config.mechanism)
-    plan, tuning = tuned_plan(config.tuning, spec, mechanism) if config.tuning else (plan_for(mechanism, spec), {})
-    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1, tuning)
+    with watch.part("calibration_s"):
+        plan, tuning = _plan(config, spec)
+    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1, tuning, watch.to_dict(),
+                   time.time())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,25 +226,33 @@ class AcceleratorOutput:
     mia: MiaLosses | None
     environment: dict[str, Any]
     seconds: float
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)  # its parts (`Stopwatch.to_dict`)
+    # the plan it made itself (a trial with no plan task, `needs_plan_task`); not stored with the output: a
+    # resumed analysis has its plan made again by a plan task
+    planned: Planned | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"metrics": self.metrics, "curves": self.curves, "info": self.info,
                 "one_run": self.one_run.to_dict() if self.one_run is not None else None,
                 "mia": self.mia.to_dict() if self.mia is not None else None, "environment": self.environment,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "timing": self.timing}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceleratorOutput:
         return cls(dict(data["metrics"]), dict(data["curves"]), dict(data["info"]),
                    OneRunResult.from_dict(data["one_run"]) if data.get("one_run") else None,
                    MiaLosses.from_dict(data["mia"]) if data.get("mia") else None, dict(data["environment"]),
-                   float(data["seconds"]))
+                   float(data["seconds"]), dict(data.get("timing") or {}))
 
 
-def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progress | None = None) -> AcceleratorOutput:
-    """Train and evaluate under the plan on the trial's device, and make the forward passes the audits need."""
+def accelerator_phase(config: TrialConfig, planned: Planned | None,
+                      on_progress: Progress | None = None) -> AcceleratorOutput:
+    """Train and evaluate under the plan on the trial's device, and make the forward passes the audits need.
+    `planned` None: the trial has no plan task (`needs_plan_task`), and is planned here (`output.planned`)."""
     t0, started = time.perf_counter(), time.time()
-    _prepare(config)
+    watch = Stopwatch()
+    with watch.part("prepare_s"):
+        _prepare(config)
     gpus, cpus = config.resources.gpus, max(1, int(config.resources.cpus))
     torch.set_num_threads(cpus)
     device = pick_device(gpus)
@@ -222,28 +260,58 @@ def accelerator_phase(config: TrialConfig, planned: Planned, on_progress: Progre
            "started_at": started, "device": device.type, "gpus_granted": 0.0 if gpus == "auto" else float(gpus),
            "cpus": cpus} | _ray_node()
     generator = seed_everything(config.seed)
-    splits, train_split, bundle = _workload(config)
-    if privacy_spec(config, len(train_split), _trainable(bundle), bundle) != planned.spec:
+    splits, train_split, bundle = _workload(config, watch)
+    spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+    made_here = None
+    if planned is None:
+        if needs_plan_task(config):
+            raise RuntimeError(f"the {config.mechanism} trial needs its plan from a plan task")
+        with watch.part("planning_s"), _rng_kept():
+            plan, tuning = _plan(config, spec)
+        planned = made_here = Planned(plan, spec, watch.wall["planning_s"], watch.wall["planning_s"], tuning,
+                                      {}, time.time())
+    elif spec != planned.spec:
         raise RuntimeError("the plan was made for another training set or model than the one that would run; "
-                           "the accounted process must be the executed one")
+                           "the accounted process must be the executed one" + (
+                               " (the plan came from the store's calibration cache: the data or model on this "
+                               "worker differ from those it was made for; rerun with PRIVBENCH_PLAN_CACHE=0)"
+                               if planned.cached else ""))
     plan, audit = planned.plan, config.audit
     mechanism = mechanisms.get(config.mechanism)
     one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
     noise = noise_generator(config.seed, device, config.secure_rng)
-    release_statistics(bundle, train_split, plan, noise, secure=config.secure_rng)  # before the model is copied
-    pristine = copy.deepcopy(bundle.module) if config.private and plan.parts is not None else None
+    with watch.part("setup_s"):
+        release_statistics(bundle, train_split, plan, noise, secure=config.secure_rng)  # before the model is copied
+        pristine = copy.deepcopy(bundle.module) if config.private and plan.parts is not None else None
     outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism,
                     plan, config.train, device=device, generator=generator, on_progress=on_progress,
                     noise_generator=noise, secure_mode=config.secure_rng,
-                    attach=one_run.attach if one_run else None, private=config.private)
-    losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
-    if pristine is not None and runs_own_step(mechanism):  # the trainer's DP step
-        budget = min(BUDGET_S, float(outcome.metrics.get("train_s") or 0.0))  # never more than the training
-        outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
-                                           device=device, seed=config.seed, budget_s=budget).metrics()
+                    attach=one_run.attach if one_run else None, private=config.private, watch=watch)
+    with watch.part("forward_s"):
+        losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
+    budget = overhead_budget(outcome.metrics.get("train_s"))
+    if pristine is not None and runs_own_step(mechanism) and \
+            affordable(budget, outcome.metrics.get("step_time_s")):  # the trainer's DP step, if it can pay for it
+        with watch.part("overhead_s"):
+            outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
+                                               device=device, seed=config.seed, budget_s=budget).metrics()
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
                              one_run.result() if one_run is not None else None, losses,
-                             env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0)
+                             env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0,
+                             watch.to_dict(), made_here)
+
+
+@contextlib.contextmanager
+def _rng_kept() -> Any:
+    """The global generators as they were, after the block: planning in the accelerator phase must not change the
+    trial's model initialisation, dropout or batches against a trial planned by a plan task."""
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
 
 
 def step_phase(config: TrialConfig, planned: Planned) -> dict[str, Any]:
@@ -259,12 +327,13 @@ def step_phase(config: TrialConfig, planned: Planned) -> dict[str, Any]:
 def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOutput,
                    step: Mapping[str, Any]) -> dict[str, Any]:
     """The run's audit bounds and MIA scores from the accelerator's output, and the trial's record."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
     findings = integrity_findings(config, planned, output)
-    if (reason := integrity.certify(findings)) and config.private:  # what ran is not what the plan accounts
-        plan = uncertified(plan, "; ".join(r for r in (planned.plan.uncertified_reason, reason) if r))
+    known = planned.plan.uncertified_reason or ""  # the plan's own reason survives; a finding it names is not repeated
+    if (reason := integrity.certify(f for f in findings if f.reason not in known)) and config.private:
+        plan = uncertified(plan, "; ".join(r for r in (known, reason) if r))  # what ran is not what was accounted
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
         audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
@@ -284,20 +353,24 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
                                                           or audits.get("audit_run_violated")),
                                      private=private),
     } | dict(planned.tuning) | candidate_fields(config.tuning) | (
-        integrity.record_fields(findings) if private else {})
+        integrity.record_fields(findings + audit_integrity_findings(audits)) if private else {})
     if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
         privacy["claim_status_without_step"] = claim_status(
             plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
             audit_violated=bool(audits.get("audit_run_violated")), private=private)
     analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
     phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
+    timing = Stopwatch.from_dict(output.timing)
+    timing.add("audits_s", analysis_s, time.process_time() - c0)
+    plan_parts = Stopwatch.from_dict(dict(planned.timing))
+    timing.add("plan_s", planned.seconds, sum(plan_parts.cpu.values()) if plan_parts.cpu else None)
     # wall_s is the trial's own span, from its accelerator phase's start to its analysis' end (what the MLflow
     # run's duration shows), waits between phases included; the phases' seconds say where the time went.
     finished = time.time()
     wall = finished - float(output.environment.get("started_at", finished - sum(phases.values())))
     metrics = output.metrics | phases | {"wall_s": wall, "calibration_s": planned.calibration_s}
     return TrialResult(config.sweep, config.trial_key, "finished", config.to_dict(), metrics, output.curves,
-                       privacy, output.environment | {"finished_at": finished}).to_record()
+                       privacy, output.environment | {"finished_at": finished}, timing=timing.to_dict()).to_record()
 
 
 def integrity_findings(config: TrialConfig, planned: Planned, output: AcceleratorOutput) -> list[Finding]:
@@ -332,7 +405,7 @@ def step_memory(config: TrialConfig) -> tuple[float, float | None]:
     probe = dataclasses.replace(
         config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
         train=dataclasses.replace(config.train, epochs=1, max_train_examples=config.train.batch_size))
-    output = accelerator_phase(probe, plan_phase(probe))
+    output = accelerator_phase(probe, plan_phase(probe) if needs_plan_task(probe) else None)
     device = pick_device(config.resources.gpus)
     if device.type == "cuda":
         return (torch.cuda.max_memory_reserved(device) / 2**20,
@@ -356,8 +429,9 @@ def run_trial(config: TrialConfig | Mapping[str, Any], on_progress: Progress | N
     started = time.time()
     try:
         config = as_config(config)
-        planned = plan_phase(config)
+        planned = plan_phase(config) if needs_plan_task(config) else None
         output = accelerator_phase(config, planned, on_progress)
+        planned = planned or output.planned
         return analysis_phase(config, planned, output, step_phase(config, planned))
     except Exception as exc:  # noqa: BLE001 - a failed trial is a result, not a crash
         return failed(config, exc, traceback.format_exc(), {"wall_s": time.time() - started},
@@ -377,5 +451,5 @@ def _ray_node() -> dict[str, str | None]:
         return {}
 
 
-__all__ = ["AcceleratorOutput", "Planned", "accelerator_phase", "analysis_phase", "plan_phase", "run_trial",
-           "step_memory", "step_phase"]
+__all__ = ["AcceleratorOutput", "Planned", "accelerator_phase", "analysis_phase", "needs_plan_task", "plan_phase",
+           "run_trial", "step_memory", "step_phase"]

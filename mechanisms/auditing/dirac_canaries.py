@@ -243,8 +243,7 @@ class DiracCanaries:
         k = self._rows
         if k == 0:  # each included canary joins each step with probability q: a block's draws at once
             ids = self._ids
-            joins = self.included[ids] & (self._participation.random((len(self._pending), self.m)) <
-                                          self.sample_rate)[:, ids]
+            joins = self._joins(len(self._pending))[:, ids]
             bumps = torch.as_tensor(joins * self.signs[ids], dtype=self._pending.dtype, device=self._pending.device)
             self._bumps = [bumps[:, start:end] for start, end in self._spans]
         if self.unit_range is not None:  # noise following a state-set bound: the bound in force, as declared
@@ -263,6 +262,11 @@ class DiracCanaries:
             if self.score_kind == "residual":
                 torch.index_select(flat.detach(), 0, local, out=before[k])  # a copy, taken before the push
             flat.index_add_(0, local, bump[k] * push)  # shared coordinates add
+
+    def _joins(self, rows: int) -> np.ndarray:
+        """Which canaries join each of the next `rows` steps (rows x m booleans): an included canary joins each
+        step independently with probability `sample_rate`, as an example of a Poisson-sampled run does."""
+        return self.included & (self._participation.random((rows, self.m)) < self.sample_rate)
 
     def _read(self, optimizer: Any) -> None:
         import torch

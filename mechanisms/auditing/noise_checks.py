@@ -178,6 +178,7 @@ class NoiseFinding:
     p_value: float  # one test's p-value (before the Bonferroni correction)
     failed: bool
     words: str
+    adjusted: float = 1.0  # the p-value after the Bonferroni correction over the checks (and the steps)
 
     @property
     def label(self) -> str:
@@ -208,6 +209,11 @@ class NoiseReport:
 
     def labels(self) -> list[str]:
         return list(dict.fromkeys(f.label for f in self.failed))
+
+    @property
+    def p_value(self) -> float:
+        """The family's p-value: the smallest Bonferroni-adjusted one (failed iff <= significance)."""
+        return min((f.adjusted for f in self.findings), default=1.0)
 
 
 def _normal_sf(z: float) -> float:
@@ -246,7 +252,8 @@ def check_noise(summary: NoiseSummary, sigma: float, *, significance: float = SI
         p = 1.0 - _normal_sf(z)  # lower tail
         failed = p * per < alpha
         findings.append(NoiseFinding(name, var / var0, z, p, failed, words.format(
-            measured=math.sqrt(max(var, 0.0)), declared=sigma, ratio=math.sqrt(max(var, 0.0)) / sigma)))
+            measured=math.sqrt(max(var, 0.0)), declared=sigma, ratio=math.sqrt(max(var, 0.0)) / sigma),
+            min(1.0, p * per * tests)))
 
     scale("scale", v, n * t, "the noise measured at the excluded canaries is {measured:.3g} (in units of the plan's "
           "clip bound), below the {declared:.3g} the plan declares ({ratio:.2f} of it)")
@@ -265,7 +272,7 @@ def check_noise(summary: NoiseSummary, sigma: float, *, significance: float = SI
         p = 2.0 * _normal_sf(abs(z))
         findings.append(NoiseFinding(f"lag {k}", r, z, p, p < alpha,
                                      f"the noise of steps {k} apart is correlated (autocorrelation {r:.3g}, "
-                                     f"{abs(z):.1f} standard errors from 0){_declared(summary)}"))
+                                     f"{abs(z):.1f} standard errors from 0){_declared(summary)}", min(1.0, p * tests)))
     for size, ss, nb in blocks:
         q = ss / (n * (nb - 1) * size * vd)
         dof = n * (nb - 1)
@@ -273,7 +280,8 @@ def check_noise(summary: NoiseSummary, sigma: float, *, significance: float = SI
         p = 2.0 * _normal_sf(abs(z))
         findings.append(NoiseFinding(f"partial sums {size}", q, z, p, p < alpha,
                                      f"sums of {size} consecutive steps' noise have {q:.3g} times the variance "
-                                     f"independent noise gives ({abs(z):.1f} standard errors off){_declared(summary)}"))
+                                     f"independent noise gives ({abs(z):.1f} standard errors off){_declared(summary)}",
+                                     min(1.0, p * tests)))
     return NoiseReport(tuple(findings), significance)
 
 
@@ -281,6 +289,47 @@ def _declared(summary: NoiseSummary) -> str:
     if summary.correlation == "independent":
         return "; the plan declares noise independent across steps"
     return f"; the plan declares the noise's correlation as {summary.correlation}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PushCheck:
+    """How far the canaries were pushed, in the plan's units (see `push_check`)."""
+
+    push: float  # the estimated push of a joining canary (1 for a canary clipped at the plan's bound)
+    std_error: float
+    z: float  # (push - 1) / std_error
+    p_value: float  # one-sided: above 1
+    failed: bool
+    words: str
+    label: str = "canaries pushed beyond the bound"
+
+
+def push_check(scores: np.ndarray, included: np.ndarray, sample_rate: float, steps: int, *,
+               significance: float = SIGNIFICANCE) -> PushCheck | None:
+    """Test that a joining canary moved the release by at most one plan unit.
+
+    A canary example enters the step before clipping with a gradient far above the plan's bound, so the
+    engine's clipping leaves at most the plan's bound of it: an included canary's summed residual over the run
+    has mean q T (push) and an excluded one's 0 (the data's sum and the neighbours' random-signed pushes are
+    the same for both in expectation). The push estimate is their difference over q T, with the standard error
+    read off the two groups' spread; a push significantly above 1 (one-sided z-test) means the step gave the
+    canaries, and so every example, more weight than the plan accounts for (a bound changed after planning, a
+    sum scaled before the noise). None when a group is empty or the run had no steps.
+    """
+    scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
+    n_in, n_out = int(included.sum()), int((~included).sum())
+    if n_in < 2 or n_out < 2 or steps < 1 or not sample_rate > 0:
+        return None
+    scale = sample_rate * steps
+    inside, outside = scores[included], scores[~included]
+    push = (inside.mean() - outside.mean()) / scale
+    se = math.sqrt(inside.var(ddof=1) / n_in + outside.var(ddof=1) / n_out) / scale
+    z = (push - 1.0) / se if se > 0 else (math.inf if push > 1.0 + 1e-9 else 0.0)
+    p = _normal_sf(z)
+    return PushCheck(push, se, z, p, p < significance,
+                     f"each joining canary moved the release by {push:.3g} times the plan's bound (standard error "
+                     f"{se:.2g}), where the plan's clipping allows at most 1: the step weighs an example more than "
+                     "the plan accounts for")
 
 
 class SeriesKeeper:
@@ -303,5 +352,5 @@ class SeriesKeeper:
 
 
 __all__ = ["BLOCKS", "INDEPENDENT", "LAGS", "Correlation", "Covariance", "Independent", "NoiseFinding",
-           "NoiseReport", "NoiseSummary", "SeriesKeeper", "check_noise", "summarize", "tree_covariance",
-           "tree_noise"]
+           "NoiseReport", "NoiseSummary", "PushCheck", "SeriesKeeper", "check_noise", "push_check", "summarize",
+           "tree_covariance", "tree_noise"]

@@ -131,6 +131,7 @@ def own_class(cls: type) -> bool:
     return own_module(cls.__module__)
 
 
+@functools.cache
 def _trusted_roots() -> tuple[list[str], list[str]]:
     """(folders whose code the private step may run: privbench's packages, Opacus, torch, the standard library;
     folders excluded from them: installed packages inside the standard library's folder)."""
@@ -204,9 +205,11 @@ def runs_own_step(mechanism: Mechanism) -> bool:
 STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.framework.integrity",
                 "mechanisms.clipping_engine.engine", "mechanisms.clipping_engine.norms",
                 "mechanisms.clipping_engine.rules", "mechanisms.parts.noise_addition", "mechanisms.parts.releases",
-                "mechanisms.parts.clipping", "opacus.optimizers.optimizer", "opacus.optimizers.ddpoptimizer")
+                "mechanisms.parts.correlated_noise", "mechanisms.parts.clipping", "opacus.optimizers.optimizer",
+                "opacus.optimizers.ddpoptimizer")
 STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe")
+                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe",
+                "next", "_draw")
 
 
 def step_findings(training: Any, when: str = "before the first step") -> Finding:
@@ -221,6 +224,9 @@ def step_findings(training: Any, when: str = "before the first step") -> Finding
                        f"{type(optimizer).__qualname__}, not privbench's private optimizer")
     problems = []
     objects = [optimizer, optimizer.noise, *optimizer.releases]
+    stream = getattr(optimizer, "noise_stream", None)
+    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
+        objects += [stream, stream.strategy]
     engine = getattr(optimizer, "engine", None)
     if engine is not None:
         objects.append(engine)
@@ -245,14 +251,54 @@ def step_findings(training: Any, when: str = "before the first step") -> Finding
 
 
 # ---- training: every step ------------------------------------------------------------------------------------
-def copied(released: Any) -> Any:
-    """A copy of a step's releases for a hook: its own tensors, so nothing it does reaches the step."""
+def copied(released: Any, *, lazy: bool = False, on_read: Any = None) -> Any:
+    """A copy of a step's releases for a hook: its own tensors, so nothing it does reaches the step. `lazy`: the
+    gradient is copied when the hook first reads it (`on_read()` is called then), which is only sound while the
+    step has not normalised it yet (the state update, inside the release)."""
     import torch
 
     from mechanisms.parts.releases import Released
 
-    gradient = tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0)) if released.gradient else ()
-    return Released(gradient, {k: v.detach().clone() for k, v in released.values.items()})
+    if not lazy:
+        gradient = tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0)) if released.gradient \
+            else ()
+        return Released(gradient, {k: v.detach().clone() for k, v in released.values.items()})
+    return _LazyReleased(released, on_read)
+
+
+def _lazy_class() -> type:
+    from mechanisms.parts.releases import Released
+
+    class LazyReleased(Released):
+        """Copies of a step's releases: the other releases at once, the gradient on first read."""
+
+        def __init__(self, source: Any, on_read: Any) -> None:  # noqa: D107 - frozen: set through object
+            object.__setattr__(self, "values", {k: v.detach().clone() for k, v in source.values.items()})
+            object.__setattr__(self, "_source", tuple(source.gradient))
+            object.__setattr__(self, "_copy", None)
+            object.__setattr__(self, "_on_read", on_read)
+
+        @property
+        def gradient(self) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+            import torch
+
+            if self._copy is None:
+                object.__setattr__(self, "_copy", tuple(torch._foreach_mul([g.detach() for g in self._source], 1.0)))
+                if self._on_read is not None:
+                    self._on_read()
+            return self._copy
+
+    return LazyReleased
+
+
+def _LazyReleased(source: Any, on_read: Any) -> Any:  # noqa: N802 - builds the class on first use (torch-light)
+    global _LAZY
+    if _LAZY is None:
+        _LAZY = _lazy_class()
+    return _LAZY(source, on_read)
+
+
+_LAZY: Any = None
 
 
 class StepGuard:
@@ -276,7 +322,8 @@ class StepGuard:
         self.range = (float(getattr(self.clipper, "min_bound", self.clipper.bound)), float(self.clipper.max_bound))
         params = list(optimizer.params)
         device = params[0].device if params else torch.device("cpu")
-        self._flags = torch.zeros(2, dtype=torch.int32, device=device)  # steps with: bound clamped, out of range
+        self._clamped = torch.zeros((), dtype=torch.int32, device=device)  # steps whose state bound was clamped
+        self._out_of_range = torch.zeros((), dtype=torch.int32, device=device)  # steps whose bound in force was out
         self.failures: dict[str, list[str]] = {}
         self.steps = 0
         watched: list[tuple[str, Any, str]] = [
@@ -300,11 +347,11 @@ class StepGuard:
         self.trace = StateTrace(sum(p.numel() for p in params)) if trace else None
 
     # -- host checks ------------------------------------------------------------------------------------------
-    def fail(self, check: str, reason: str) -> None:
-        """Record a failure once (with the step it was first seen at)."""
+    def fail(self, check: str, reason: str, *, during: bool = True) -> None:
+        """Record a failure once (`during` training: with the step it was first seen at)."""
         seen = self.failures.setdefault(check, [])
         if reason not in {r.split(" (first at step")[0] for r in seen} and len(seen) < 5:
-            seen.append(f"{reason} (first at step {self.steps + 1})")
+            seen.append(f"{reason} (first at step {self.steps + 1})" if during else reason)
 
     def before_release(self) -> None:
         """At the start of each release: the plan's objects and numbers, the noise stream, the observers, and the
@@ -329,9 +376,10 @@ class StepGuard:
                 cls = type(observer)
                 self.fail("observers", f"a release observer of the mechanism's own ({cls.__module__}."
                                        f"{cls.__qualname__}) sees and may change the releases")
-        if self.bound_key is not None:
+        if self.bound_key is not None and self.trace is None:  # a traced state is replayed, tampering included
             bound = opt.mechanism_state[self.bound_key]
-            self._flags[1] += ((bound < self.range[0] * (1 - 1e-6)) | (bound > self.range[1] * (1 + 1e-6))).int()
+            middle, half = (self.range[0] + self.range[1]) / 2, (self.range[1] - self.range[0]) / 2
+            self._out_of_range.add_((bound - middle).abs_() > half * (1 + 1e-6) + 1e-12 * middle)
 
     def after_release(self, params: Sequence[torch.Tensor]) -> None:
         """After every draw of the step: where the noise stream stands, and the released gradient the update may
@@ -349,7 +397,7 @@ class StepGuard:
             self.fail("hooks", f"update_state returned entries {unknown} the initial state does not have")
         clamped = apply_state(state, {k: v for k, v in new.items() if k in state}, self.bound_key, self.range)
         if clamped is not None:
-            self._flags[0] += clamped.int()
+            self._clamped.add_(clamped)
 
     def after_update(self) -> None:
         """After the optimizer's update: the shadow's recomputed coordinates against the parameters."""
@@ -366,15 +414,18 @@ class StepGuard:
     # -- the verdict ----------------------------------------------------------------------------------------------
     def findings(self) -> list[Finding]:
         """Every check's finding; reads the device flags once (after training)."""
-        clamped, out_of_range = (int(x) for x in self._flags.tolist())
+        import torch
+
+        clamped, out_of_range = (int(x) for x in torch.stack([self._clamped, self._out_of_range]).tolist())
         if clamped:
             self.fail("clip_range", f"the mechanism's state set the clip bound outside the clipper's declared range "
-                                    f"[{self.range[0]:g}, {self.range[1]:g}] in {clamped} step(s): it was clamped")
+                                    f"[{self.range[0]:g}, {self.range[1]:g}] in {clamped} step(s): it was clamped",
+                      during=False)
         if out_of_range:
             self.fail("clip_range", f"the clip bound in force was outside the declared range [{self.range[0]:g}, "
-                                    f"{self.range[1]:g}] at {out_of_range} step(s)")
+                                    f"{self.range[1]:g}] at {out_of_range} step(s)", during=False)
         if self.shadow is not None and (why := self.shadow.verdict()):
-            self.fail("model_update", why)
+            self.fail("model_update", why, during=False)
         checks = ["hooks", "clip_range", "plan_parameters", "noise_stream", "observers", "model_update"]
         out = [Finding(c, c not in self.failures, "; ".join(self.failures.get(c, ()))) for c in checks]
         if self.shadow is None:
@@ -418,7 +469,9 @@ class ModelShadow:
     with AMSGrad: all coordinate-wise), with the shadow's own copy of the optimizer's state, and compared with
     what the parameters did. A mismatch means the model saw something that was not released.
 
-    Costs a few small gathers per tensor and a handful of vector operations per step, all on the device."""
+    Per step: one gather per tensor into preallocated slots (one for the whole gradient when the noise part
+    released it as views of one buffer, as privbench's Gaussian noise does), a handful of vector operations on
+    k x tensors coordinates, and one device flag; nothing scales with the parameter count."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
         import torch
@@ -438,14 +491,24 @@ class ModelShadow:
             else:
                 self.group_spans.append((group, start, end))
             start = end
-        self.value = self._gather(self.params)
-        self.buffers: dict[str, torch.Tensor | None] = {}
+        first = self.params[0]
+        self.n = start
+        # two buffers for the parameters' coordinates (before and after the update) and one for the gradient's,
+        # each with a view per tensor that the gathers write into
+        self._buffers = [torch.empty(self.n, dtype=first.dtype, device=first.device) for _ in range(3)]
+        self._slots = [self._views(b) for b in self._buffers]
+        self._global: tuple[Any, Any] | None = None  # (the gradient's base buffer, its global indices)
+        self.state: dict[str, torch.Tensor | None] = {}
         self.t = 0  # the shadow's own count of updates (Adam's bias correction), on the host
-        self.grad: torch.Tensor | None = None
-        device = self.value.device
-        self._bad_steps = torch.zeros((), dtype=torch.int32, device=device)
-        self._worst = torch.zeros((), dtype=self.value.dtype, device=device)
+        self.fresh = False  # a gradient was captured since the last check
+        self._bad_steps = torch.zeros((), dtype=torch.int32, device=first.device)
         self.resync(optimizer)
+
+    def _views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
+        ends = [0]
+        for i in self.index:
+            ends.append(ends[-1] + len(i))
+        return [buffer[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
     @classmethod
     def for_optimizer(cls, optimizer: Any, k: int) -> ModelShadow | None:
@@ -455,118 +518,150 @@ class ModelShadow:
         kinds = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adam"}
         kind = kinds.get(type(inner))
         params = list(getattr(optimizer, "params", ()))
-        if kind is None or not params or k <= 0 or len({p.dtype for p in params}) > 1:
+        if kind is None or not params or k <= 0 or len({(p.dtype, p.device) for p in params}) > 1:
             return None
         return cls(optimizer, k, kind)
 
-    def _gather(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    def _gather_params(self, into: int) -> torch.Tensor:
         import torch
 
-        return torch.cat([t.detach().reshape(-1).index_select(0, i) for t, i in zip(tensors, self.index,
-                                                                                       strict=True)])
+        for flat, i, slot in zip(self._flat, self.index, self._slots[into], strict=True):
+            torch.index_select(flat, 0, i, out=slot)
+        return self._buffers[into]
 
     def capture(self, params: Sequence[torch.Tensor]) -> None:
-        self.grad = self._gather([p.grad for p in params])
+        """The released gradient's coordinates (what `p.grad` holds after the noise, before normalisation)."""
+        import torch
+
+        grads = [p.grad for p in params]
+        base = grads[0]._base
+        if base is not None and base.is_contiguous() and all(g._base is base and g.is_contiguous() for g in grads):
+            offsets = tuple(g.storage_offset() - base.storage_offset() for g in grads)  # host metadata: no sync
+            if self._global is None or self._global[0] != offsets:
+                self._global = (offsets, torch.cat([i + o for i, o in zip(self.index, offsets, strict=True)]))
+            torch.index_select(base.detach().reshape(-1), 0, self._global[1], out=self._buffers[2])
+        else:
+            for g, i, slot in zip(grads, self.index, self._slots[2], strict=True):
+                torch.index_select(g.detach().reshape(-1), 0, i, out=slot)
+        self.fresh = True
 
     def resync(self, optimizer: Any) -> None:
-        """Read the parameters and the optimizer's state buffers at the shadow's coordinates."""
-        self.value = self._gather(self.params)
+        """Read the parameters and the optimizer's state buffers at the shadow's coordinates (at the start, and
+        after privbench's own post-processing moved them)."""
+        import torch
+
+        self._flat = [p.detach().view(-1) if p.is_contiguous() else p.detach().reshape(-1) for p in self.params]
+        self.value = 0
+        self._gather_params(0)
         state = optimizer.original_optimizer.state
         names = ("momentum_buffer",) if self.kind == "sgd" else ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
         for name in names:
             tensors = [state.get(p, {}).get(name) for p in self.params]
-            self.buffers[name] = None if any(t is None for t in tensors) else self._gather(tensors)
+            if any(t is None for t in tensors):
+                self.state[name] = None
+                continue
+            self.state[name] = torch.cat([t.detach().reshape(-1).index_select(0, i)
+                                          for t, i in zip(tensors, self.index, strict=True)])
 
     def check(self, optimizer: Any) -> None:
+        """After an update: the parameters' coordinates against the recomputed ones (one device flag)."""
         import torch
 
-        if self.grad is None:  # no release this step (a skipped step): nothing may move
-            expected = self.value
-        else:
-            grad = self.grad / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
-            expected = self._expected(grad)
-        actual = self._gather(self.params)
-        tol = SHADOW_RTOL * (expected - self.value).abs() + 1e-6 * self.value.abs() + 1e-12
-        err = (actual - expected).abs()
-        self._bad_steps += (err > tol).any().int()
-        self._worst = torch.maximum(self._worst, (err / (expected - self.value).abs().clamp_min(1e-30)).max())
-        self.value, self.grad = actual, None
+        before = self._buffers[self.value]
+        if self.fresh:
+            scale = 1.0 / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
+            expected = self._expected(before, self._buffers[2] * scale)
+        else:  # no release this step: nothing may move
+            expected = before
+        self.value = 1 - self.value
+        actual = self._gather_params(self.value)
+        tol = (expected - before).abs_().mul_(SHADOW_RTOL).add_(before.abs(), alpha=1e-6)
+        self._bad_steps.add_(torch.gt((actual - expected).abs_(), tol).any())
+        self.fresh = False
 
-    def _expected(self, grad: torch.Tensor) -> torch.Tensor:
-        """The coordinates after one optimizer update from `grad`, advancing the shadow's own state."""
+    def _expected(self, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """The coordinates after one optimizer update from `g` (the normalised released gradient), advancing the
+        shadow's own state."""
+        if len(self.group_spans) == 1:
+            return self._update(self.group_spans[0][0], p, g, slice(None))
         import torch
 
-        out = torch.empty_like(self.value)
-        self.t += 1
-        new: dict[str, list[torch.Tensor]] = {}
-        for group, a, b in self.group_spans:
-            p, g = self.value[a:b], grad[a:b]
-            if group.get("maximize", False):
-                g = -g
-            lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
-            if self.kind == "sgd":
-                momentum, dampening = float(group.get("momentum", 0.0)), float(group.get("dampening", 0.0))
-                if wd:
-                    g = g + wd * p
-                if momentum:
-                    old = self.buffers.get("momentum_buffer")
-                    buf = g.clone() if old is None else old[a:b] * momentum + (1 - dampening) * g
-                    new.setdefault("momentum_buffer", []).append(buf)
-                    g = g + momentum * buf if group.get("nesterov", False) else buf
-                out[a:b] = p - lr * g
-            else:
-                beta1, beta2 = (float(x) for x in group["betas"])
-                eps = float(group["eps"])
-                decoupled = group.get("decoupled_weight_decay", self.decoupled)
-                if wd and decoupled:
-                    p = p * (1 - lr * wd)
-                elif wd:
-                    g = g + wd * p
-                m_old, v_old = self.buffers.get("exp_avg"), self.buffers.get("exp_avg_sq")
-                m = g * (1 - beta1) if m_old is None else torch.lerp(m_old[a:b], g, 1 - beta1)
-                v = (1 - beta2) * g * g if v_old is None else v_old[a:b] * beta2 + (1 - beta2) * g * g
-                new.setdefault("exp_avg", []).append(m)
-                new.setdefault("exp_avg_sq", []).append(v)
-                if group.get("amsgrad", False):
-                    v_max_old = self.buffers.get("max_exp_avg_sq")
-                    v = v if v_max_old is None else torch.maximum(v_max_old[a:b], v)
-                    new.setdefault("max_exp_avg_sq", []).append(v)
-                step_size = lr / (1 - beta1 ** self.t)
-                denom = v.sqrt() / math.sqrt(1 - beta2 ** self.t) + eps
-                out[a:b] = p - step_size * m / denom
-        for name, pieces in new.items():
-            self.buffers[name] = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        return out
+        return torch.cat([self._update(group, p[a:b], g[a:b], slice(a, b)) for group, a, b in self.group_spans])
+
+    def _update(self, group: Mapping[str, Any], p: torch.Tensor, g: torch.Tensor, span: slice) -> torch.Tensor:
+        import torch
+
+        if span.start in (None, 0):
+            self.t += 1
+        if group.get("maximize", False):
+            g = -g
+        lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
+        if self.kind == "sgd":
+            momentum, dampening = float(group.get("momentum", 0.0)), float(group.get("dampening", 0.0))
+            if wd:
+                g = g.add(p, alpha=wd)
+            if momentum:
+                buf = self.state.get("momentum_buffer")
+                if buf is None:
+                    self.state["momentum_buffer"] = buf = torch.zeros_like(self._buffers[2])
+                    buf[span].copy_(g)
+                else:
+                    buf[span].mul_(momentum).add_(g, alpha=1 - dampening)
+                g = g.add(buf[span], alpha=momentum) if group.get("nesterov", False) else buf[span]
+            return p.add(g, alpha=-lr)
+        beta1, beta2 = (float(x) for x in group["betas"])
+        if wd and group.get("decoupled_weight_decay", self.decoupled):
+            p = p * (1 - lr * wd)
+        elif wd:
+            g = g.add(p, alpha=wd)
+        for name in ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group.get("amsgrad", False) else ()):
+            if self.state.get(name) is None:
+                self.state[name] = torch.zeros_like(self._buffers[2])
+        m, v = self.state["exp_avg"][span], self.state["exp_avg_sq"][span]
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        if group.get("amsgrad", False):
+            v = torch.maximum(self.state["max_exp_avg_sq"][span], v, out=self.state["max_exp_avg_sq"][span])
+        denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.t)).add_(float(group["eps"]))
+        return p.addcdiv(m, denom, value=-lr / (1 - beta1 ** self.t))
 
     def verdict(self) -> str | None:
         """Why the parameters did not follow the released update (None: they did); reads the device once."""
-        bad, worst = int(self._bad_steps), float(self._worst)
+        bad = int(self._bad_steps)
         if not bad:
             return None
         return (f"the parameters moved differently from the optimizer's update of the released gradient in {bad} "
-                f"step(s) (largest mismatch {worst:.3g} times the update): the model saw something not released")
+                f"step(s): the model saw something that was not released")
 
 
 # ---- the state trajectory and its replay ---------------------------------------------------------------------
 class StateTrace:
-    """What the replay needs, kept on the device during training: each step's releases (the gradient while it
-    fits TRACE_GRADIENT_VALUES over the run) and the state after the step's update."""
+    """What the replay needs, kept on the device during training: each step's releases other than the gradient,
+    the gradient of the steps whose state update read it (while they fit TRACE_GRADIENT_VALUES over the run), and
+    the state after the step's update."""
 
     def __init__(self, n_params: int) -> None:
         self.n_params = n_params
         self.values: list[dict[str, torch.Tensor]] = []
-        self.gradients: list[tuple[torch.Tensor, ...]] | None = []
+        self.gradients: dict[int, tuple[torch.Tensor, ...]] = {}
+        self.gradient_dropped = False  # a read gradient did not fit: the replay gets none for that step
+        self.read = False  # the state update read this step's gradient (set by the hook's copy)
         self.states: list[dict[str, torch.Tensor]] = []
+
+    def mark_read(self) -> None:
+        self.read = True
 
     def add(self, released: Any, state: Mapping[str, torch.Tensor]) -> None:
         import torch
 
-        self.values.append({k: v.detach().clone() for k, v in released.values.items()})
-        if self.gradients is not None:
+        if self.read:
             if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
-                self.gradients = None
+                self.gradient_dropped = True
             else:
-                self.gradients.append(tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0)))
+                self.gradients[len(self.states)] = tuple(torch._foreach_mul([g.detach() for g in released.gradient],
+                                                                            1.0))
+        self.read = False
+        self.values.append({k: v.detach().clone() for k, v in released.values.items()})
         self.states.append({k: v.detach().clone() for k, v in state.items()})
 
     def to_dict(self) -> dict[str, Any]:
@@ -577,13 +672,15 @@ class StateTrace:
             names = rows[0].keys() if rows else ()
             return {n: encode(torch.stack([r[n].reshape(-1) for r in rows]).double().cpu().numpy()) for n in names}
 
+        steps = sorted(self.gradients)
         gradients = None
-        if self.gradients is not None and self.gradients:
-            gradients = [encode(torch.stack([g[i].reshape(-1) for g in self.gradients]).double().cpu().numpy())
-                         for i in range(len(self.gradients[0]))]
+        if steps:
+            rows = [self.gradients[t] for t in steps]
+            gradients = {"steps": steps, "shapes": [list(g.shape) for g in rows[0]],
+                         "tensors": [encode(torch.stack([g[i].reshape(-1) for g in rows]).double().cpu().numpy())
+                                     for i in range(len(rows[0]))]}
         return {"steps": len(self.states), "values": stacked(self.values), "states": stacked(self.states),
-                "gradients": gradients,
-                "shapes": [list(g.shape) for g in self.gradients[0]] if self.gradients else None}
+                "gradients": gradients, "gradient_dropped": self.gradient_dropped}
 
 
 def encode(array: Any) -> dict[str, Any]:
@@ -615,21 +712,24 @@ def replay_state(mechanism: Mechanism, plan: PrivacyPlan, trace: Mapping[str, An
     steps = int(trace["steps"])
     values = {n: decode(a) for n, a in trace["values"].items()}
     recorded = {n: decode(a) for n, a in trace["states"].items()}
-    gradients = [decode(a) for a in trace["gradients"]] if trace.get("gradients") else None
-    shapes = trace.get("shapes")
+    kept = trace.get("gradients") or {"steps": [], "shapes": [], "tensors": []}
+    rows = {t: i for i, t in enumerate(kept["steps"])}
+    tensors = [decode(a) for a in kept["tensors"]]
     options = mechanism.options(plan.extra.get("options", {}))
     clipper = plan.parts.clipper
     bounds = (float(getattr(clipper, "min_bound", clipper.bound)), float(clipper.max_bound))
     state = {n: torch.tensor(float(v), dtype=torch.float32) for n, v in mechanism.initial_state(plan, options).items()}
     for t in range(steps):
-        grad = tuple(torch.from_numpy(g[t]).float().reshape(s) for g, s in zip(gradients, shapes, strict=True)) \
-            if gradients is not None else ()
+        grad = tuple(torch.from_numpy(g[rows[t]]).float().reshape(s) for g, s in zip(tensors, kept["shapes"],
+                                                                                      strict=True)) \
+            if t in rows else ()  # the gradient of a step whose update did not read it is not kept
         released = Released(grad, {n: torch.from_numpy(v[t]).float() for n, v in values.items()})
         try:
             new = mechanism.update_state({k: v.clone() for k, v in state.items()}, released, plan, options)
             apply_state(state, {k: v for k, v in new.items() if k in state}, clipper.state_key, bounds)
         except Exception as exc:  # noqa: BLE001 - a hook that cannot run on the releases alone is the finding
-            more = "" if gradients is not None else " (the released gradient was too large to keep for the replay)"
+            more = " (some released gradients were too large to keep for the replay)" if trace.get(
+                "gradient_dropped") else ""
             return Finding("state_replay", False, f"the state update failed at step {t + 1} when given only the "
                                                   f"recorded releases{more}: {type(exc).__name__}: {exc}")
         for name, series in recorded.items():

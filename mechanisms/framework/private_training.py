@@ -87,6 +87,8 @@ class PrivateOptimizerMixin:
                  **kwargs: Any) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
+        # a correlated-noise part keeps its state across steps in a stream (one per run); memoryless parts have none
+        self.noise_stream = noise.start() if hasattr(noise, "start") else None
         self.after_step, self.noise_map = after_step, noise_map
         self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
         self.released_hook = released_hook
@@ -159,7 +161,8 @@ class PrivateOptimizerMixin:
             observer.before_noise(self)
         sums = [p.summed_grad.unsqueeze(0) for p in params]
         scale = self.bound / self.declared_bound if self.bound_key is not None else None
-        released = self.noise.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
+        source = self.noise_stream if self.noise_stream is not None else self.noise
+        released = source.release(sums, self.noise_multiplier, self.generator,  # type: ignore[attr-defined]
                                       secure=self.secure_mode, noise_map=self.noise_map,  # type: ignore[attr-defined]
                                       scale=scale)
         for p, r in zip(params, released, strict=True):
@@ -177,8 +180,14 @@ class PrivateOptimizerMixin:
         for observer in self.observers:
             observer.after_noise(self)
         self._hook_copy = None
-        if self.update_state is not None or self.released_hook is not None:
-            self._hook_copy = copied(self.last_released)  # the hooks' own copies: nothing they do reaches the step
+        trace = guard.trace if guard is not None else None
+        if self.released_hook is not None:  # the hooks' own copies: nothing they do reaches the step
+            self._hook_copy = copied(self.last_released)
+            if trace is not None:
+                trace.mark_read()
+        elif self.update_state is not None:  # the gradient copied only if the update reads it (before normalising)
+            self._hook_copy = copied(self.last_released, lazy=True,
+                                     on_read=trace.mark_read if trace is not None else None)
         if self.update_state is not None:
             state = {k: v.clone() for k, v in self.mechanism_state.items()}
             new = self.update_state(state, self._hook_copy)
@@ -188,8 +197,8 @@ class PrivateOptimizerMixin:
                 from mechanisms.framework.integrity import apply_state
 
                 apply_state(self.mechanism_state, new, None, (0.0, math.inf))
-        if guard is not None and guard.trace is not None:
-            guard.trace.add(self.last_released, self.mechanism_state)
+        if trace is not None:
+            trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]

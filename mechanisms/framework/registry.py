@@ -286,6 +286,10 @@ MECHANISMS: Registry[Mechanism] = Registry("mechanism", {
     "shuffled-dpsgd": "mechanisms.catalog.shuffled_dpsgd:mechanism",
     "dp-forward": "mechanisms.catalog.dp_forward:mechanism",
     "dpsgd-shuffle-rdp": "mechanisms.catalog.dpsgd_shuffle_rdp:mechanism",
+    "dpftrl-tree": "mechanisms.catalog.dpftrl_tree:mechanism",
+    "dp-bandmf": "mechanisms.catalog.dp_bandmf:mechanism",
+    "dp-bandmf-4": "mechanisms.catalog.dp_bandmf:mechanism_4",
+    "dpsgd-fixed-order": "mechanisms.catalog.dpsgd_fixed_order:mechanism",
 }, _mechanism_id)
 
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant", {

@@ -12,6 +12,10 @@ so `steps = epochs * steps_per_epoch` is what the trial executes and what is acc
 | `poisson` | each example independently with probability q = B / N      | add-or-remove-one     |
 | `fixed`   | exactly B examples drawn without replacement, fresh per step| replace-one           |
 | `shuffle` | one permutation per epoch cut into `steps_per_epoch` batches| replace-one           |
+| `fixed-order` | one permutation fixed before training, the same batches every epoch | replace-one     |
+
+`fixed-order`'s permutation comes from its `order_seed` alone (not the data, not the trial's generator), so
+each example joins the same offset of every epoch (a cyclic participation schema, for correlated noise).
 
 Batches are drawn where the data lives, without waiting on the host (`epoch`): a Poisson step draws its size
 K ~ Binomial(N, q) on the host generator and its K examples as a uniform subset on the device generator
@@ -40,6 +44,8 @@ from mechanisms.accounting.validation import require_sample_rate, require_steps
 
 if TYPE_CHECKING:  # torch loads when batches are drawn: accounting (`privbench privacy`) never pays for it
     import torch
+
+    from mechanisms.parts.participation import Participation
 
 NeighborRel = dp_accounting.NeighboringRelation
 
@@ -173,7 +179,58 @@ class ShuffleSampling(BatchSelection):
         return [whole + (i < extra) for i in range(self.steps_per_epoch)]
 
 
-SAMPLERS: dict[str, type[BatchSelection]] = {s.name: s for s in (PoissonSampling, FixedSizeSampling, ShuffleSampling)}
+@dataclasses.dataclass(frozen=True)
+class FixedOrderSampling(ShuffleSampling):
+    """Cyclic batches: one permutation of the training set, fixed before training, cut into `steps_per_epoch`
+    batches that every epoch visits in the same order (DP-FTRL's and DP-MF's participation, Kairouz et al.
+    2021, Choquette-Choo et al. 2023).
+
+    The order is a function of `order_seed` alone: it does not depend on the data, nor on the trial's
+    generator, so it is the same on neighbouring datasets (an example replaced keeps its slot). Each example
+    joins exactly the steps i, i + P, ..., i + (E - 1) P of its batch's offset i (`participation`: cyclic,
+    P = steps_per_epoch, E = epochs). Relation: replace-one, as `fixed` and `shuffle` (batch sizes are fixed).
+
+    With DP-SGD's memoryless noise, the event is `shuffle`'s (one Gaussian per epoch, no amplification). A
+    correlated-noise part states one Gaussian for the whole run from `participation` instead
+    (`mechanisms.parts.correlated_noise`).
+    """
+
+    order_seed: int = 0
+
+    name: ClassVar[str] = "fixed-order"
+    neighboring_relation: ClassVar[NeighborRel] = NeighborRel.REPLACE_ONE
+
+    @property
+    def participation(self) -> Participation:
+        """The steps one example joins: the cyclic schema of this order."""
+        from mechanisms.parts.participation import Participation
+
+        return Participation.cyclic(self.steps_per_epoch, self.epochs)
+
+    def order(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The permutation every epoch cuts into batches: drawn from `order_seed` alone, on the host (the same
+        on every device), then moved to `device`."""
+        import torch
+
+        generator = torch.Generator().manual_seed(self.order_seed)
+        return torch.randperm(self.dataset_size, generator=generator).to(device)
+
+    def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
+              pad_to: int | None = None) -> Iterator[StepIndices]:
+        """The fixed batches, in the fixed order; `generator` is not read (the order is fixed before training)."""
+        device = (device_generator or generator).device
+        order = self.order(device)
+        start = 0
+        for size in self.sizes():
+            yield StepIndices.of(order[start:start + size], size, pad_to)
+            start += size
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "order_seed": self.order_seed, "participation": self.participation.describe()}
+
+
+SAMPLERS: dict[str, type[BatchSelection]] = {s.name: s for s in (PoissonSampling, FixedSizeSampling, ShuffleSampling,
+                                                                 FixedOrderSampling)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,5 +309,6 @@ class EpochBatches:
         return (step.index.tolist() for step in self.selection.epoch(self.generator))
 
 
-__all__ = ["OWN_SAMPLERS", "SAMPLERS", "BatchSelection", "EpochBatches", "FixedSizeSampling", "PoissonRate",
+__all__ = ["OWN_SAMPLERS", "SAMPLERS", "BatchSelection", "EpochBatches", "FixedOrderSampling", "FixedSizeSampling",
+           "PoissonRate",
            "PoissonSampling", "ShuffleSampling", "StepIndices", "batch_selection", "relation_name"]

@@ -173,6 +173,8 @@ class Parts:
         code, not its declaration, decides what is released), or a noise part that does not say how it
         follows a clip bound the state moves."""
         problems = foreign_parts(self)
+        if getattr(self.noise, "covers_run", False):
+            problems += correlated_gaps(self)
         if self.clipper.state_key is not None and type(self.noise) is not GaussianNoise:
             problems.append(f"{type(self.noise).__name__} does not state how its noise follows the clip bound "
                             "the mechanism's state sets (GaussianNoise does)")
@@ -186,7 +188,10 @@ class Parts:
         multiplier = self.noise_multiplier(sigma)
         if not multiplier > 0:
             return dp_accounting.NonPrivateDpEvent()
-        event = self.sampler.dp_event(dp_accounting.GaussianDpEvent(multiplier))
+        if getattr(self.noise, "covers_run", False):  # one Gaussian for the whole run, over every participation
+            event = dp_accounting.GaussianDpEvent(multiplier)
+        else:
+            event = self.sampler.dp_event(dp_accounting.GaussianDpEvent(multiplier))
         once = [dp_accounting.GaussianDpEvent(z) for z in self.dataset_multipliers().values()]
         once += self.extra_events
         return dp_accounting.ComposedDpEvent([event, *once]) if once else event
@@ -203,17 +208,40 @@ class Parts:
                 "dataset_releases": [r.describe() for r in self.dataset_releases]}
 
 
+def correlated_gaps(parts: Parts) -> list[str]:
+    """Why a correlated-noise part's one Gaussian does not describe the run (empty: it does): its participation
+    schema must admit every pattern the sampler executes (same steps, at least as many participations, at most
+    the same separation), and a step may release nothing else (a per-step release would compose per step)."""
+    noise, sampler = parts.noise, parts.sampler
+    stated = getattr(noise, "participation", None)
+    executed = getattr(sampler, "participation", None)
+    problems = []
+    if executed is None:
+        problems.append(f"the {sampler.name} sampler states no participation schema, which the correlated noise's "
+                        "sensitivity needs (no amplification by sampling is analysed for correlated noise here; "
+                        "use sampler fixed-order)")
+    elif stated is None or not (stated.steps == executed.steps
+                                and stated.max_participations >= executed.max_participations
+                                and stated.min_separation <= executed.min_separation
+                                and (stated.schema == "min-separation" or stated == executed)):
+        problems.append(f"the noise's sensitivity is stated for {stated}, the sampler executes {executed}")
+    if parts.releases:
+        problems.append("correlated noise with other per-step releases is not analysed")
+    return problems
+
+
 def foreign_parts(parts: Parts) -> list[str]:
     """The parts of `parts` that are not privbench's own classes (exact types: a subclass may change what
     is released while keeping the declaration)."""
     from mechanisms.parts.batch_selection import OWN_SAMPLERS
     from mechanisms.parts.clipping import OWN_CLIPPERS
+    from mechanisms.parts.correlated_noise import CorrelatedNoise
     from mechanisms.parts.noise_addition import OWN_NOISES
     from mechanisms.parts.releases import RELEASES, DatasetStatistic
 
     found = []
     for role, part, own in (("sampler", parts.sampler, OWN_SAMPLERS), ("clipper", parts.clipper, OWN_CLIPPERS),
-                            ("noise", parts.noise, OWN_NOISES),
+                            ("noise", parts.noise, (*OWN_NOISES, CorrelatedNoise)),
                             *(("release", r, tuple(RELEASES.values())) for r in parts.releases),
                             *(("dataset release", r, (DatasetStatistic,)) for r in parts.dataset_releases)):
         if type(part) not in own:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import ray
 import yaml
 from typer.testing import CliRunner
+
+from tests.conftest import start_ray
 
 FIGURE_GRID = {
     "name": "figs",
@@ -32,14 +33,10 @@ def figure_store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("figstore")
     store = root / "store"
     runner = CliRunner()
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        for grid in (FIGURE_GRID, SECOND_GRID):
-            path = root / f"{grid['name']}.yaml"
-            path.write_text(yaml.safe_dump(grid))
-            result = runner.invoke(app, ["sweep", "run", str(path), "--store", str(store)], catch_exceptions=False)
-            assert result.exit_code == 0, result.output
-    finally:
-        ray.shutdown()
+    start_ray()
+    for grid in (FIGURE_GRID, SECOND_GRID):
+        path = root / f"{grid['name']}.yaml"
+        path.write_text(yaml.safe_dump(grid))
+        result = runner.invoke(app, ["sweep", "run", str(path), "--store", str(store)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
     return store

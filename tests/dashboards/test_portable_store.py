@@ -13,12 +13,11 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import ray
 import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from tests.conftest import TINY
+from tests.conftest import TINY, start_ray
 from tests.dashboards.test_ui import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,12 +33,8 @@ def test_a_copied_store_works_after_the_original_is_deleted(tmp_path):
     original, copy = tmp_path / "mine" / "store", tmp_path / "colleague" / "store"
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump(TINY | {"name": "moving", "audit": {"mode": "off"}}))
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        invoke("sweep", "run", grid, "--store", original)
-    finally:
-        ray.shutdown()
+    start_ray()
+    invoke("sweep", "run", grid, "--store", original)
     shutil.copytree(original, copy)
     shutil.rmtree(tmp_path / "mine")
     for path in copy.rglob("*"):  # nothing in the copy points at where the store was made

@@ -10,19 +10,16 @@ import time
 import urllib.request
 
 import pytest
-import ray
+
+from tests.conftest import start_ray
 
 
 @pytest.fixture
 def recorded_store(cli, write_grid, store):
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        grid = write_grid({"name": "uisweep", "grid": {"dataset": ["digits"], "model": ["mlp"],
-                                                       "mechanism": ["nonprivate"]}})
-        assert cli("sweep", "run", grid, "--store", store).exit_code == 0
-    finally:
-        ray.shutdown()
+    start_ray()
+    grid = write_grid({"name": "uisweep", "grid": {"dataset": ["digits"], "model": ["mlp"],
+                                                   "mechanism": ["nonprivate"]}})
+    assert cli("sweep", "run", grid, "--store", store).exit_code == 0
     return store
 
 

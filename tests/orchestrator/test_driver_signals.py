@@ -55,7 +55,9 @@ def leases(ledger: Path) -> list:
         return db.execute("select trial_key from privbench_trials where lease_owner is not null").fetchall()
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
+# Piped; the pty test (test_sweep_on_terminal.py) checks both signals in the default suite as a person sends them.
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_driver_after_recording_with_one_line(write_grid, store, sig, code):
     grid_file = write_grid({"name": "stopme", "seeds": [0, 1, 2], "grid": TINY["grid"] | {"mechanism": ["nonprivate"]}})
     cmd = [sys.executable, "-m", "orchestrator", "sweep", "run", str(grid_file), "--store", str(store),

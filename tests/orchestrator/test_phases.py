@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from orchestrator import grid
@@ -60,14 +59,6 @@ def test_a_plan_made_for_another_process_is_refused():
     bigger = dataclasses.replace(config, train=dataclasses.replace(config.train, max_train_examples=500))
     with pytest.raises(RuntimeError, match="accounted process must be the executed one"):
         accelerator_phase(bigger, planned)
-
-
-@pytest.fixture
-def local_ray():
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_seeds_share_one_plan_and_phase_times_reach_mlflow(local_ray, cli, write_grid, store):

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pexpect
-import pytest
 
 from tests.conftest import TINY
 from tests.orchestrator.test_driver_kill import finished_count
@@ -44,10 +43,10 @@ def finish(child: pexpect.spawn) -> tuple[int, str]:
 
 
 def wait_for_a_finished_trial(child: pexpect.spawn, ledger: Path) -> str:
-    """Read the terminal until the ledger records a finished trial (the pty must be drained, or the driver
-    blocks on a full terminal buffer: a stand-in for a person's screen)."""
-    seen, deadline = [], time.monotonic() + 300
-    while finished_count(ledger) < 1:
+    """Read the terminal until the ledger records one more finished trial than when called (the pty must be
+    drained, or the driver blocks on a full terminal buffer: a stand-in for a person's screen)."""
+    seen, deadline, before = [], time.monotonic() + 300, finished_count(ledger)
+    while finished_count(ledger) <= before:
         assert child.isalive(), "".join(seen)[-3000:]
         assert time.monotonic() < deadline, "no trial finished within 300 s"
         try:
@@ -73,36 +72,43 @@ def grid(write_grid, name: str, seeds: int) -> Path:
                       name=f"{name}.yaml")
 
 
-@pytest.mark.parametrize("sig, code, width", [(signal.SIGINT, 130, 120), (signal.SIGTERM, 143, 80)])
-def test_sweep_run_on_a_terminal_draws_stops_on_a_signal_and_resumes(write_grid, store, sig, code, width):
-    grid_file = grid(write_grid, f"tty{code}", 3)
-    args = ("sweep", "run", str(grid_file), "--store", str(store), "--max-concurrent", "1")
-    child = spawn(width, *args)
+def interrupt(child: pexpect.spawn, sig: signal.Signals, store: Path) -> int:
+    """Stop a drawing `sweep run` once a trial has finished (Ctrl-C as the terminal sends it, or a signal), check
+    its one-line exit and the store it leaves, and return how many trials are finished."""
     early = ANSI.sub("", wait_for_a_finished_trial(child, store / "ledger.db"))
-    assert "3 trials, 0 already finished, 3 to run" in early
+    assert " trials, " in early and " to run" in early, early
     if sig == signal.SIGINT:
-        child.sendintr()  # Ctrl-C as the terminal sends it: SIGINT to the foreground process group
+        child.sendintr()  # SIGINT to the foreground process group, as the terminal sends it
     else:
         child.kill(sig)
     got, text = finish(child)
     errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
-    assert got == code, text[-3000:]
+    assert got == 128 + sig, text[-3000:]
     assert len(errors) == 1 and f"stopped by {sig.name}" in errors[0], text[-3000:]
     assert "Traceback" not in text, text[-3000:]
     with sqlite3.connect(store / "ledger.db") as db:
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)
         assert db.execute("select count(*) from privbench_trials where lease_owner is not null").fetchone() == (0,)
-    done_before = finished_count(store / "ledger.db")
-    assert 1 <= done_before < 3
+    return finished_count(store / "ledger.db")
 
-    other = 80 if width == 120 else 120
-    got, text = finish(spawn(other, *args))
+
+def test_sweep_run_on_a_terminal_draws_stops_on_ctrl_c_and_sigterm_and_resumes(write_grid, store):
+    """Ctrl-C at 120 columns (130), SIGTERM at 80 (143), then a rerun at 80 that finishes only what is left."""
+    trials = 4
+    grid_file = grid(write_grid, "tty", trials)
+    args = ("sweep", "run", str(grid_file), "--store", str(store), "--max-concurrent", "1")
+    after_ctrl_c = interrupt(spawn(120, *args), signal.SIGINT, store)
+    assert 1 <= after_ctrl_c < trials
+    after_sigterm = interrupt(spawn(80, *args), signal.SIGTERM, store)
+    assert after_ctrl_c < after_sigterm < trials
+
+    got, text = finish(spawn(80, *args))
     assert got == 0, text[-3000:]
     lines = text.splitlines()
-    assert max(len(ln) for ln in lines) <= other, text
-    assert f"{done_before} already finished, {3 - done_before} to run" in text, text
+    assert max(len(ln) for ln in lines) <= 80, text
+    assert f"{after_sigterm} already finished, {trials - after_sigterm} to run" in text, text
     assert "━" in text  # the live bars drew
-    assert sum(": done" in ln for ln in lines) == 3 - done_before, text  # one line per trial run now
-    assert finished_count(store / "ledger.db") == 3
-    keys = [r.data.tags["privbench.trial_key"] for r in trial_runs(store, f"tty{code}")]
-    assert len(keys) == 3 == len(set(keys))
+    assert sum(": done" in ln for ln in lines) == trials - after_sigterm, text  # one line per trial run now
+    assert finished_count(store / "ledger.db") == trials
+    keys = [r.data.tags["privbench.trial_key"] for r in trial_runs(store, "tty")]
+    assert len(keys) == trials == len(set(keys))

@@ -155,7 +155,7 @@ def test_a_sound_ledger_is_not_rebuilt_unless_forced(store):
     from storage.recovery import rebuild_ledger
 
     recorded(store, ("k0",))
-    with pytest.raises(StoreError, match="passes SQLite's integrity check"):
+    with pytest.raises(StoreError, match="passes privbench.s integrity check.*--force"):
         rebuild_ledger(resolve(store))
     assert rebuild_ledger(resolve(store), force=True).trials == {"finished": 1}
 

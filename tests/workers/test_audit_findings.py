@@ -11,7 +11,7 @@ import pytest
 from mechanisms.auditing import noise_checks
 from mechanisms.auditing.dirac_canaries import CanaryObservations
 from mechanisms.framework.claims import claim_status
-from workers.audit import OneRunResult, family_fields, one_run_fields
+from workers.audit import OneRunResult, audit_integrity_findings, family_fields, one_run_fields
 from workers.config import AuditConfig
 
 SIGMA, RATE, STEPS = 1.2, 0.05, 200
@@ -55,6 +55,10 @@ def test_reused_noise_is_a_violation_in_words():
     assert "noise repeats across steps" in out["audit_violations"]
     assert any("repeats" in words for words in out["audit_findings"])
     assert claim_status(2.0, 2.0, 0.0, audit_violated=out["audit_run_violated"]) == "violated"
+    assert len(out["audit_violations"]) == len(out["audit_findings"])  # one label per finding
+    checks = {f.check: f for f in audit_integrity_findings(out)}
+    assert checks["audit_noise"].passed is False and "repeats" in checks["audit_noise"].reason
+    assert checks["audit_push"].passed
 
 
 def test_a_guard_that_sets_a_low_noise_reading_aside_records_it():
@@ -111,3 +115,17 @@ def test_noise_scale_in_records_is_in_the_plans_units(bad):
     """The checks compare with the plan's sigma: half of it is a finding, twice it is not."""
     out = fields(observations(bad * SIGMA * np.random.default_rng(5).standard_normal((STEPS, 300))))
     assert out["audit_run_violated"] is (bad < 1)
+
+
+def test_the_reports_verdict_sentence_names_the_findings():
+    import dataclasses as dc
+
+    from dashboards.leaderboard import LeaderboardRow
+    from dashboards.report import verdict_sentence
+
+    fields = {f.name: None for f in dc.fields(LeaderboardRow) if f.default is dc.MISSING}
+    row = LeaderboardRow(**fields | {"dataset": "d", "model": "m", "mechanism": "x", "metric": "accuracy",
+                                      "n_finished": 1, "n_failed": 0, "claim_status": "violated",
+                                      "epsilon_claimed": 2.0, "epsilon_certified": 2.0, "epsilon_audited": 0.5},
+                         audit_violation="canaries pushed beyond the bound")
+    assert "the run's audits found: canaries pushed beyond the bound" in verdict_sentence(row)

@@ -47,15 +47,16 @@ def test_step_timer_on_the_cpu_reads_the_host_clock_around_each_step_as_before(m
 
 
 def test_the_paired_overhead_never_costs_more_than_the_training_it_measures():
-    """Rounds beyond MIN_ROUNDS run only while the non-private side has spent less than the budget, which the trial
-    sets to its own training time when that is shorter than BUDGET_S."""
+    """Rounds beyond MIN_ROUNDS run only while the measurement, its setups included, has spent less than its budget
+    (`overhead_budget`: a tenth of the trial's training, at most BUDGET_S) and the ratio's 95% interval is wider
+    than PRECISION; the record states the interval it reached."""
     import torch
 
     import mechanisms
     from mechanisms.parts.plan import PrivacySpec
     from workers import datasets, models
     from workers.config import TrainConfig
-    from workers.overhead import BUDGET_S, MAX_ROUNDS, MIN_ROUNDS, paired_overhead
+    from workers.overhead import BUDGET_S, MAX_ROUNDS, MIN_ROUNDS, PRECISION, overhead_budget, paired_overhead
 
     splits = datasets.load("digits")
     bundle = models.build("mlp", splits)
@@ -64,5 +65,26 @@ def test_the_paired_overhead_never_costs_more_than_the_training_it_measures():
     cfg = TrainConfig(epochs=1, batch_size=64, lr=0.1)
     run = lambda budget: paired_overhead(bundle.module, bundle, splits.train, mechanisms.get("dpsgd"), plan, cfg,  # noqa: E731
                                          device=torch.device("cpu"), seed=0, budget_s=budget)
-    assert run(0.0).rounds == MIN_ROUNDS
-    assert MIN_ROUNDS < run(BUDGET_S).rounds <= MAX_ROUNDS  # an mlp step takes well under 2 s / 20
+    spent = run(0.0)
+    assert spent.rounds == MIN_ROUNDS and spent.ratio_low <= spent.step_time_ratio <= spent.ratio_high
+    assert overhead_budget(0.5) == pytest.approx(0.05) and overhead_budget(100.0) == BUDGET_S
+    budget = BUDGET_S
+    full = run(budget)
+    assert MIN_ROUNDS < full.rounds <= MAX_ROUNDS  # an mlp step takes milliseconds: more rounds fit
+    # past the budget: at most the last round, the two memory steps and one garbage collection
+    assert full.seconds <= budget + 3 * (full.private_step_s + full.nonprivate_step_s) + 0.5
+    narrow = (full.ratio_high - full.ratio_low) <= 2 * PRECISION * full.step_time_ratio
+    assert narrow or full.seconds >= budget  # it stopped at the precision, or when the budget was spent
+
+
+def test_a_trial_too_short_for_the_fewest_rounds_is_not_measured():
+    """The fewest rounds that state an interval cost 2 x (WARMUP + MIN_ROUNDS) steps: a trial whose budget (a tenth
+    of its training) cannot pay for them is not measured, whatever its step time."""
+    from workers.overhead import MIN_ROUNDS, WARMUP, affordable, overhead_budget
+
+    fewest = 2 * (WARMUP + MIN_ROUNDS)
+    step = 0.07  # a cnn-small step at the quickstart's batch on this CPU
+    assert not affordable(overhead_budget(8 * step), step)  # 8 training steps: 0.056 s of budget
+    assert affordable(overhead_budget(10 * fewest * step), step)  # 160 steps: just enough
+    assert not affordable(overhead_budget(10 * fewest * step - 0.01), step)
+    assert not affordable(1.0, None)

@@ -96,3 +96,26 @@ def test_tree_covariance_matches_simulated_tree_noise(steps):
     white = nc.Covariance(nc.tree_covariance(steps)).whiten(sims)
     assert np.cov(white) == pytest.approx(np.eye(steps), abs=0.07)
     assert not np.allclose(np.cov(sims), np.eye(steps), atol=0.3)  # the raw noise is not white
+
+
+def simulated_sums(seed: int, push: float, m: int = 2000, steps: int = 300, q: float = 0.05,
+                   sigma: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """Summed residuals of m canaries (half included) over a run whose step pushes a joining canary by `push`."""
+    rng = np.random.default_rng(seed)
+    included = np.arange(m) % 2 == 0
+    joins = rng.binomial(steps, q, size=m) * included
+    return push * joins + sigma * np.sqrt(steps) * rng.standard_normal(m), included
+
+
+def test_the_push_check_raises_no_alarm_on_a_correct_step_over_200_seeds():
+    checks = [nc.push_check(*simulated_sums(seed, 1.0), 0.05, 300) for seed in range(200)]
+    assert sum(c.failed for c in checks) == 0
+    assert np.mean([c.push for c in checks]) == pytest.approx(1.0, abs=0.05)
+    assert np.std([c.z for c in checks]) == pytest.approx(1.0, abs=0.2)
+
+
+def test_the_push_check_flags_a_canary_pushed_at_twice_the_bound():
+    check = nc.push_check(*simulated_sums(0, 2.0), 0.05, 300)
+    assert check.failed and check.push == pytest.approx(2.0, abs=0.3) and "2" in check.words
+    assert nc.push_check(*simulated_sums(0, 0.5), 0.05, 300).failed is False  # less weight is not a leak
+    assert nc.push_check(np.zeros(4), np.zeros(4, dtype=bool), 0.05, 300) is None

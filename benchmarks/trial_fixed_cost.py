@@ -1,0 +1,89 @@
+"""Benchmark: a trial's fixed cost, the CPU seconds of everything but its training steps and audits.
+
+    python benchmarks/trial_fixed_cost.py [--grid examples/quickstart.yaml] [--examples 1024] [--json out.json]
+
+Each trial of the grid runs its phases in one fresh process, as a fresh Ray worker would (`cold`, imports
+included), then again in the same process (`warm`, as a reused worker, whose caches hold the data). Training is
+shortened to one epoch of `--examples` examples (the fixed costs do not depend on the training's length) and the
+audits are kept. What is timed is this process's CPU time (`time.process_time`), not the wall clock: a shared,
+loaded machine gives the cores to others at random moments, which the CPU time does not count.
+
+Columns (CPU seconds): `imports` (torch, privbench), `plan` (the plan phase: data, model, calibration; 0 when the
+trial needs no plan task), `accelerator` (its phase) of which `steps` (the training steps), `overhead` (the paired
+overhead measurement) and `fixed` (the rest: data, model, setup, evaluation, forward passes for the audits), and
+`analysis` (audits and the record). The trial's fixed cost is `plan + accelerator - steps + analysis - audits`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys, time, dataclasses
+sys.path.insert(0, {root!r})
+t0 = time.process_time()
+import torch
+torch.set_num_threads(1)
+from orchestrator import grid as grids
+from workers import trial as T
+imports = time.process_time() - t0
+spec = grids.load({grid!r})
+rows = []
+for rnd in ("cold", "warm"):
+    for config in spec.trials:
+        config = dataclasses.replace(config, train=dataclasses.replace(
+            config.train, epochs=1, max_train_examples={examples}), resources=dataclasses.replace(
+            config.resources, cpus=1, gpus=0))
+        c0 = time.process_time()
+        planned = T.plan_phase(config) if getattr(T, 'needs_plan_task', lambda c: True)(config) else None
+        c1 = time.process_time()
+        out = T.accelerator_phase(config, planned)
+        c2 = time.process_time()
+        planned = planned or out.planned  # no plan task: planned in the accelerator phase
+        step = T.step_phase(config, planned)
+        record = T.analysis_phase(config, planned, out, step)
+        c3 = time.process_time()
+        cpu = (getattr(out, 'timing', None) or {{}}).get("cpu", {{}})
+        m = record["metrics"]
+        rows.append({{"round": rnd, "mechanism": config.mechanism, "epsilon": config.epsilon, "seed": config.seed,
+                     "imports": imports if rnd == "cold" and not rows else 0.0,
+                     "plan": c1 - c0, "accelerator": c2 - c1, "steps": cpu.get("training_s", m.get("train_s")),
+                     "overhead": cpu.get("overhead_s", 0.0), "analysis": c3 - c2,
+                     "audits": (record.get("timing") or {{}}).get("cpu", {{}}).get("audits_s", 0.0)}})
+print(json.dumps(rows))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="CPU seconds of a trial's fixed costs, cold and warm.")
+    ap.add_argument("--grid", default=str(ROOT / "examples" / "quickstart.yaml"))
+    ap.add_argument("--examples", type=int, default=1024)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    code = CHILD.format(root=str(ROOT), grid=args.grid, examples=args.examples)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{'round':5} {'trial':22} {'imports':>7} {'plan':>6} {'accel':>6} {'steps':>6} {'ovhd':>6} "
+          f"{'analys':>6} {'audits':>6} {'fixed':>6}")
+    for r in rows:
+        steps = r["steps"] or 0.0
+        r["fixed"] = r["plan"] + r["accelerator"] - steps - r["overhead"] + r["analysis"] - r["audits"]
+        name = f"{r['mechanism']} e={r['epsilon']} s={r['seed']}"
+        print(f"{r['round']:5} {name:22} {r['imports']:7.2f} {r['plan']:6.2f} {r['accelerator']:6.2f} {steps:6.2f} "
+              f"{r['overhead']:6.2f} {r['analysis']:6.2f} {r['audits']:6.2f} {r['fixed']:6.2f}")
+    print("CPU seconds (time.process_time) of one process, one thread; fixed = plan + accelerator - steps - overhead "
+          "+ analysis - audits")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
