@@ -40,9 +40,11 @@ PAD = "&ensp;"  # MLflow's Markdown tables have no cell padding: `0.8357 ± 0.00
 
 
 def padded(table: str) -> str:
-    """A Markdown table whose body cells carry an en space on each side (the header row and the rule as they
-    are)."""
+    """A Markdown table whose cells, header included (`dataset` beside `model` read `datasetmodel`), carry an
+    en space on each side; the rule line as it is."""
     lines = table.splitlines()
-    body = ["| " + " | ".join(f"{PAD}{c.strip()}{PAD}" for c in line.strip().strip("|").split(" | ")) + " |"
-            for line in lines[2:]]
-    return "\n".join(lines[:2] + body) + "\n"
+
+    def pad(line: str) -> str:
+        return "| " + " | ".join(f"{PAD}{c.strip()}{PAD}" for c in line.strip().strip("|").split(" | ")) + " |"
+
+    return "\n".join([pad(lines[0]), lines[1], *map(pad, lines[2:])]) + "\n"

@@ -76,7 +76,7 @@ def test_experiment_is_a_model_training_experiment_with_the_sweep_as_its_descrip
     assert tags_["mlflow.experimentKind"] == "custom_model_development"
     summary = tags_["mlflow.note.content"]  # the sweep's summary: a line, then the compact leaderboard
     assert summary.startswith("**figs**: 10 trials, 10 finished. Grid, leaderboard and figures: the run `figs (sweep)`")
-    assert "| mechanism | eps target |" in summary
+    assert "| &ensp;mechanism&ensp; | &ensp;eps target&ensp; |" in summary  # padded: cells never run together
 
 
 def test_experiment_carries_the_runs_view_of_the_key_columns(runs):
@@ -123,6 +123,15 @@ def open_from_the_list(browser, base: str, name: str) -> None:
                      ".click()")
 
 
+# Each run name's epsilon and seed (its first two words): [name, whether they reach past the name's cell]
+CUT_NAMES_JS = """[...document.querySelectorAll('a')].filter(a => /seed\\d/.test(a.innerText)).map(a => {
+    const text = a.firstChild && a.firstChild.nodeType === 3 ? a.firstChild : a;
+    const range = document.createRange(); range.selectNodeContents(text);
+    const words = a.innerText.split(' '); const seedEnd = words.findIndex(w => w.startsWith('seed')) + 1;
+    const shown = words.slice(0, seedEnd).join(' ');
+    const cell = a.closest('[role=gridcell]') || a.parentElement;
+    const box = range.getBoundingClientRect(); const per = box.width / Math.max(1, a.innerText.length);
+    return [a.innerText, box.left + per * shown.length > cell.getBoundingClientRect().right]; })"""
 HEADERS_JS = """[...document.querySelectorAll('[role=columnheader]')].map(h => {
     const r = h.getBoundingClientRect(); return [h.innerText.trim(), r.left, r.right]; })"""
 
@@ -148,9 +157,8 @@ def test_the_experiment_opened_from_the_list_shows_the_trials_columns_rounded(ap
         for column in (*FIRST_COLUMNS, "seed", "dataset", "model"):  # every column docs/commands.md names
             assert column in headers and headers[column][1] <= width, (column, headers)
         # run names whole: epsilon and seed not cut off
-        cut = browser.evaluate("[...document.querySelectorAll('a')].filter(a => / seed\\d/.test(a.innerText))"
-                               ".map(a => [a.innerText, a.scrollWidth > a.clientWidth + 1])")
-        assert cut and not [name for name, clipped in cut if clipped], cut
+        cut = browser.evaluate(CUT_NAMES_JS)
+        assert cut and not [name for name, clipped in cut if clipped], cut  # each name's "eps8 seed0" in view
         browser.screenshot(SHOTS / f"runs-{width}.png")
         order = [headers[c][0] for c in FIRST_COLUMNS]
         assert order == sorted(order)  # in this order, left to right
@@ -211,8 +219,8 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
         assert abs(durations[-1] - wall_ms) < 500  # the trial's own time, not the time logging took
         t = tags(run)
         assert t["mlflow.source.name"] == "privbench"
-        # epsilon and seed right after the mechanism: MLflow's run-name column cuts long names
-        assert re.fullmatch(r"[\w-]+( eps[\d.]+)? seed\d digits/mlp", run["info"]["run_name"]), run["info"]["run_name"]
+        # epsilon and seed first: MLflow's run-name column cuts long names
+        assert re.fullmatch(r"(eps[\d.]+ )?seed\d [\w-]+ digits/mlp", run["info"]["run_name"]), run["info"]["run_name"]
         assert (" eps" in run["info"]["run_name"]) == (t["mechanism"] != "nonprivate")
         # linked to the sweep's run by a tag, not nested under it (the UI would collapse the trials)
         assert "mlflow.parentRunId" not in t and t[SWEEP_RUN_ID_TAG] == parent[0]["info"]["run_id"]
