@@ -221,7 +221,7 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
         assert t["mlflow.source.name"] == "privbench"
         # epsilon and seed first: MLflow's run-name column cuts long names
         assert re.fullmatch(r"(eps[\d.]+ )?seed\d [\w-]+ digits/mlp", run["info"]["run_name"]), run["info"]["run_name"]
-        assert (" eps" in run["info"]["run_name"]) == (t["mechanism"] != "nonprivate")
+        assert run["info"]["run_name"].startswith("eps") == (t["mechanism"] != "nonprivate")
         # linked to the sweep's run by a tag, not nested under it (the UI would collapse the trials)
         assert "mlflow.parentRunId" not in t and t[SWEEP_RUN_ID_TAG] == parent[0]["info"]["run_id"]
         assert re.fullmatch(r"[0-9a-f]{40}", t["mlflow.source.git.commit"])
