@@ -74,9 +74,9 @@ class _Conv2d(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             a = patches(x, module.kernel_size, module.dilation, padding, module.stride).transpose(1, 2)
             ghost = prefer_ghost(a.shape[1], a.shape[2], fan_out, tap.norm_mode)
-            norm2, clipped = outer_sum(a, g3, ghost)
+            norm2, clipped, up = outer_sum(a, g3, ghost)
             shape = weight.shape
-            tap.record(weight, norm2, lambda c: clipped(c).reshape(shape))
+            tap.record(weight, norm2, lambda c: clipped(c).reshape(shape), up)
         if ctx.needs_input_grad[2]:
             tap.record(ctx.bias, *instantiated(g3.sum(1)))
         return grad_x, None, None, None

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mechanisms.clipping_engine.norms import sq_norms
+from mechanisms.clipping_engine.norms import gamma, inflate, narrow, sq_norms, unit_roundoff
 from mechanisms.clipping_engine.rules import Rule, Tap, exact_type, register
 
 
@@ -47,10 +47,15 @@ def record_embedding(tap: Tap, weight: torch.Tensor, ids: torch.Tensor, g: torch
     norms = sq_norms(rows)  # fp32 at least
     norm2 = norms.new_zeros(batch).index_add_(0, owner, norms)
 
+    up = None
+    if narrow(rows.dtype):  # each row's norm and the sum over an example's rows, then c and rows * c rounded
+        u = unit_roundoff(rows.dtype)
+        up = inflate(norm2, 2 * gamma(dim + ids2.shape[1] + 2, norms.dtype) + (1 + u) ** 4 - 1)
+
     def clipped_sum(c: torch.Tensor) -> torch.Tensor:
         return rows.new_zeros(vocab, dim).index_add_(0, row_id, rows * c.to(rows.dtype)[owner].unsqueeze(1))
 
-    tap.record(weight, norm2, clipped_sum)
+    tap.record(weight, norm2, clipped_sum, up)
 
 
 class _Embedding(torch.autograd.Function):

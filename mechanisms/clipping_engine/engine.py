@@ -32,7 +32,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from mechanisms.clipping_engine.norms import NORM_MODES, ClippedSum, clip_factors, norm_dtype
+from mechanisms.clipping_engine.norms import (
+    NORM_MODES,
+    ClippedSum,
+    certified_factors,
+    clip_factors,
+    gamma,
+    inflate,
+    norm_dtype,
+)
 from mechanisms.clipping_engine.rules import Tap, UnsupportedModule, rule_for
 from mechanisms.parts.clipping import CLIPPINGS as CLIPPING_RULES
 
@@ -103,7 +111,7 @@ class BookkeepingEngine:
         self._bounds = {id(p): c for p, c in zip(self.params, bounds, strict=True)}
         self.enabled = True
         self._batch: int | None = None
-        self._pending: dict[int, tuple[torch.Tensor, ClippedSum]] = {}
+        self._pending: dict[int, tuple[torch.Tensor, ClippedSum, torch.Tensor | None]] = {}
         self._done: dict[int, torch.Tensor] = {}
         self.per_sample_norms: torch.Tensor | None = None
         self._param_norms: dict[str, torch.Tensor] = {}
@@ -135,8 +143,10 @@ class BookkeepingEngine:
             self._batch = None
             self._pending = {}
 
-    def contribute(self, param: torch.Tensor, norm2: torch.Tensor, clipped_sum: ClippedSum) -> None:
-        """Called by a Tap during the backward pass with one parameter's squared per-sample norms."""
+    def contribute(self, param: torch.Tensor, norm2: torch.Tensor, clipped_sum: ClippedSum,
+                   norm2_up: torch.Tensor | None = None) -> None:
+        """Called by a Tap during the backward pass with one parameter's squared per-sample norms, and under
+        mixed precision their certified upper bounds, which set the clipping factors (norms.py)."""
         name = self._names.get(id(param), "<unknown parameter>")
         if self._batch is None:
             raise RuntimeError(f"book-keeping: {name} got a gradient from a backward pass the engine did not "
@@ -151,9 +161,11 @@ class BookkeepingEngine:
         if self.clipping == "per_layer":
             norms = norm2.clamp_min(0).sqrt()
             self._param_norms[name] = norms
-            self._done[id(param)] = clipped_sum(clip_factors(norms, self._bounds[id(param)]))
+            bound = self._bounds[id(param)]
+            factors = clip_factors(norms, bound) if norm2_up is None else certified_factors(norm2_up, bound)
+            self._done[id(param)] = clipped_sum(factors)
         else:
-            self._pending[id(param)] = (norm2, clipped_sum)
+            self._pending[id(param)] = (norm2, clipped_sum, norm2_up)
 
     def _finish(self) -> None:
         """Flat clipping: combine the pending norms and evaluate every recipe. The per-tensor squared norms
@@ -165,8 +177,14 @@ class BookkeepingEngine:
             stacked = torch.stack([self._pending[k][0] for k in keys])  # (tensors, B)
             self._stacked = ([self._names[k] for k in keys], stacked)
             self.per_sample_norms = stacked.sum(0).clamp_min(0).sqrt()
-            factors = clip_factors(self.per_sample_norms, self.max_grad_norm)  # type: ignore[arg-type]
-            for key, (_, clipped_sum) in self._pending.items():
+            if any(self._pending[k][2] is not None for k in keys):  # mixed precision: the certified bounds
+                ups = torch.stack([self._pending[k][0] if self._pending[k][2] is None else self._pending[k][2]
+                                   for k in keys]).to(stacked.dtype)
+                total = inflate(ups.sum(0), 2 * gamma(len(keys) + 1, stacked.dtype))
+                factors = certified_factors(total, self.max_grad_norm)  # type: ignore[arg-type]
+            else:
+                factors = clip_factors(self.per_sample_norms, self.max_grad_norm)  # type: ignore[arg-type]
+            for key, (_, clipped_sum, _) in self._pending.items():
                 self._done[key] = clipped_sum(factors)
         elif self.clipping == "flat":
             self.per_sample_norms = torch.zeros(batch, device=self.params[0].device if self.params else None)

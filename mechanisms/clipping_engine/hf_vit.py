@@ -43,8 +43,8 @@ class _PerSampleCopy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        norm2, clipped = instantiated(g)
-        ctx.tap.record(ctx.param, norm2, lambda c: clipped(c).unsqueeze(0))
+        norm2, clipped, up = instantiated(g)
+        ctx.tap.record(ctx.param, norm2, lambda c: clipped(c).unsqueeze(0), up)
         return None, None, None
 
 

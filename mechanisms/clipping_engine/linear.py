@@ -29,8 +29,8 @@ def record_linear(tap: Tap, a: torch.Tensor, g: torch.Tensor, weight: torch.Tens
     g3 = g.reshape(batch, -1, g.shape[-1])
     if weight is not None:
         ghost = prefer_ghost(a3.shape[1], a3.shape[2], g3.shape[2], tap.norm_mode)
-        norm2, clipped = outer_sum(a3, g3, ghost)
-        tap.record(weight, norm2, (lambda c: clipped(c).t()) if transpose else clipped)
+        norm2, clipped, up = outer_sum(a3, g3, ghost)
+        tap.record(weight, norm2, (lambda c: clipped(c).t()) if transpose else clipped, up)
     if bias is not None:
         tap.record(bias, *instantiated(g3.sum(1)))
 

@@ -20,6 +20,21 @@ over it (B p d reads, memory-bound). So in flops the instantiated path is never 
 is about memory and memory traffic (B p d floats written and read twice, against 2 B T^2): the paper's
 space rule, which we use. Per-sample gradients of biases, LayerNorm affine parameters and embedding rows
 are small (B d, or at most B T d) and always instantiated.
+
+Certified rounding margin (mixed precision; docs/clipping.md has the full statement). The privacy guarantee
+needs every clipped term the sum adds, c_i times what the recipe sums for example i, to have norm <= C when
+taken exactly, whatever the rounding. Two things break it with Opacus' factor on a computed norm: the norm
+is computed with rounding, and c_i is rounded to bf16 (up to (1 + u) c_i, u = 2^-8) and so is the rescaled
+g_i c_i. So under bf16 / fp16 each recipe also reports U_i, an upper bound on the exact squared norm of its
+term per unit of c_i, from gamma_n = n u32 / (1 - n u32) (any length-n fp32 dot product, in any order, is
+within gamma_n sum |terms|):
+* T = 1: U = |a|^2 |g|^2 (1 + 2 gamma_{p+2})(1 + 2 gamma_{d+2})(1 + u)^4 (rank one, entrywise rounding).
+* ghost: with S_i = sum_t |a_it||g_it|, the Gram identity is within gamma_{p+d+T^2} S_i^2 (its terms have both
+  signs: Cauchy-Schwarz bounds sum |A_st||G_st| by S_i^2), and rounding g_i c_i entrywise adds at most
+  u c_i S_i, so U = (sqrt(norm2 + 2 gamma S_i^2) + u S_i)^2 (1 + u)^2.
+* instantiated: U = norm2 (1 + 2 gamma_{n+2}), times (1 + u)^2 when c_i is rounded to bf16 for the sum.
+Each bound takes a further 16 u32 for its own fp32 roundings; the engine sums them over tensors (2 gamma_{k+1})
+and clips with min(1, C (1 - 16 u32) / (sqrt(U_i) + 1e-6)). fp32 / fp64 keep Opacus' factor (U = None).
 """
 
 from __future__ import annotations
@@ -30,6 +45,42 @@ import torch
 
 ClippedSum = Callable[[torch.Tensor], torch.Tensor]  # per-sample factors c (B,) -> sum_i c_i G_i
 NORM_MODES = ("mixed", "ghost", "instantiate")
+U32 = 2.0 ** -24  # fp32's unit roundoff
+FP32_SLACK = 16 * U32  # covers the handful of fp32 roundings (adds, sqrt, square, the inflation's own multiply)
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """u = eps / 2: a rounding to nearest moves a (normal) number by at most u relative; bf16 2^-8, fp32 2^-24."""
+    return torch.finfo(dtype).eps / 2
+
+
+def gamma(n: int, dtype: torch.dtype) -> float:
+    """gamma_n = n u / (1 - n u) (Higham, Accuracy and Stability, 3.1): any length-n sum of products computed
+    in `dtype`, in any order or blocking, is within gamma_n sum |terms| of the exact value."""
+    nu = n * unit_roundoff(dtype)
+    return nu / (1 - nu) if nu < 0.5 else float("inf")
+
+
+def matmul_gamma(n: int, dtype: torch.dtype) -> float:
+    """gamma for an fp32 matmul, whose inputs may be rounded to TF32 (2^-11) or bf16 (2^-8) inside the kernel
+    when `torch.set_float32_matmul_precision` is not "highest": n dot-product terms, each with two input
+    roundings and one product rounding, hence 3 n + 1 roundings at the coarser unit."""
+    if dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest":
+        return gamma(n, dtype)
+    coarse = torch.bfloat16 if torch.get_float32_matmul_precision() == "medium" else None
+    u = unit_roundoff(coarse) if coarse is not None else 2.0 ** -11
+    nu = (3 * n + 1) * u
+    return nu / (1 - nu) if nu < 0.5 else float("inf")
+
+
+def narrow(dtype: torch.dtype) -> bool:
+    """bf16 / fp16: the precisions whose rounding the certified margin covers (mixed precision)."""
+    return torch.finfo(dtype).bits < 32
+
+
+def inflate(x: torch.Tensor, rel: float) -> torch.Tensor:
+    """x (1 + rel + FP32_SLACK): an upper bound that survives its own rounding and the fp32 work before it."""
+    return x * (1.0 + rel + FP32_SLACK)
 
 
 def prefer_ghost(positions: int, fan_in: int, fan_out: int, mode: str = "mixed") -> bool:
@@ -53,8 +104,11 @@ def norm_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool) -> tuple[torch.Tensor, ClippedSum]:
-    """Per-sample squared norms of G_i = g_i^T a_i and the book-keeping clipped sum sum_i c_i G_i (d x p).
+def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool
+              ) -> tuple[torch.Tensor, ClippedSum, torch.Tensor | None]:
+    """Per-sample squared norms of G_i = g_i^T a_i, the book-keeping clipped sum sum_i c_i G_i (d x p), and,
+    in a narrow dtype, the certified upper bound on the squared norm each example adds to that sum per unit
+    of c_i (docs/clipping.md, "Certified rounding margin"; None in fp32 / fp64).
 
     `a` is (B, T, p), `g` is (B, T, d). Ghost: the Gram identity above, and the clipped sum as one matmul
     of the rescaled output gradients with the activations. Instantiated: G by batched matmul, kept.
@@ -66,16 +120,30 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool) -> tuple[torch.Tens
     low = work_dtype(a, g)
     a, g = a.to(low), g.to(low)
     wide = norm_dtype(a)
+    certify = narrow(low)
+    u = unit_roundoff(low)
     if positions == 1:
         a1, g1 = a[:, 0], g[:, 0]
-        norm2 = sq_norms(a1) * sq_norms(g1)
-        return norm2, lambda c: (g1 * c.to(low).unsqueeze(1)).t().matmul(a1)
+        na, ng = sq_norms(a1), sq_norms(g1)
+        norm2 = na * ng
+        # rank one: |bf16(g bf16(c))| <= c (1+u)^2 |g| entrywise, so the summed term has norm <= c (1+u)^2 |g||a|
+        up = inflate(inflate(na, 2 * gamma(fan_in + 2, wide)) * inflate(ng, 2 * gamma(fan_out + 2, wide)),
+                     (1 + u) ** 4 - 1) if certify else None
+        return norm2, lambda c: (g1 * c.to(low).unsqueeze(1)).t().matmul(a1), up
     if ghost:
         aw, gw = a.to(wide), g.to(wide)  # no copy in fp32
         gram_a = torch.bmm(aw, aw.transpose(1, 2))
         gram_g = torch.bmm(gw, gw.transpose(1, 2))
         norm2 = torch.bmm(gram_a.view(batch, 1, -1), gram_g.view(batch, -1, 1)).view(batch)  # <A, G>_F
-        del gram_a, gram_g, aw, gw
+        del gram_a, gram_g
+        up = None
+        if certify:  # S_i = sum_t |a_it| |g_it| bounds every cancellation the Gram identity hides
+            s_i = inflate((torch.linalg.vector_norm(aw, dim=2) * torch.linalg.vector_norm(gw, dim=2)).sum(1),
+                          2 * gamma(fan_in + fan_out + positions + 4, wide))
+            err = inflate(s_i.square(), 0) * (2 * matmul_gamma(fan_in + fan_out + positions * positions + 4, wide))
+            up = inflate(inflate(norm2.clamp_min(0) + err, 0).sqrt() + u * s_i, 0).square() * ((1 + u) ** 2)
+            up = inflate(up, 0)
+        del aw, gw
 
         def ghost_sum(c: torch.Tensor) -> torch.Tensor:
             c3 = c.to(low).view(-1, 1, 1)
@@ -83,10 +151,12 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool) -> tuple[torch.Tens
                 return (g * c3).reshape(-1, fan_out).t().matmul(a.reshape(-1, fan_in))
             return g.reshape(-1, fan_out).t().matmul((a * c3).reshape(-1, fan_in))
 
-        return norm2, ghost_sum
+        return norm2, ghost_sum, up
     per_sample = torch.bmm(g.to(wide).transpose(1, 2), a.to(wide))  # (B, d, p)
     norm2 = sq_norms(per_sample)
-    return norm2, lambda c: weighted_sum(c, per_sample)
+    # the sum runs over this stored fp32 tensor with fp32 factors: only its norm's own rounding is left
+    up = inflate(norm2, 2 * gamma(fan_in * fan_out + 2, wide)) if certify else None  # sq_norms, no matmul
+    return norm2, lambda c: weighted_sum(c, per_sample), up
 
 
 def weighted_sum(c: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
@@ -96,9 +166,15 @@ def weighted_sum(c: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
     return c.to(per_sample.dtype).matmul(per_sample.reshape(per_sample.shape[0], -1)).view(per_sample.shape[1:])
 
 
-def instantiated(per_sample: torch.Tensor) -> tuple[torch.Tensor, ClippedSum]:
-    """Squared norms and clipped sum of explicitly held per-sample gradients (B, *param_shape)."""
-    return sq_norms(per_sample), lambda c: weighted_sum(c, per_sample)
+def instantiated(per_sample: torch.Tensor) -> tuple[torch.Tensor, ClippedSum, torch.Tensor | None]:
+    """Squared norms and clipped sum of explicitly held per-sample gradients (B, *param_shape), and in a narrow
+    dtype the certified bound (the norm's rounding, and c rounded to that dtype: (1 + u)^2 on the square)."""
+    norm2 = sq_norms(per_sample)
+    if not narrow(per_sample.dtype):
+        return norm2, lambda c: weighted_sum(c, per_sample), None
+    n = per_sample[0].numel() if per_sample.shape[0] else 1
+    up = inflate(norm2, 2 * gamma(n + 2, norm2.dtype) + (1 + unit_roundoff(per_sample.dtype)) ** 2 - 1)
+    return norm2, lambda c: weighted_sum(c, per_sample), up
 
 
 def sq_norms(x: torch.Tensor) -> torch.Tensor:
@@ -111,3 +187,11 @@ def sq_norms(x: torch.Tensor) -> torch.Tensor:
 def clip_factors(norms: torch.Tensor, bound: float) -> torch.Tensor:
     """Opacus' factor, min(1, C / (|G_i| + 1e-6)), so clipped sums match its optimizers exactly."""
     return (bound / (norms + 1e-6)).clamp(max=1.0)
+
+
+def certified_factors(norm2_up: torch.Tensor, bound: float) -> torch.Tensor:
+    """Opacus' factor from certified squared-norm bounds: min(1, C' / (sqrt(U_i) + 1e-6)), C' = C (1 - 16 u32)
+    for the fp32 roundings of the sqrt, the add and the division. A bound that is NaN (the Gram identity's
+    inf - inf after fp32 overflow) counts as infinite: factor 0, the example adds nothing."""
+    up = torch.where(norm2_up.isnan(), torch.full_like(norm2_up, float("inf")), norm2_up)
+    return clip_factors(up.clamp_min(0).sqrt(), bound * (1 - FP32_SLACK))

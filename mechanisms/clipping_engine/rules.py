@@ -51,8 +51,11 @@ class Tap:
     def trainable(self, param: torch.Tensor | None) -> bool:
         return param is not None and param.requires_grad
 
-    def record(self, param: torch.Tensor, norm2: torch.Tensor, clipped_sum: ClippedSum) -> None:
-        self.engine.contribute(param, norm2, clipped_sum)
+    def record(self, param: torch.Tensor, norm2: torch.Tensor, clipped_sum: ClippedSum,
+               norm2_up: torch.Tensor | None = None) -> None:
+        """`norm2_up`: the certified bound on the squared norm of what `clipped_sum` adds per example per unit
+        of c_i (norms.py), when it differs from `norm2` (mixed precision)."""
+        self.engine.contribute(param, norm2, clipped_sum, norm2_up)
 
 
 @dataclasses.dataclass(frozen=True)
