@@ -80,7 +80,9 @@ class BookkeepingEngine:
     tensor in the order of `[p for p in module.parameters() if p.requires_grad]` (the optimizer's order,
     as Opacus' per-layer optimizer). `norm_mode`: `mixed` (the rule in norms.py), or force `ghost` /
     `instantiate` for every weight (benchmarks, tests). After a step, `per_sample_norms` holds the flat
-    per-sample norms (B,) and `param_norms` each tensor's (name -> (B,)).
+    per-sample norms (B,) and `param_norms` each tensor's (name -> (B,)); under bf16 / fp16 flat clipping,
+    `per_sample_bounds` holds the certified upper bounds on those norms that set the factors (norms.py),
+    else it is None.
     """
 
     def __init__(self, module: nn.Module, max_grad_norm: float | Sequence[float], *, clipping: str = "flat",
@@ -114,6 +116,7 @@ class BookkeepingEngine:
         self._pending: dict[int, tuple[torch.Tensor, ClippedSum, torch.Tensor | None]] = {}
         self._done: dict[int, torch.Tensor] = {}
         self.per_sample_norms: torch.Tensor | None = None
+        self.per_sample_bounds: torch.Tensor | None = None
         self._param_norms: dict[str, torch.Tensor] = {}
         self._stacked: tuple[list[str], torch.Tensor] | None = None
         self._restore: list[tuple[nn.Module, Any]] = []
@@ -135,6 +138,7 @@ class BookkeepingEngine:
             raise ValueError(f"expected one loss per example (B,), got shape {tuple(loss_per_sample.shape)}")
         self._batch = loss_per_sample.shape[0]
         self._pending, self._done, self._param_norms, self._stacked = {}, {}, {}, None
+        self.per_sample_bounds = None
         try:
             if loss_per_sample.requires_grad and self._batch > 0:
                 loss_per_sample.sum().backward()
@@ -181,6 +185,7 @@ class BookkeepingEngine:
                 ups = torch.stack([self._pending[k][0] if self._pending[k][2] is None else self._pending[k][2]
                                    for k in keys]).to(stacked.dtype)
                 total = inflate(ups.sum(0), 2 * gamma(len(keys) + 1, stacked.dtype))
+                self.per_sample_bounds = total.sqrt()
                 factors = certified_factors(total, self.max_grad_norm)  # type: ignore[arg-type]
             else:
                 factors = clip_factors(self.per_sample_norms, self.max_grad_norm)  # type: ignore[arg-type]

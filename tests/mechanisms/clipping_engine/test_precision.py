@@ -1,17 +1,17 @@
 """bf16 autocast against Opacus' hooks (float64) on the registry models that run fast on CPU, and the
 compiled step against the eager one.
 
-The bf16 tolerance. bf16 keeps 8 significant bits: one rounding is off by at most u = 2^-9 (1.95e-3)
+The bf16 tolerance. bf16 keeps 8 significant bits: one rounding is off by at most u = 2^-8 (3.9e-3)
 relative. Under autocast every matmul of the forward and of the input-gradient backward rounds its output
 to bf16; the engine then computes each per-sample norm in fp32 from the bf16 activations a and output
 gradients g. |G_i| = |g_i^T a_i| moves by about the relative error of a and g, each one rounding plus what
-the layers before passed on: we allow 4u = 2^-7 on every per-sample norm (measured at most 1.6u on these
+the layers before passed on: we allow 2u = 2^-7 on every per-sample norm (measured at most 0.8u on these
 models at batch 32). The clipped sum is returned by a bf16 matmul (one more rounding of every coordinate)
 and the input gradients that reach the first layers went through every layer's bf16 rounding, so the whole
-clipped gradient (all tensors as one vector) is allowed 16u = 2^-5 relative (measured at most 2.3e-2, on
-bert-tiny, whose 2-layer encoder sits behind a 30k-row embedding). Clipping stays exact: factors are
-computed in fp32 from those norms, so no example's clipped gradient exceeds the bound by more than the
-norm's error, and the noise (fp32, after the step) is unchanged. The test also checks that bf16 really ran
+clipped gradient (all tensors as one vector) is allowed 8u = 2^-5 relative (measured at most 2.3e-2, on
+bert-tiny, whose 2-layer encoder sits behind a 30k-row embedding). No clipped example exceeds the bound:
+the factors come from certified upper bounds on the norms (norms.py; test_rounding_margin.py), and the
+noise (fp32, after the step) is unchanged. The test also checks that bf16 really ran
 (the error is above fp32's 1e-5), so a silently ignored autocast cannot pass.
 """
 
@@ -27,9 +27,9 @@ from torch import nn
 
 from mechanisms.clipping_engine import BookkeepingEngine, BookkeepingLoss
 
-U_BF16 = 2.0 ** -9
-NORM_TOL = 4 * U_BF16
-SUM_TOL = 16 * U_BF16
+U_BF16 = 2.0 ** -8
+NORM_TOL = 2 * U_BF16
+SUM_TOL = 8 * U_BF16
 
 
 def _bk(model: nn.Module, inputs, y, bound: float, dtype: torch.dtype | None = None, compile_step: bool = False):

@@ -120,3 +120,26 @@ def test_fp32_keeps_opacus_factor() -> None:
     a, g = torch.randn(4, 3, 5), torch.randn(4, 3, 6)
     assert outer_sum(a, g, True)[2] is None and instantiated(a)[2] is None
     assert math.isfinite(gamma(10, torch.float32))
+
+
+def test_engine_clips_with_the_certified_bounds_under_bf16_only() -> None:
+    from torch import nn
+
+    from mechanisms.clipping_engine import BookkeepingEngine, BookkeepingLoss
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.ReLU(), nn.Linear(8, 3))
+    x, y = torch.randn(16, 5, 6), torch.randint(0, 3, (16,))
+    for dtype in (torch.bfloat16, None):
+        engine = BookkeepingEngine(model, 0.1)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = BookkeepingLoss(engine, nn.CrossEntropyLoss())(model(x).mean(1), y)
+        loss.backward()
+        engine.detach()
+        model.zero_grad()
+        if dtype is None:
+            assert engine.per_sample_bounds is None
+            continue
+        ratio = engine.per_sample_bounds / engine.per_sample_norms
+        print(f"bf16 certified bound / computed norm: max {ratio.max().item():.5f}")
+        assert bool((ratio >= 1.0).all()) and bool((ratio < 1.05).all())
