@@ -33,4 +33,18 @@ def summary(records: Sequence[Mapping[str, Any]], board: list) -> str:
     name = ", ".join(sweeps) or "sweep"
     finished = sum(r.get("status") == "finished" for r in records)
     return (f"**{name}**: {len(records)} trials, {finished} finished. Grid, leaderboard and figures: the run "
-            f"`{name} (sweep)`, left out of this list.\n\n" + render(board, "markdown"))
+            f"`{name} (sweep)`, left out of this list.\n\n" + padded(render(board, "markdown")))
+
+
+PAD = "&ensp;"  # MLflow's Markdown tables have no cell padding: `0.8357 ± 0.0008` beside `1` read `0.00081`
+
+
+def padded(table: str) -> str:
+    """A Markdown table whose cells, header included (`dataset` beside `model` read `datasetmodel`), carry an
+    en space on each side; the rule line as it is."""
+    lines = table.splitlines()
+
+    def pad(line: str) -> str:
+        return "| " + " | ".join(f"{PAD}{c.strip()}{PAD}" for c in line.strip().strip("|").split(" | ")) + " |"
+
+    return "\n".join([pad(lines[0]), lines[1], *map(pad, lines[2:])]) + "\n"

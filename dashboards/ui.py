@@ -177,10 +177,12 @@ def home_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/#/experiments"
 
 
-def runs_table_url(host: str, port: int, experiment_id: str, view: bool = True) -> str:
+def runs_table_url(host: str, port: int, experiment_id: str, view: bool = False) -> str:
     """The experiment's runs table. MLflow 3's UI opens an experiment on its GenAI overview when its
     workflow switch (kept in the browser) says GenAI, its default; `workflowType` in the link overrides it.
-    `view`: the experiment carries privbench's runs view (storage/mlflow_view.py), which the link selects."""
+    `view`: select privbench's runs view (storage/mlflow_view.py) by its share key, for a browser that has its
+    own columns saved (MLflow then shows a "shared view" banner); `privbench ui` prints links without it, as
+    its front makes the view each experiment's first one."""
     share = f"&viewStateShareKey={RUNS_VIEW_KEY}" if view else ""
     return home_url(host, port) + f"/{experiment_id}/runs?workflowType=machine_learning{share}"
 

@@ -371,7 +371,9 @@ def ui(
         check_bindable(host, port)
         out.print(f"MLflow UI: {home_url(host, port)}", soft_wrap=True, highlight=False)
         for name, experiment_id in sweeps:  # MLflow's UI opens on its GenAI pages unless told otherwise
-            url = runs_table_url(host, port, experiment_id, view=experiment_id in views)
+            # no share key: the front makes the view the browser's first one (MLflow would say "You're viewing
+            # a shared view" over the table)
+            url = runs_table_url(host, port, experiment_id)
             out.print(f"{name}: {url}", soft_wrap=True, highlight=False)
         code = serve(location, host, port, views)
     except UiError as e:

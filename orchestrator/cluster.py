@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import socket
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from storage.faults import fault
 
 if TYPE_CHECKING:
     from workers.config import TrialConfig
@@ -19,6 +22,59 @@ SHIPPED_PACKAGES = ("orchestrator", "workers", "mechanisms", "storage")
 
 class ClusterError(RuntimeError):
     """Ray cannot be reached or started: a usage problem (exit 2), said in one line."""
+
+    code = 2
+
+
+class StoppedWhileStarting(ClusterError):
+    """SIGTERM or Ctrl-C while Ray started: Ray was shut down again, and the driver exits 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(f"stopped by {signal.Signals(signum).name} while Ray was starting; nothing was run")
+        self.code = 128 + signum
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """While `ray.init` runs, SIGTERM and SIGINT are noted, not acted on, and said after it returns.
+
+    `ray.init` installs its own SIGTERM handlers as it goes (`sys.exit(15)`, then one that kills the node's
+    processes and exits 1); a SIGTERM that lands while Ray's C++ core is on the stack aborted the driver with
+    Ray's crash dump (exit 134). Here every handler Ray installs during start-up is replaced by one that
+    only notes the signal; the caller shuts Ray down and exits 143 (or 130). In the main thread only."""
+    import signal
+    import threading
+
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def note(signum: int, _frame: Any) -> None:
+        noted.append(signum)
+
+    old = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        from ray._private import utils as ray_utils  # Ray's own way of installing its SIGTERM handler
+    except ImportError:  # another Ray: its handlers are overridden once it returns
+        ray_utils = None
+    install = getattr(ray_utils, "set_sigterm_handler", None)
+
+    def deferred(_handler: Any) -> None:
+        signal.signal(signal.SIGTERM, note)
+        fault("ray_sigterm_handler")  # the kill tests: SIGTERM while Ray starts
+
+    if install is not None:
+        ray_utils.set_sigterm_handler = deferred
+    try:
+        yield noted
+    finally:
+        if install is not None:
+            ray_utils.set_sigterm_handler = install
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -88,12 +144,17 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
                 kwargs["runtime_env"] = {"py_modules": shipped(plugins)}
         elif not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
             kwargs["runtime_env"] = runtime_env(plugins)
-        try:
-            ray.init(address=address, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any connection failure is a usage problem here
-            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ClusterError(f"cannot connect to Ray at {address or 'a new local instance'}: "
-                               f"{_full_temp_folder() or said}") from None
+        with _signals_deferred() as noted:
+            try:
+                ray.init(address=address, **kwargs)
+            except Exception as e:  # noqa: BLE001 - any connection failure is a usage problem here
+                said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ClusterError(f"cannot connect to Ray at {address or 'a new local instance'}: "
+                                   f"{_full_temp_folder() or said}") from None
+            fault("ray_started")  # the kill tests: SIGTERM once Ray's processes run, before the sweep's handler
+            if noted:
+                ray.shutdown()
+                raise StoppedWhileStarting(noted[0])
     return dict(ray.cluster_resources())
 
 

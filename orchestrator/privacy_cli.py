@@ -156,8 +156,8 @@ Epochs = Annotated[str | None, typer.Option("--epochs", help="Epochs E, with --d
                                                              "sampler.")]
 Delta = Annotated[str | None, typer.Option("--delta", help="Target delta in (0, 1).")]
 Accountant = Annotated[str, typer.Option("--accountant", help=ACCOUNTANT_HELP)]
-Sampler = Annotated[str, typer.Option("--sampler", help="poisson, fixed or shuffle (fixed/shuffle need "
-                                                         "--dataset-size, --batch-size and --epochs; "
+Sampler = Annotated[str, typer.Option("--sampler", help="poisson, fixed, shuffle or fixed-order (the last three "
+                                                         "need --dataset-size, --batch-size and --epochs; "
                                                          "replace-one adjacency).")]
 DatasetSize = Annotated[str | None, typer.Option("--dataset-size", help="N, the training examples.")]
 Dim = Annotated[str | None, typer.Option("--dim", help="Model dimension d (Fenton-Wilkinson claim).")]

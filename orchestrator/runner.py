@@ -231,8 +231,8 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
 
     try:
         resources = cluster.connect(address, spec.plugins)
-    except cluster.ClusterError as e:
-        raise SweepError(str(e)) from None
+    except cluster.ClusterError as e:  # 2, or 143 / 130 when stopped while Ray started
+        raise SweepError(str(e), code=e.code) from None
     problems = cluster.resource_problems(list(spec.trials), resources)
     if problems:
         raise SweepError("; ".join(problems), problems=problems)

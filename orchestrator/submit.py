@@ -21,6 +21,7 @@ _LOADING = time.perf_counter()  # this module's imports (torch, privbench) are w
 
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import itertools  # noqa: E402
 import re  # noqa: E402
 import traceback  # noqa: E402
 from collections import deque  # noqa: E402
@@ -327,7 +328,7 @@ def run_all(
             if on_start(trial.config) is not False:
                 start(trial)
         w0 = time.perf_counter()
-        for trial in list(queue)[:plans_ahead * max_concurrent]:  # the next trials' plans, made while these train
+        for trial in itertools.islice(queue, plans_ahead * max_concurrent):  # next trials' plans, made during training
             if needs_plan_task(trial.config):
                 plan_of(trial.config)
         clock.submit_s += time.perf_counter() - w0

@@ -700,6 +700,303 @@ def _(p):
     return one_line(r, has="samples"), said(r)
 
 
+# issue 40: recovery you can trust -------------------------------------------------------------------------------
+BIG_RECORD_SCRIPT = """
+import sys
+from storage.location import resolve
+from storage.store import Store
+folder = sys.argv[1]
+configs = [{"trial_key": f"k{i}", "dataset": "digits", "model": "mlp", "mechanism": "nonprivate", "epsilon": None,
+            "seed": i} for i in range(4)]
+st = Store(resolve(folder), create=True)
+st.open_sweep("s1", "yaml", configs)
+for c in configs:
+    st.claim("s1", c["trial_key"])
+    extra = {"curve": [round(0.001 * i, 3) for i in range(1500)], "marker": "MIDDLE-OF-RECORD"}
+    extra = extra if c["seed"] == 2 else {}
+    st.record({"sweep": "s1", "trial_key": c["trial_key"], "status": "finished", "metrics": {"accuracy": 0.5},
+               "config": c, **extra})
+st.release("s1")
+st.close()
+"""
+
+
+def recovery_store(p: Probe, name: str) -> Path:
+    folder = p.folder(name) / "store"
+    result = p.python(BIG_RECORD_SCRIPT, folder)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-2000:])
+    return folder
+
+
+def _patch(path: Path, find: bytes, offset: int, value: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.index(find) + offset
+    data[at:at + len(value)] = value
+    path.write_bytes(bytes(data))
+
+
+def _cut(path: Path) -> None:
+    os.truncate(path, path.stat().st_size - 1000)
+
+
+def _index_disagrees(path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        index_page = db.execute("select rootpage from sqlite_master where name = "
+                                "'sqlite_autoindex_privbench_trials_1'").fetchone()[0]
+        size = db.execute("pragma page_size").fetchone()[0]
+    data = bytearray(path.read_bytes())
+    for page in range(len(data) // size):
+        at = data[page * size:(page + 1) * size].find(b"s1k3")
+        if page + 1 != index_page and at >= 0:
+            data[page * size + at + 3] = ord("9")
+            break
+    path.write_bytes(bytes(data))
+
+
+def _torn_wal(path: Path) -> None:
+    code = ("import sqlite3, os, sys; db = sqlite3.connect(sys.argv[1]); db.execute('pragma journal_mode=wal');"
+            "db.execute('update privbench_trials set attempts = attempts + 1'); db.commit(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    with open(path.with_name(path.name + "-wal"), "r+b") as fh:
+        fh.seek(8)
+        fh.write(bytes(8))
+
+
+LEDGER_DAMAGE = {
+    "a changed byte in a row": lambda f: _patch(f / "ledger.db", b'"status": "finished"', 8, b";"),
+    "zeroed bytes in an overflow page": lambda f: _patch(f / "ledger.db", b"MIDDLE-OF-RECORD", -200, bytes(64)),
+    "a ledger cut short by 1,000 bytes": lambda f: _cut(f / "ledger.db"),
+    "an index entry that no longer matches its row": lambda f: _index_disagrees(f / "ledger.db"),
+    "a torn WAL header left by a killed driver": lambda f: _torn_wal(f / "ledger.db"),
+}
+
+
+def _damage_case(name: str, make: Callable[[Path], None]) -> None:
+    @case("recovery", f"store check sees {name}, names the mend, and the mend agrees")
+    def _(p):
+        store = recovery_store(p, "r-" + name.split()[1])
+        make(store)
+        check = p.cli("store", "check", "--store", store)
+        mend = p.cli("store", "rebuild-ledger", "--store", store)
+        after = p.cli("store", "check", "--store", store)
+        listed = p.cli("sweep", "list", "--json", "--store", store)
+        ok = (check.returncode == 2 and "rebuild-ledger" in check.stderr and mend.returncode == 0
+              and after.returncode == 0 and '"finished": 4' in listed.stdout)
+        return ok, f"check: {said(check)}; rebuild: {said(mend)}"
+
+
+for _name, _make in LEDGER_DAMAGE.items():
+    _damage_case(_name, _make)
+
+
+@case("recovery", "rebuild-mirror on a sound mlflow.db without --force")
+def _(p):
+    store = recovery_store(p, "r-mirror-sound")
+    before = (store / "mlflow.db").read_bytes()
+    r = p.cli("store", "rebuild-mirror", "--store", store)
+    return one_line(r, has="--force") and (store / "mlflow.db").read_bytes() == before, said(r)
+
+
+@case("recovery", "rebuild-ledger on a sound ledger names --force")
+def _(p):
+    store = recovery_store(p, "r-ledger-sound")
+    r = p.cli("store", "rebuild-ledger", "--store", store)
+    return one_line(r, has="--force"), said(r)
+
+
+@case("recovery", "a rebuild-mirror that fails (disk full) leaves the original in place")
+def _(p):
+    store = recovery_store(p, "r-mirror-fails")
+    os.truncate(store / "mlflow.db", (store / "mlflow.db").stat().st_size - 1000)
+    before = (store / "mlflow.db").read_bytes()
+    r = p.cli("store", "rebuild-mirror", "--store", store, env=p.env | {"PRIVBENCH_FAULT": "rebuild_row:2:enospc"})
+    return r.returncode != 0 and (store / "mlflow.db").read_bytes() == before, said(r)
+
+
+def _killed_rebuild(p: Probe, what: str) -> tuple[bool, str]:
+    """Kill the rebuild (SIGKILL) as soon as it has made its first file (the new one, or the old one set
+    aside): the same moment on any version, found by watching the folder."""
+    store = recovery_store(p, f"r-kill-{what}")
+    target = "ledger.db" if what == "ledger" else "mlflow.db"
+    if what == "ledger":
+        _patch(store / target, b'"status": "finished"', 8, b";")
+    else:
+        os.truncate(store / target, (store / target).stat().st_size - 1000)
+    cmd = [sys.executable, "-m", "orchestrator", "store", f"rebuild-{what}", "--store", str(store)]
+    child = subprocess.Popen(cmd, env=p.env, cwd=p.tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < deadline:
+        if any(n.name.startswith((f"{target}.rebuilding", f"{target}.damaged-")) for n in store.iterdir()):
+            child.kill()
+            break
+        time.sleep(0.005)
+    child.wait()
+    check = p.cli("store", "check", "--store", store)
+    listed = p.cli("sweep", "list", "--json", "--store", store)
+    again = p.cli("store", f"rebuild-{what}", "--store", store) if check.returncode else check
+    final = p.cli("store", "check", "--store", store)
+    listed_after = p.cli("sweep", "list", "--json", "--store", store)
+    whole = '"finished": 4' in listed.stdout or listed.returncode == 2 or check.returncode == 2
+    ok = (child.returncode == -signal.SIGKILL and whole and again.returncode == 0 and final.returncode == 0
+          and '"finished": 4' in listed_after.stdout)
+    return ok, (f"killed: exit {child.returncode}; check: {said(check)}; list: {listed.stdout.strip()[:60]}; "
+                f"rerun: {said(again)}")
+
+
+@case("recovery", "rebuild-ledger killed mid-build")
+def _(p):
+    return _killed_rebuild(p, "ledger")
+
+
+@case("recovery", "rebuild-mirror killed mid-build")
+def _(p):
+    return _killed_rebuild(p, "mirror")
+
+
+@case("recovery", "mlflow.db a symbolic link to ledger.db: sweep run")
+def _(p):
+    store = recovery_store(p, "r-link")
+    (store / "mlflow.db").unlink()
+    (store / "mlflow.db").symlink_to("ledger.db")
+    grid = grid_file(p, "r-link-grid", GRID.replace("name: probe", "name: s1"))
+    with contextlib.closing(sqlite3.connect(f"file:{store / 'ledger.db'}?mode=ro", uri=True)) as db:
+        tables = db.execute("select count(*) from sqlite_master").fetchone()[0]
+    r = p.cli("sweep", "run", grid, "--store", store, timeout=600)
+    with contextlib.closing(sqlite3.connect(f"file:{store / 'ledger.db'}?mode=ro", uri=True)) as db:
+        after = db.execute("select count(*) from sqlite_master").fetchone()[0]
+    return one_line(r) and after == tables, f"{said(r)}; ledger objects {tables} -> {after}"
+
+
+@case("recovery", "mlflow.db replaced by a folder: sweep run")
+def _(p):
+    store = recovery_store(p, "r-folder")
+    (store / "mlflow.db").unlink()
+    (store / "mlflow.db").mkdir()
+    grid = grid_file(p, "r-folder-grid", GRID.replace("name: probe", "name: s1"))
+    start = time.monotonic()
+    r = p.cli("sweep", "run", grid, "--store", store, timeout=600)
+    took = time.monotonic() - start
+    return one_line(r, has="folder") and took < 60, f"{said(r)} ({took:.0f} s)"
+
+
+@case("recovery", "--store a loop of symbolic links")
+def _(p):
+    folder = p.folder("r-loop")
+    (folder / "a").symlink_to(folder / "b")
+    (folder / "b").symlink_to(folder / "a")
+    results = [p.cli(*args, "--store", folder / "a") for args in (("sweep", "list"), ("store", "check"))]
+    return all(one_line(r) for r in results), "; ".join(said(r) for r in results)
+
+
+@case("recovery", "mlflow.db locked by another process: sweep run")
+def _(p):
+    store = recovery_store(p, "r-lock")
+    grid = grid_file(p, "r-lock-grid", GRID.replace("name: probe", "name: s1") + TINY_TRAIN)
+    code = ("import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store / "mlflow.db")], stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()
+        r = p.cli("sweep", "run", grid, "--store", store, timeout=600)
+    finally:
+        holder.kill()
+        holder.wait()
+    return one_line(r, has="locked"), said(r)
+
+
+@case("recovery", "export --format csv without --out")
+def _(p):
+    store = recovery_store(p, "r-export")
+    r = p.cli("export", "s1", "--store", store, "--format", "csv", cwd=store.parent)
+    return r.returncode == 0 and (store.parent / "privbench-export.csv").is_file() and \
+        not (store.parent / "privbench-export.json").exists(), said(r) if r.returncode else r.stdout.strip()
+
+
+@case("recovery", "--dry-run of a 10^6-trial grid: first line, memory")
+def _(p):
+    seeds = ", ".join(map(str, range(1000)))
+    eps = ", ".join(f"{1 + i / 1000:g}" for i in range(1000))
+    grid = grid_file(p, "r-big", f"name: big\nmax_trials: 1000000\nseeds: [{seeds}]\ngrid: {{dataset: [digits], "
+                                  f"model: [mlp], mechanism: [dpsgd], epsilon: [{eps}]}}\n")
+    child = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--dry-run"],
+                             env=p.env, cwd=p.tree, stdout=subprocess.PIPE, text=True)
+    start, first, cpu, peak = time.monotonic(), None, None, 0.0
+    try:
+        while time.monotonic() - start < 600 and child.poll() is None:
+            status = Path(f"/proc/{child.pid}/status").read_text()
+            peak = max(peak, int(status.split("VmHWM:")[1].split()[0]) / 1024)
+            if peak > 3000:
+                break
+            import select
+            if select.select([child.stdout], [], [], 0.2)[0]:
+                first = child.stdout.readline().strip()
+                fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                break
+    finally:
+        child.kill()
+        child.wait()
+    ok = first is not None and cpu is not None and cpu < 5 and peak < 1024
+    return ok, (f"first line {first!r} after {cpu:.1f} s of CPU" if cpu is not None else
+                f"no line in {time.monotonic() - start:.0f} s") + f"; peak {peak:.0f} MB"
+
+
+for _args, _what in [(("--address", "127.0.0.1:99999"), "bad port"), (("--address", "[::1:6379"), "IPv6 bracket")]:
+    @case("recovery", f"--address with a {_what}")
+    def _(p, _args=_args):
+        r = p.cli("sweep", "run", grid_file(p, "r-addr", GRID), "--store", p.scratch / "r-addr" / "s", *_args)
+        return one_line(r), said(r)
+
+
+TYPER_REJECTS = [("sweep", "run", "GRID", "--max-concurrent", "0"), ("sweep", "run", "GRID", "--retries", "-1"),
+                 ("sweep", "run", "GRID", "--retries", "x"), ("sweep", "run"), ("sweep", "run", "GRID", "--bogus"),
+                 ("ui", "--port", "0"), ("leaderboard", "--metric")]
+for _args in TYPER_REJECTS:
+    @case("recovery", "Typer rejects: " + " ".join(_args))
+    def _(p, _args=_args):
+        grid = grid_file(p, "r-typer", GRID)
+        r = p.cli(*(grid if a == "GRID" else a for a in _args))
+        return one_line(r) and not r.stdout.strip(), said(r)
+
+
+@case("recovery", "a newline in --store and --out paths")
+def _(p):
+    folder = p.folder("r-newline")
+    results = [p.cli("sweep", "list", "--store", folder / "a\nb"),
+               p.cli("leaderboard", "--out", folder / "x\ny" / "o.csv")]
+    return all(one_line(r) for r in results), "; ".join(said(r) for r in results)
+
+
+@case("recovery", "a NUL byte in a grid")
+def _(p):
+    r = p.cli("sweep", "run", grid_file(p, "r-nul", GRID.replace("probe", "probe\0")), "--dry-run")
+    return one_line(r), said(r)
+
+
+@case("recovery-ray", "SIGTERM while Ray starts")
+def _(p):
+    """SIGTERM as soon as the driver has started Ray's GCS server (found among its children)."""
+    grid = grid_file(p, "r-term", GRID.replace("[0, 1, 2, 3]", "[0]") + TINY_TRAIN)
+    child = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--store",
+                              str(grid.parent / "store")], env=p.env, cwd=p.tree, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < deadline:
+        names = subprocess.run(["ps", "-o", "comm=", "-s", str(child.pid)], capture_output=True, text=True).stdout
+        if "gcs_server" in names:
+            child.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.01)
+    out, err = child.communicate(timeout=300)
+    left = subprocess.run(["pgrep", "-s", str(child.pid)], capture_output=True, text=True).stdout.split()
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    r = subprocess.CompletedProcess(child.args, child.returncode, out, err)
+    return one_line(r, 143) and not left, f"{said(r)}; {len(left)} processes left"
+
+
 def _cell(st: dict[str, Any]) -> str:
     led, mlf = st.get("ledger", {}), st.get("mlflow", {})
     if not led and not mlf:

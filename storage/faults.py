@@ -6,7 +6,8 @@ does nothing unless the environment variable `PRIVBENCH_FAULT` is set, which onl
 
 `PRIVBENCH_FAULT=POINT[:K[:ACTION]]` acts the K-th time (default: the first) this process reaches
 `fault(POINT)`. ACTION is empty (SIGKILL: the driver dies there), `stop` (SIGSTOP: a paused driver,
-resumed with SIGCONT) or `enospc` (the disk is full: OSError 28 raised at that write).
+resumed with SIGCONT), `enospc` (the disk is full: OSError 28 raised at that write) or `term` (SIGTERM, as
+`kill` or a scheduler sends it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
     elif action == "enospc":
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    elif action == "term":
+        os.kill(os.getpid(), signal.SIGTERM)
     else:
         os.kill(os.getpid(), signal.SIGKILL)
 

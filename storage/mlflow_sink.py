@@ -39,6 +39,7 @@ SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's paren
 # A model-training experiment (MLflow's own UI switch decides which page opens: `privbench ui` sets it, see
 # dashboards/ui.py), and the runs view (storage/mlflow_view.py) that gives its runs table the trials' columns.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view(TRIAL_KEY_TAG)}
+SWEEP_SECONDS_TAG = "privbench.sweep_seconds"  # on the sweep's run: the seconds its completed attempts took
 SUMMARY_FILE = "summary.md"  # a sweep file that is also the experiment's description (the sweep's summary)
 MAX_PARAM_LEN = 6000
 
@@ -81,6 +82,7 @@ class MlflowSink:
         self.artifacts_folder = artifacts_folder  # where the store's relative artifact URIs resolve
         self._client: Any = None
         self._parents: dict[str, str] = {}  # sweep -> its parent run id (one lookup per driver)
+        self._attempts: dict[str, float] = {}  # sweep -> when this driver's `sweep run` opened it
 
     def connect(self, *, new_file: bool = False) -> None:
         """Make the client now (the driver does it under the ledger's lock: MLflow creates its schema here).
@@ -174,21 +176,32 @@ class MlflowSink:
         else:
             run_id = self.client.create_run(experiment_id, run_name=f"{sweep} (sweep)",
                                             tags={SWEEP_RUN_TAG: "true", SWEEP_TAG: sweep} | _source_tags()).info.run_id
-        if grid_yaml is not None:
+        if grid_yaml is not None:  # a `sweep run` opens the sweep: its attempt starts now
+            self._attempts[sweep] = time.time()
             self.put_artifacts(run_id, {"grid.yaml": grid_yaml})
         self._parents[sweep] = run_id
         return run_id
 
     def log_sweep_files(self, sweep: str, experiment_id: str, files: Mapping[str, str | bytes]) -> str:
         """Store summary files (path -> content) on the sweep's parent run and mark it finished; `summary.md`
-        is also the experiment's description."""
+        is also the experiment's description and the parent run's own (its page shows the summary).
+
+        The parent run's duration is the time of the `sweep run` attempts that got here, summed (the tag
+        `privbench.sweep_seconds`): an attempt that was killed never does, so its time is not counted (the
+        run's start is the first attempt's, and its end was the last attempt's end: a killed attempt and the
+        pause after it made a 5-minute sweep look hours long)."""
         run_id = self.sweep_run(sweep, experiment_id)
         self.put_artifacts(run_id, files)
         if SUMMARY_FILE in files:
             summary = files[SUMMARY_FILE]
-            self.client.set_experiment_tag(experiment_id, NOTE_TAG,
-                                           summary.decode() if isinstance(summary, bytes) else summary)
-        self.client.set_terminated(run_id, "FINISHED")
+            text = summary.decode() if isinstance(summary, bytes) else summary
+            self.client.set_experiment_tag(experiment_id, NOTE_TAG, text)
+            self.client.set_tag(run_id, NOTE_TAG, text)
+        run = self.client.get_run(run_id)
+        attempt = max(0.0, time.time() - self._attempts.pop(sweep, time.time()))
+        spent = float(run.data.tags.get(SWEEP_SECONDS_TAG) or 0.0) + attempt
+        self.client.set_tag(run_id, SWEEP_SECONDS_TAG, f"{spent:.3f}")
+        self.client.set_terminated(run_id, "FINISHED", end_time=run.info.start_time + int(spent * 1000))
         return run_id
 
     def put_artifacts(self, run_id: str, files: Mapping[str, str | bytes], artifact_uri: str | None = None) -> None:
@@ -281,8 +294,10 @@ class MlflowSink:
         sweep, key = record["sweep"], record["trial_key"]
         config = record["config"]
         eps = config.get("epsilon")
-        run_name = f"{config['mechanism']}-{config['dataset']}-{config['model']}" + (
-            f"-eps{eps:g}" if eps is not None else "") + f"-seed{config['seed']}"
+        # epsilon and seed first: MLflow's run-name column cuts a name after about 20 characters (a long mechanism
+        # name took them out of view), and mechanism, dataset and model have columns of their own
+        run_name = (f"eps{eps:g} " if eps is not None else "") + (
+            f"seed{config['seed']} {config['mechanism']} {config['dataset']}/{config['model']}")
         env = record.get("environment") or {}
         started, ended = _ms(env.get("started_at")), _ms(env.get("finished_at"))  # the trial's own wall clock
         now = ended or int(time.time() * 1000)

@@ -41,10 +41,12 @@ def _display_name(header: str) -> str:
     return UTILITY if header == "utility" else header
 
 
-# (kind, name, width in px): what compares trials, in this order; the first six fit a 1400 px window beside
-# MLflow's sidebar, run name and creation time.
-RUNS_VIEW_COLUMNS = (("params", "mechanism", 110), *(("params", _display_name(h), 95) for h in DISPLAY_HEADERS),
-                     ("params", "seed", 55), ("params", "dataset", 120), ("params", "model", 100))
+# (kind, name, width in px): what compares trials, in this order; all nine fit a 1400 px window beside MLflow's
+# sidebar, run name and creation time (at 95 px for each number, `model` was off-screen), each as wide as its
+# header and its longest usual value (`dpsgd-shuffle-rdp`, `overclaimed`).
+WIDTHS = {"eps target": 70, "utility": 70, "eps certified": 90, "eps audited": 85, "status": 95}
+RUNS_VIEW_COLUMNS = (("params", "mechanism", 125), *(("params", _display_name(h), WIDTHS[h]) for h in DISPLAY_HEADERS),
+                     ("params", "seed", 45), ("params", "dataset", 95), ("params", "model", 85))
 
 
 def trials_filter(trial_key_tag: str) -> str:

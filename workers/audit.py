@@ -109,7 +109,10 @@ def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE
 
         n = parts.sampler.dataset_size
         gen = torch.Generator().manual_seed(seed)
-        data = TensorDataset(torch.randn(n, width, generator=gen), torch.randint(0, 2, (n,), generator=gen))
+        # the data only makes the batch's own gradients; a large training set gets one row repeated (a view)
+        inputs = torch.randn(n, width, generator=gen) if n <= 65_536 else \
+            torch.randn(1, width, generator=gen).expand(n, width)
+        data = TensorDataset(inputs, torch.randint(0, 2, (n,), generator=gen))
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             layer = nn.Linear(width, 2)
@@ -150,6 +153,8 @@ def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE
         if push.failed:
             findings.append(push.words)
     shape = declared_shape(plan)
+    if getattr(parts.noise, "covers_run", False):  # correlated noise: its event is the run's one Gaussian; each
+        shape = (float(plan.sigma), 1.0, steps)  # step's whitened noise is N(0, sigma^2) in the plan's unit
     if shape is not None and obs.noise_summary is not None:
         report = noise_checks.check_noise(obs.noise_summary, shape[0], significance=half)
         if report.findings:

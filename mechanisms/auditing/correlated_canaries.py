@@ -102,7 +102,7 @@ class CorrelatedCanaries(DiracCanaries):
         norms = np.linalg.norm(signal, axis=0)
         norms[norms == 0] = 1.0
         scores = np.einsum("tc,tc->c", signal[:, self.offsets] / norms[self.offsets], white)
-        out = white[:, ~self.included]
+        out = white[:, self.noise_columns]  # one excluded canary per coordinate (DiracCanaries.noise_columns)
         sq = out * out
         self._noise_moments = np.array([out.size, float(sq.sum()), float((sq * sq).sum())])
         self._whitened = (self._steps, scores, white)

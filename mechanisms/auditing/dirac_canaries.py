@@ -104,7 +104,12 @@ class DiracCanaries:
         self.included = rng.random(m) < 0.5
         self.statistic, self.guess_counts = statistic, guess_counts
         self.unit_range = unit_range
-        self._series = noise_checks.SeriesKeeper(np.flatnonzero(~self.included), planned_steps or 2000, correlation)
+        # The noise is read at excluded canaries on distinct coordinates: canaries sharing a coordinate see the
+        # same noise (up to their signs), so counting each would count one draw several times.
+        excluded = np.flatnonzero(~self.included)
+        _, first = np.unique(self.coordinates[excluded], return_index=True)
+        self.noise_columns = excluded[np.sort(first)]
+        self._series = noise_checks.SeriesKeeper(self.noise_columns, planned_steps or 2000, correlation)
         self._scores = np.zeros(m)  # sum over steps of the observation, in units of C
         self._lr = white_box.ScoreAccumulator(m, sample_rate, "lr")
         self._steps = 0
@@ -122,8 +127,9 @@ class DiracCanaries:
         self._after: list[Any] = []
         self._bumps: list[Any] = []  # per tensor, the block's pushes: C times the sign where a canary joins
         self._rows = 0
-        # Moments of the excluded canaries' residuals (pure noise at a coordinate no canary of theirs pushes;
-        # pushes of included canaries sharing it only add variance): the white-box noise measurement.
+        # Moments of the excluded canaries' residuals, one per coordinate (`noise_columns`; pure noise at a
+        # coordinate no canary of theirs pushes; pushes of included canaries sharing it only add variance): the
+        # white-box noise measurement.
         self._noise_moments = np.zeros(3)  # (count, sum of y^2, sum of y^4)
         self._norm: Any = None  # the canary example's gradient norm, a device scalar
 
@@ -288,7 +294,7 @@ class DiracCanaries:
         observed[:, ids] = released * self.signs[ids] / bounds
         self._scores += observed.sum(axis=0)
         self._lr.add(observed)
-        out = observed[:, ~self.included]
+        out = observed[:, self.noise_columns]
         self._series.add(observed)
         sq = out * out
         self._noise_moments += (out.size, float(sq.sum()), float((sq * sq).sum()))

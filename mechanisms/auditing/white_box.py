@@ -115,12 +115,16 @@ def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: n
     multiplier `sigma`, including the cross-talk of canaries that share a coordinate (`layout`),
     scored by the same `ScoreAccumulator`. `noise_moments` (3,), if given, accumulates what
     `DiracCanaries.noise_moments` does: count, sum of squares and of fourth powers of the excluded canaries'
-    observations.
+    observations (one per coordinate).
     """
     if included is None:
         included = rng.random(m) < 0.5
     acc = ScoreAccumulator(m, sample_rate, score)
     n = layout.n_coordinates if layout is not None else m
+    noise_columns = np.flatnonzero(~included)
+    if layout is not None:
+        _, first = np.unique(layout.coordinates[noise_columns], return_index=True)
+        noise_columns = noise_columns[np.sort(first)]
     per = max(1, chunk // max(n, m, 1))
     done = 0
     while done < steps:
@@ -134,8 +138,8 @@ def simulate_scores(m: int, steps: int, sample_rate: float, sigma: float, rng: n
             released = pushed + sigma * rng.standard_normal((k, n))
             observed = released[:, layout.coordinates] * layout.signs
         acc.add(observed)
-        if noise_moments is not None:
-            sq = observed[:, ~included] ** 2
+        if noise_moments is not None:  # one excluded canary per coordinate, as DiracCanaries.noise_columns reads
+            sq = observed[:, noise_columns] ** 2
             noise_moments += (sq.size, float(sq.sum()), float((sq * sq).sum()))
         done += k
     return acc.scores, included

@@ -339,10 +339,20 @@ class CorrelatedNoise(NoiseAddition):
 
         r = np.asarray(residuals, dtype=np.float64)
         steps = r.shape[0]
-        if isinstance(self.strategy, BandedToeplitz):
-            return (self.strategy.matrix(steps) @ r.reshape(steps, -1)).reshape(r.shape)
-        chol = np.linalg.cholesky(self.covariance(steps))
-        return scipy.linalg.solve_triangular(chol, r.reshape(steps, -1), lower=True).reshape(r.shape)
+        flat = r.reshape(steps, -1)
+        if isinstance(self.strategy, BandedToeplitz):  # (C r)_t = sum_k c_k r_{t-k}: O(T b), no T x T matrix
+            out = np.zeros_like(flat)
+            for k, c in enumerate(self.strategy.coefficients[:steps]):
+                out[k:] += c * flat[: steps - k]
+            return out.reshape(r.shape)
+        # a restarted tree: independent blocks of `leaves` steps, each with the same (causal) covariance
+        block = min(self.strategy.leaves, steps)
+        chol = np.linalg.cholesky(self.covariance(block))
+        out = np.empty_like(flat)
+        for start in range(0, steps, block):
+            n = min(block, steps - start)
+            out[start:start + n] = scipy.linalg.solve_triangular(chol[:n, :n], flat[start:start + n], lower=True)
+        return out.reshape(r.shape)
 
     def describe(self) -> dict[str, object]:
         return {"noise": type(self).__name__, "std_per_sigma": self.std_per_sigma, **self.strategy.describe(),

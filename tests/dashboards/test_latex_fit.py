@@ -98,7 +98,8 @@ def test_every_table_compiles_without_bad_boxes_or_small_text(tmp_path, boards, 
 
 
 def longest_names_board() -> list:
-    """Every registered mechanism (the longest name among them) on the registry's widest dataset and model (in
+    """The eight widest registered mechanism names (the longest among them; eight, so that the float's height
+    does not grow with the registry: the test is about widths) on the registry's widest dataset and model (in
     the italic of the block title), two seeds, target epsilon 1 and 8, audited, every status."""
     from dashboards.latex import text
     from mechanisms.framework import registry
@@ -110,7 +111,8 @@ def longest_names_board() -> list:
 
     dataset, model = widest(datasets.names()), widest(models.names())
     recs = []
-    for i, mechanism in enumerate(registry.names()):
+    widest_mechanisms = sorted(registry.names(), key=lambda n: -text(n).width(10))[:8]
+    for i, mechanism in enumerate(sorted(widest_mechanisms)):
         for eps in (None,) if mechanism == "nonprivate" else (1.0, 8.0):
             for seed in (0, 1):
                 r = record(mechanism, eps, seed, 0.8 + seed / 100, certified=eps and eps * 1.0137, claimed=eps,

@@ -10,9 +10,11 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +76,7 @@ def test_experiment_is_a_model_training_experiment_with_the_sweep_as_its_descrip
     assert tags_["mlflow.experimentKind"] == "custom_model_development"
     summary = tags_["mlflow.note.content"]  # the sweep's summary: a line, then the compact leaderboard
     assert summary.startswith("**figs**: 10 trials, 10 finished. Grid, leaderboard and figures: the run `figs (sweep)`")
-    assert "| mechanism | eps target |" in summary
+    assert "| &ensp;mechanism&ensp; | &ensp;eps target&ensp; |" in summary  # padded: cells never run together
 
 
 def test_experiment_carries_the_runs_view_of_the_key_columns(runs):
@@ -108,6 +110,8 @@ def test_a_trial_page_groups_its_numbers_in_its_description(runs):
 
 
 BROWSER_WIDTHS = (1400, 1920)
+SHOTS = Path(tempfile.gettempdir()) / "privbench-ui-shots"  # the slow tests' screenshots, to look at
+SHOTS.mkdir(exist_ok=True)
 FIRST_COLUMNS = ("mechanism", "eps target", "accuracy", "eps certified", "eps audited", "status")
 
 
@@ -119,6 +123,15 @@ def open_from_the_list(browser, base: str, name: str) -> None:
                      ".click()")
 
 
+# Each run name's epsilon and seed (its first two words): [name, whether they reach past the name's cell]
+CUT_NAMES_JS = """[...document.querySelectorAll('a')].filter(a => /seed\\d/.test(a.innerText)).map(a => {
+    const text = a.firstChild && a.firstChild.nodeType === 3 ? a.firstChild : a;
+    const range = document.createRange(); range.selectNodeContents(text);
+    const words = a.innerText.split(' '); const seedEnd = words.findIndex(w => w.startsWith('seed')) + 1;
+    const shown = words.slice(0, seedEnd).join(' ');
+    const cell = a.closest('[role=gridcell]') || a.parentElement;
+    const box = range.getBoundingClientRect(); const per = box.width / Math.max(1, a.innerText.length);
+    return [a.innerText, box.left + per * shown.length > cell.getBoundingClientRect().right]; })"""
 HEADERS_JS = """[...document.querySelectorAll('[role=columnheader]')].map(h => {
     const r = h.getBoundingClientRect(); return [h.innerText.trim(), r.left, r.right]; })"""
 
@@ -141,8 +154,12 @@ def test_the_experiment_opened_from_the_list_shows_the_trials_columns_rounded(ap
         text = browser.text()
         assert "Traces\n0" not in text and "Detect Issues" not in text  # not the GenAI overview
         headers = {h: (left, right) for h, left, right in browser.evaluate(HEADERS_JS)}
-        for column in FIRST_COLUMNS:
+        for column in (*FIRST_COLUMNS, "seed", "dataset", "model"):  # every column docs/commands.md names
             assert column in headers and headers[column][1] <= width, (column, headers)
+        # run names whole: epsilon and seed not cut off
+        cut = browser.evaluate(CUT_NAMES_JS)
+        assert cut and not [name for name, clipped in cut if clipped], cut  # each name's "eps8 seed0" in view
+        browser.screenshot(SHOTS / f"runs-{width}.png")
         order = [headers[c][0] for c in FIRST_COLUMNS]
         assert order == sorted(order)  # in this order, left to right
         assert f"{len(trials)} matching runs" in text
@@ -162,13 +179,14 @@ def test_the_printed_links_open_the_runs_view_and_a_trial_page(api, runs):
     exp, found = runs
     links = dict(re.findall(r"^(\S+): (http://\S+)$", api.printed, re.M))
     assert set(links) == {"figs", "figs-b"} and f"MLflow UI: {api.base}/#/experiments" in api.printed
-    assert links["figs"].endswith(f"/#/experiments/{exp['experiment_id']}/runs?workflowType=machine_learning"
-                                  f"&viewStateShareKey={RUNS_VIEW_KEY}")
+    # no share key: the front makes the view the browser's first one, so no "You're viewing a shared view" banner
+    assert links["figs"].endswith(f"/#/experiments/{exp['experiment_id']}/runs?workflowType=machine_learning")
     trial = next(r for r in found if tags(r).get("mechanism") == "dpsgd")
     with Browser(1400, 1000) as browser:
         browser.open(links["figs"])
         browser.wait_for(f"document.body.innerText.includes({json.dumps(trial['info']['run_name'])})")
-        assert "shared view" in browser.text()
+        browser.wait_for(f"{HEADERS_JS}.some(h => h[0] === 'status')")
+        assert "shared view" not in browser.text() and RUNS_VIEW_KEY not in browser.evaluate("location.href")
         browser.open(links["figs"].split("&")[0].replace("/runs?", f"/runs/{trial['info']['run_id']}?"))
         browser.wait_for("document.body.innerText.includes('About this run')")
         browser.wait_for("document.body.innerText.includes('utility: accuracy')")
@@ -201,6 +219,9 @@ def test_trial_runs_carry_wall_time_source_and_dataset(runs):
         assert abs(durations[-1] - wall_ms) < 500  # the trial's own time, not the time logging took
         t = tags(run)
         assert t["mlflow.source.name"] == "privbench"
+        # epsilon and seed first: MLflow's run-name column cuts long names
+        assert re.fullmatch(r"(eps[\d.]+ )?seed\d [\w-]+ digits/mlp", run["info"]["run_name"]), run["info"]["run_name"]
+        assert run["info"]["run_name"].startswith("eps") == (t["mechanism"] != "nonprivate")
         # linked to the sweep's run by a tag, not nested under it (the UI would collapse the trials)
         assert "mlflow.parentRunId" not in t and t[SWEEP_RUN_ID_TAG] == parent[0]["info"]["run_id"]
         assert re.fullmatch(r"[0-9a-f]{40}", t["mlflow.source.git.commit"])
@@ -215,6 +236,11 @@ def test_parent_run_holds_grid_leaderboard_and_figures(api, runs):
     parent = next(r for r in found if tags(r).get("privbench.sweep_run") == "true")
     run_id = parent["info"]["run_id"]
     assert parent["info"]["status"] == "FINISHED"
+    # its page shows the sweep's summary; its duration is its completed attempts' time
+    assert tags(parent)["mlflow.note.content"].startswith("**figs**: 10 trials, 10 finished.")
+    assert "&ensp;" in tags(parent)["mlflow.note.content"]  # padded cells: numbers of adjacent cells stay apart
+    seconds = float(tags(parent)["privbench.sweep_seconds"])
+    assert abs((parent["info"]["end_time"] - parent["info"]["start_time"]) / 1000 - seconds) < 0.01
     top = {f["path"] for f in api(f"/api/2.0/mlflow/artifacts/list?run_id={run_id}")["files"]}
     assert {"grid.yaml", "leaderboard.csv", "leaderboard.md", "figures"} <= top
     figs = {f["path"] for f in api(f"/api/2.0/mlflow/artifacts/list?run_id={run_id}&path=figures")["files"]}

@@ -108,3 +108,16 @@ def test_a_verdicts_figure_where_every_verdict_is_ok_is_left_out_with_one_line()
 def test_the_report_opens_on_the_leaderboard():
     page = report(store(), ["s"])
     assert page.index("<h2>Leaderboard</h2>") < page.index("<figure") and page.index("<table") < page.index("<svg")
+
+
+def test_the_mlflow_summary_pads_its_cells():
+    """MLflow's Markdown tables have no cell padding: `0.8357 ± 0.0008` beside `1` read `0.8357 ± 0.00081`."""
+    from dashboards.summary import PAD, summary
+
+    recs = store()
+    text = summary(recs, rows(recs))
+    table = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert table[1].startswith("|---")
+    for line in table[:1] + table[2:]:
+        cells = line.strip("|").split(" | ")
+        assert all(c.strip().startswith(PAD) and c.strip().endswith(PAD) for c in cells), line

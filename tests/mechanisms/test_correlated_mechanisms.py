@@ -165,3 +165,16 @@ def test_the_documented_own_correlated_mechanism_certifies():
     finally:
         if "geometric-bands" in mechanisms.names():
             registry.unregister("geometric-bands")
+
+
+@pytest.mark.parametrize("mechanism_id", ["dp-bandmf", "dpftrl-tree"])
+def test_the_step_probe_checks_the_whitened_noise_and_finds_nothing(mechanism_id):
+    """The one-step audit's probe of the training code: canaries pushed one plan unit, the residuals whitened with
+    the declared correlation and tested at the per-step sigma: a correct correlated mechanism has no finding."""
+    from workers.audit import step_probe
+
+    mechanism = mechanisms.get(mechanism_id)
+    probe = step_probe(mechanism, mechanism.plan(spec(epsilon_target=8.0)), 0)
+    assert "audit_step_probe_findings" not in probe and "audit_step_probe_skipped" not in probe
+    assert probe["audit_step_probe_push"] == pytest.approx(1.0, abs=0.15)
+    assert probe["audit_step_probe_p_value"] > 0.001

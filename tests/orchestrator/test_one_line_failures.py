@@ -193,3 +193,25 @@ def test_a_dry_run_of_a_million_trials_streams_its_table_in_little_memory(tmp_pa
 def test_a_small_dry_run_is_still_one_table(tmp_path, cli):
     result = cli("sweep", "run", big_grid(tmp_path / "small.yaml", 3, 2), "--dry-run", "--store", tmp_path / "s")
     assert result.exit_code == 0 and "sweep big: 6 trials" in result.output and "┃ trial_key" in result.output
+
+
+@pytest.mark.parametrize("point", ["ray_sigterm_handler", "ray_started"])
+def test_sigterm_while_ray_starts_exits_143_in_one_line_and_leaves_no_ray_behind(tmp_path, grid_file, point):
+    """SIGTERM as Ray installs its SIGTERM handler (before the node's processes start) or once they run,
+    before the sweep's own handler: main exited 15, 1 or 134 with Ray's C++ stack. Starts Ray: run under
+    the heavy lock."""
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PRIVBENCH_FAULT": f"{point}:1:term"}
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid_file), "--store",
+                               str(tmp_path / "store")], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        left = subprocess.run(["pgrep", "-s", str(driver.pid)], capture_output=True, text=True).stdout.split()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)
+    result = subprocess.CompletedProcess(driver.args, driver.returncode, stdout, stderr)
+    assert driver.returncode == 143 and "stopped by SIGTERM while Ray was starting" in one_line(result)
+    assert not left, f"Ray processes left behind: {left}"
+    assert not (tmp_path / "store").exists()

@@ -165,3 +165,12 @@ def test_noise_summaries_survive_the_observations_round_trip():
     again = type(obs).from_dict(obs.to_dict())
     assert again.noise_summary.to_dict() == obs.noise_summary.to_dict()
     assert np.array_equal(again.included, obs.included)
+
+
+def test_the_noise_is_read_once_per_coordinate():
+    """Canaries sharing a coordinate see the same noise: the noise checks and the noise measurement take one
+    excluded canary per coordinate, so one draw is never counted twice."""
+    canaries = DiracCanaries(10, 40, clip=1.0, sample_rate=1.0, seed=4)
+    coords = canaries.coordinates[canaries.noise_columns]
+    assert len(set(coords.tolist())) == coords.size == len(set(canaries.coordinates[~canaries.included].tolist()))
+    assert not canaries.included[canaries.noise_columns].any()
