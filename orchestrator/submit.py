@@ -80,6 +80,7 @@ class ClusterLost(RuntimeError):
 
 HEAD_CHECK_S = 2.0  # how often the driver checks that the cluster's head still answers
 PLANS_AHEAD = 2  # trials per accelerator slot whose plans are dispatched before they start
+READY_WINDOW = 32  # queued trials a freed slot looks through for one whose plan is ready
 
 
 def _head_patience_s() -> float:
@@ -207,6 +208,16 @@ def measure_memory(configs: list[TrialConfig], gpus: float) -> dict[str, tuple[f
     return out
 
 
+def ready_first(queue: deque[Any], ready: Callable[[TrialConfig], bool], window: int) -> int:
+    """The index of the trial to start next: the first of the next `window` queued trials whose plan is ready, else
+    the first (a slot never waits on a plan while a trial that could train is queued; the queue's order, private
+    trials first, holds among the ready ones)."""
+    for i, trial in enumerate(itertools.islice(queue, max(1, window))):
+        if ready(trial.config):
+            return i
+    return 0
+
+
 @dataclasses.dataclass
 class _Trial:
     config: TrialConfig
@@ -264,7 +275,8 @@ def run_all(
 
     Plans: `cached_plan` answers a plan from the store's cache (`orchestrator.plan_cache`), else a plan task makes
     it and `keep_plan` stores it. Plan tasks are dispatched `plans_ahead` trials per slot ahead of the trials that
-    start, so a freed slot finds the next trial's plan made (its calibration ran on a CPU slot while others trained).
+    start, so a freed slot finds the next trial's plan made (its calibration ran on a CPU slot while others trained),
+    and a freed slot takes the first queued trial whose plan is ready (`ready_first`).
     """
     plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
     accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
@@ -322,16 +334,38 @@ def run_all(
         clock.trials += 1
         clock.submit_s += time.perf_counter() - w0
 
-    def fill() -> None:
-        while queue and len(training) < max_concurrent:
-            trial = queue.popleft()
-            if on_start(trial.config) is not False:
-                start(trial)
+    def plan_ready(config: TrialConfig) -> bool:
+        """Whether the trial could train now: no plan task, or its plan made (cached, or its task done)."""
+        if not needs_plan_task(config):
+            return True
+        plan = plans.get(config.plan_key)
+        if plan is None or isinstance(plan, Planned):
+            return plan is not None
+        return bool(ray.wait([plan], num_returns=1, timeout=0)[0])
+
+    def plan_ahead() -> None:
         w0 = time.perf_counter()
         for trial in itertools.islice(queue, plans_ahead * max_concurrent):  # next trials' plans, made during training
             if needs_plan_task(trial.config):
                 plan_of(trial.config)
         clock.submit_s += time.perf_counter() - w0
+
+    def fill() -> None:
+        plan_ahead()
+        while queue and len(training) < max_concurrent:
+            known: dict[str, bool] = {}  # plan_key -> ready, asked once per pick
+
+            def ready(config: TrialConfig, known: dict[str, bool] = known) -> bool:
+                if config.plan_key not in known:
+                    known[config.plan_key] = plan_ready(config)
+                return known[config.plan_key]
+
+            pick = ready_first(queue, ready, READY_WINDOW)
+            trial = queue[pick]
+            del queue[pick]
+            if on_start(trial.config) is not False:
+                start(trial)
+        plan_ahead()
 
     def finish(trial: _Trial, outcome: Any, phase: str, results: list[dict[str, Any]]) -> None:
         """A failed phase: retried (the plan made again if it was the plan that failed) or recorded."""

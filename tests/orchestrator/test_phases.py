@@ -147,7 +147,7 @@ def test_retries_rerun_a_failed_trial_and_record_it_once(local_ray, cli, write_g
                                                         "mechanism": ["nonprivate"]},
                             "dataset_options": {"synthetic": {"n_train": 10}}})  # valid, but smaller than a batch
     result = cli("sweep", "run", grid_file, "--store", store, "--retries", "2")
-    assert result.exit_code == 1 and "plan phase" in result.output
+    assert result.exit_code == 1 and "accelerator phase" in result.output  # non-private: no plan phase
     status = json.loads(cli("sweep", "status", "retried", "--store", store, "--json").stdout)
     (row,) = status["trials"]
     assert row["status"] == "failed" and row["attempts"] == 3 and "exceeds dataset_size" in row["error"]

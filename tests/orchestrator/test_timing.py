@@ -78,3 +78,16 @@ def test_a_sweep_records_where_its_time_went(local_ray, cli, write_grid, store):
         st.close()
     assert dp["timing"]["plan_s"] < 0.2 and dp["metrics"]["plan_s"] < 0.2, dp["timing"]
     assert dp["privacy"]["epsilon_certified"] == by_mechanism["dpsgd"]["privacy"]["epsilon_certified"]
+
+
+def test_a_freed_slot_takes_the_first_trial_whose_plan_is_ready():
+    from collections import deque
+    from types import SimpleNamespace
+
+    from orchestrator.submit import ready_first
+
+    queue = deque(SimpleNamespace(config=name) for name in ("dp-a", "dp-b", "ref", "dp-c"))
+    assert ready_first(queue, lambda c: c == "ref", 32) == 2  # the DP plans are not made yet
+    assert ready_first(queue, lambda c: c in ("dp-b", "ref"), 32) == 1  # the queue's order among the ready
+    assert ready_first(queue, lambda c: False, 32) == 0  # none ready: the first, as before
+    assert ready_first(queue, lambda c: c == "ref", 2) == 0  # beyond the window: not looked at
