@@ -182,8 +182,10 @@ class BookkeepingEngine:
             self._stacked = ([self._names[k] for k in keys], stacked)
             self.per_sample_norms = stacked.sum(0).clamp_min(0).sqrt()
             if any(self._pending[k][2] is not None for k in keys):  # mixed precision: the certified bounds
-                ups = torch.stack([self._pending[k][0] if self._pending[k][2] is None else self._pending[k][2]
-                                   for k in keys]).to(stacked.dtype)
+                # a tensor the run kept in fp32 (LayerNorm, Embedding under autocast) enters with its computed
+                # norm: its fp32 rounding is not certified (docs/clipping.md, "What is not covered")
+                ups = torch.stack([self._pending[k][0].clamp_min(0) if self._pending[k][2] is None else
+                                   self._pending[k][2] for k in keys]).to(stacked.dtype)
                 total = inflate(ups.sum(0), 2 * gamma(len(keys) + 1, stacked.dtype))
                 self.per_sample_bounds = total.sqrt()
                 factors = certified_factors(total, self.max_grad_norm)  # type: ignore[arg-type]

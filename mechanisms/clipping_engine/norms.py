@@ -127,8 +127,9 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool
         na, ng = sq_norms(a1), sq_norms(g1)
         norm2 = na * ng
         # rank one: |bf16(g bf16(c))| <= c (1+u)^2 |g| entrywise, so the summed term has norm <= c (1+u)^2 |g||a|
-        up = inflate(inflate(na, 2 * gamma(fan_in + 2, wide)) * inflate(ng, 2 * gamma(fan_out + 2, wide)),
-                     (1 + u) ** 4 - 1) if certify else None
+        # one multiply (the step is launch-bound): the product's and the constant's roundings are in the slack
+        rel = (1 + 2 * gamma(fan_in + 2, wide)) * (1 + 2 * gamma(fan_out + 2, wide)) * (1 + u) ** 4 - 1
+        up = inflate(norm2, rel) if certify else None
         return norm2, lambda c: (g1 * c.to(low).unsqueeze(1)).t().matmul(a1), up
     if ghost:
         aw, gw = a.to(wide), g.to(wide)  # no copy in fp32
@@ -193,5 +194,6 @@ def certified_factors(norm2_up: torch.Tensor, bound: float) -> torch.Tensor:
     """Opacus' factor from certified squared-norm bounds: min(1, C' / (sqrt(U_i) + 1e-6)), C' = C (1 - 16 u32)
     for the fp32 roundings of the sqrt, the add and the division. A bound that is NaN (the Gram identity's
     inf - inf after fp32 overflow) counts as infinite: factor 0, the example adds nothing."""
-    up = torch.where(norm2_up.isnan(), torch.full_like(norm2_up, float("inf")), norm2_up)
+    inf = float("inf")
+    up = torch.nan_to_num(norm2_up, nan=inf, posinf=inf, neginf=inf)
     return clip_factors(up.clamp_min(0).sqrt(), bound * (1 - FP32_SLACK))
