@@ -202,6 +202,8 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
         elif bool in (f.type if isinstance(f.type, tuple) else (f.type,)):  # a flag
             cells = tuple(NONE if v is None else text("yes" if v else "no") for v in (getattr(r, f.column)
                                                                                       for r in board))
+        elif str in (f.type if isinstance(f.type, tuple) else (f.type,)):  # words (`violation`)
+            cells, align = tuple(NONE if v is None else text(v) for v in (getattr(r, f.column) for r in board)), "l"
         else:
             cells = _formatted([getattr(r, f.column) for r in board], f)
         out.append(Column(header, words(label), words(short), unit, align, cells, std))

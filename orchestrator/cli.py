@@ -182,6 +182,9 @@ def leaderboard(
             if note:
                 out.print(f"({note})", style="dim", highlight=False)
             for r in part:
+                if r.audit_violation and sized:  # the `violation` column, left out of a sized table, in words
+                    out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: violated by its audits: "
+                              f"{r.audit_violation}", highlight=False)
                 if r.tuning:
                     out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
         return
