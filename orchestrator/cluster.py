@@ -36,6 +36,16 @@ class StoppedWhileStarting(ClusterError):
         self.code = 128 + signum
 
 
+def _renote(noted: list[int]) -> None:
+    """Note SIGTERM and SIGINT in `noted` again, over any handler Ray's native code installed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: noted.append(signum))
+
+
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[list[int]]:
     """While `ray.init` runs, SIGTERM and SIGINT are noted, not acted on, and said after it returns.
@@ -151,6 +161,7 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
                 said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ClusterError(f"cannot connect to Ray at {address or 'a new local instance'}: "
                                    f"{_full_temp_folder() or said}") from None
+            _renote(noted)  # Ray's C++ core installs its own SIGTERM handler (abort) as it starts: ours again
             fault("ray_started")  # the kill tests: SIGTERM once Ray's processes run, before the sweep's handler
             if noted:
                 ray.shutdown()

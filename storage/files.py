@@ -97,8 +97,8 @@ def sqlite_locked(path: Path, where: str) -> None:
     (an open transaction in a `sqlite3` shell, a backup tool): MLflow would otherwise retry, then print
     two tracebacks. Takes the write lock and gives it back at once; writes nothing (the driver calls it
     just before it writes)."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return
+    if not path.is_file() or path.stat().st_size == 0 or not os.access(path, os.W_OK):
+        return  # a read-only store: whether it may be written is said where it would be
     try:
         with contextlib.closing(sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)) as db:
             db.execute("BEGIN IMMEDIATE")
@@ -107,7 +107,8 @@ def sqlite_locked(path: Path, where: str) -> None:
         if "locked" in str(e) or "busy" in str(e):
             raise StoreError(f"store {where}: {path} is locked by another process (an open transaction, held "
                              f"over {LOCK_WAIT_S:g} s); nothing was written. End it and run again") from None
-        raise
+        if "readonly" not in str(e) and "read-only" not in str(e) and "unable to open" not in str(e):
+            raise
 
 
 def stamp_name(path: Path, why: str) -> Path:
