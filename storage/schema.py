@@ -98,6 +98,7 @@ FIELDS: tuple[Field, ...] = (
         ("training_s", "the training steps"),
         ("evaluation_s", "the evaluation after each epoch"),
         ("memory_probe_s", "the trial's share of the memory probe"),
+        ("canaries_s", "the one-run audit's simulations before the first step and its result after the last"),
         ("forward_s", "the forward passes of the membership-inference audit"),
         ("overhead_s", "the paired overhead measurement"),
         ("transfer_s", "the accelerator output's way to the driver"),

@@ -25,6 +25,7 @@ PARTS = (
     "training_s",  # the training steps (with the loss reads between them)
     "evaluation_s",  # the evaluation after each epoch
     "memory_probe_s",  # the trial's share of the memory probe `gpus: auto` packs by (0 without one)
+    "canaries_s",  # the one-run audit in the accelerator phase: its simulations before the first step, its result
     "forward_s",  # the forward passes the membership-inference audit needs
     "overhead_s",  # the paired overhead measurement (`workers.overhead`)
     "transfer_s",  # from the accelerator phase's end to the driver's receipt of its output

@@ -272,7 +272,8 @@ def train(
                   noise_generator=noise_generator, secure_mode=secure_mode, private=private)
     module, optimizer, loader = s.training.module, s.training.optimizer, s.training.loader
     evals, info = s.evals, s.info
-    audit_clock = attach(optimizer) if attach is not None else None
+    with watch.part("canaries_s"):
+        audit_clock = attach(optimizer) if attach is not None else None
     timer, curves = StepTimer(device=device), {"train_loss": []} | {f"{n}_accuracy": [] for n in evals}
     total_steps, done = plan.steps, 0
     check = LossCheck(CHECK_EVERY)

@@ -295,8 +295,10 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
         with watch.part("overhead_s"):
             outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
                                                device=device, seed=config.seed, budget_s=budget).metrics()
+    with watch.part("canaries_s"):
+        canaries = one_run.result() if one_run is not None else None
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
-                             one_run.result() if one_run is not None else None, losses,
+                             canaries, losses,
                              env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0,
                              watch.to_dict(), made_here)
 
