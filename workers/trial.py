@@ -278,9 +278,10 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
                                if planned.cached else ""))
     plan, audit = planned.plan, config.audit
     mechanism = mechanisms.get(config.mechanism)
-    one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
-    noise = noise_generator(config.seed, device, config.secure_rng)
+    with watch.part("canaries_s"):
+        one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
     with watch.part("setup_s"):
+        noise = noise_generator(config.seed, device, config.secure_rng)
         release_statistics(bundle, train_split, plan, noise, secure=config.secure_rng)  # before the model is copied
         pristine = copy.deepcopy(bundle.module) if config.private and plan.parts is not None else None
     outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism,
