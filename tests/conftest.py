@@ -56,7 +56,8 @@ def parse_json(output: str) -> Any:
     return json.loads(output)
 
 
-RAY_OPTIONS = {"address": "local", "num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
+RAY_OPTIONS = {"address": "local", "num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR",
+               "log_to_driver": False}
 
 
 def start_ray() -> None:
