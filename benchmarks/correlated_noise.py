@@ -27,13 +27,13 @@ import time
 
 import numpy as np
 import torch
+from mechanism_overhead import interleaved  # benchmarks/, beside this script
 from torch import nn
 from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.parts.plan import PrivacySpec
 from workers import datasets, models
-from workers.measure import PeakMemory
 
 WARMUP = 3
 
@@ -94,18 +94,7 @@ def main() -> None:
             opt.step()
 
         steppers[name], optimizers[name] = step, opt
-    times: dict[str, list[float]] = {n: [] for n in names}
-    peaks: dict[str, float] = dict.fromkeys(names, 0.0)
-    for r in range(args.rounds + WARMUP):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            with PeakMemory() as mem:
-                t0 = time.process_time()
-                steppers[name]()
-                elapsed = time.process_time() - t0
-            if r >= WARMUP:
-                times[name].append(elapsed)
-                peaks[name] = max(peaks[name], mem.extra_mb)
+    times, peaks = interleaved(steppers, args.rounds, clock=time.process_time)
 
     # the noise alone, on a model-sized gradient
     params = [p for p in bundle.module.parameters() if p.requires_grad]

@@ -35,6 +35,25 @@ from workers.measure import PeakMemory
 WARMUP = 3
 
 
+def interleaved(steppers: dict, rounds: int,
+                clock=time.perf_counter) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each stepper's times and peak extra memory over `rounds` after WARMUP, side by side in one process, the order
+    rotating every round so that no variant always runs first (warm caches, a busy neighbour)."""
+    names = list(steppers)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    peaks: dict[str, float] = dict.fromkeys(names, 0.0)
+    for r in range(rounds + WARMUP):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            with PeakMemory() as mem:
+                t0 = clock()
+                steppers[name]()
+                elapsed = clock() - t0
+            if r >= WARMUP:
+                times[name].append(elapsed)
+                peaks[name] = max(peaks[name], mem.extra_mb)
+    return times, peaks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default="fashion-mnist")
@@ -71,18 +90,7 @@ def main() -> None:
             opt.step()
 
         steppers[name] = step
-    times: dict[str, list[float]] = {n: [] for n in names}
-    peaks: dict[str, float] = dict.fromkeys(names, 0.0)
-    for r in range(args.rounds + WARMUP):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            with PeakMemory() as mem:
-                t0 = time.perf_counter()
-                steppers[name]()
-                elapsed = time.perf_counter() - t0
-            if r >= WARMUP:
-                times[name].append(elapsed)
-                peaks[name] = max(peaks[name], mem.extra_mb)
+    times, peaks = interleaved(steppers, args.rounds)
     med = {n: statistics.median(t) for n, t in times.items()}
     print(f"{'mechanism':<14} {'step ms':>8} {'x nonpriv':>9} {'x dpsgd':>8} {'peak MB':>8}")
     for n in names:
