@@ -57,6 +57,7 @@ SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update sh
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
+TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,10 +393,11 @@ class StepGuard:
     def apply_state(self, state: dict[str, torch.Tensor], new: Mapping[str, Any]) -> None:
         """The state update's entries copied into the state (in place: the engine and the noise hold these
         tensors), the bound clamped to the clipper's declared range; a clamp is recorded."""
-        unknown = sorted(set(new) - set(state))
-        if unknown:
-            self.fail("hooks", f"update_state returned entries {unknown} the initial state does not have")
-        clamped = apply_state(state, {k: v for k, v in new.items() if k in state}, self.bound_key, self.range)
+        if not new.keys() <= state.keys():
+            self.fail("hooks", f"update_state returned entries {sorted(set(new) - set(state))} the initial state "
+                               "does not have")
+            new = {k: v for k, v in new.items() if k in state}
+        clamped = apply_state(state, new, self.bound_key, self.range)
         if clamped is not None:
             self._clamped.add_(clamped)
 
@@ -445,12 +447,16 @@ def apply_state(state: dict[str, torch.Tensor], new: Mapping[str, Any], bound_ke
     clamped = None
     for name, value in new.items():
         target = state[name]
-        value = torch.as_tensor(value, dtype=target.dtype, device=target.device).reshape(target.shape)
-        if name == bound_key:
-            inside = value.clamp(*bounds)
-            clamped = inside != value
-            value = inside
-        target.copy_(value)
+        if not (isinstance(value, torch.Tensor) and value.dtype == target.dtype and value.device == target.device
+                and value is not target):
+            value = torch.as_tensor(value, dtype=target.dtype, device=target.device).clone()
+        if value.shape != target.shape:
+            value = value.reshape(target.shape)
+        if name == bound_key:  # clamped as it is written: no tensor allocated but the flag
+            torch.clamp(value, *bounds, out=target)
+            clamped = target != value
+        else:
+            target.copy_(value)
     return clamped
 
 
@@ -469,9 +475,11 @@ class ModelShadow:
     with AMSGrad: all coordinate-wise), with the shadow's own copy of the optimizer's state, and compared with
     what the parameters did. A mismatch means the model saw something that was not released.
 
-    Per step: one gather per tensor into preallocated slots (one for the whole gradient when the noise part
-    released it as views of one buffer, as privbench's Gaussian noise does), a handful of vector operations on
-    k x tensors coordinates, and one device flag; nothing scales with the parameter count."""
+    A coordinate fails when |actual - expected| > SHADOW_RTOL |expected - before| + 1e-6 |expected| (the second
+    term allows for the rounding of before + update). Per step, into buffers allocated once: one gather of the
+    gradient (one per tensor when the noise part did not release it as views of one buffer, as privbench's
+    Gaussian noise does), one gather per parameter tensor, the update on k x tensors coordinates, and seven
+    vector operations that leave one device flag; no allocation that scales with the model, no host read."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
         import torch
@@ -482,26 +490,40 @@ class ModelShadow:
         self.index = [torch.randint(p.numel(), (min(k, p.numel()),), generator=draws).to(p.device)
                       for p in self.params]
         groups = {id(p): g for g in optimizer.original_optimizer.param_groups for p in g["params"]}
-        self.group_spans: list[tuple[dict[str, Any], int, int]] = []
+        spans: list[tuple[dict[str, Any], int, int]] = []
         start = 0
         for p, idx in zip(self.params, self.index, strict=True):
             group, end = groups[id(p)], start + len(idx)
-            if self.group_spans and self.group_spans[-1][0] is group and self.group_spans[-1][2] == start:
-                self.group_spans[-1] = (group, self.group_spans[-1][1], end)
+            if spans and spans[-1][0] is group and spans[-1][2] == start:
+                spans[-1] = (group, spans[-1][1], end)
             else:
-                self.group_spans.append((group, start, end))
+                spans.append((group, start, end))
             start = end
+        # one group (the usual case): its update runs on the whole buffers, without slicing them each step
+        self.group_spans: list[tuple[dict[str, Any], slice | None]] = (
+            [(spans[0][0], None)] if len(spans) == 1 else [(g, slice(a, b)) for g, a, b in spans])
         first = self.params[0]
         self.n = start
-        # two buffers for the parameters' coordinates (before and after the update) and one for the gradient's,
-        # each with a view per tensor that the gathers write into
-        self._buffers = [torch.empty(self.n, dtype=first.dtype, device=first.device) for _ in range(3)]
-        self._slots = [self._views(b) for b in self._buffers]
-        self._global: tuple[Any, Any] | None = None  # (the gradient's base buffer, its global indices)
+        dtype, device = first.dtype, first.device
+        # rows 0 and 1: the parameters' coordinates before and after an update (their roles alternate); row 2 stays
+        # 0, so that ONE subtraction from the expected coordinates gives |e - before|, |e - after| and |e|
+        self._params = torch.zeros(3, self.n, dtype=dtype, device=device)
+        self._rows = self._params.unbind(0)
+        self._slots = [self._views(self._rows[0]), self._views(self._rows[1])]
+        self._grad = torch.empty(self.n, dtype=dtype, device=device)  # the released gradient's coordinates
+        self._grad_slots = self._views(self._grad)
+        self._expected = torch.empty(self.n, dtype=dtype, device=device)
+        self._diff = torch.empty(3, self.n, dtype=dtype, device=device)
+        self._excess = torch.empty(self.n, dtype=dtype, device=device)
+        # the rows' weights when row 0 (index 0) or row 1 (index 1) holds the parameters before the update: the
+        # weighted sum is |e - after| - SHADOW_RTOL |e - before| - 1e-6 |e|, above 0 on a mismatched coordinate
+        self._weights = [torch.tensor(w, dtype=dtype, device=device).reshape(3, 1)
+                         for w in ([-SHADOW_RTOL, 1.0, -1e-6], [1.0, -SHADOW_RTOL, -1e-6])]
+        self._global: tuple[Any, Any] | None = None  # (the gradient's offsets in its base buffer, global indices)
         self.state: dict[str, torch.Tensor | None] = {}
         self.t = 0  # the shadow's own count of updates (Adam's bias correction), on the host
         self.fresh = False  # a gradient was captured since the last check
-        self._bad_steps = torch.zeros((), dtype=torch.int32, device=first.device)
+        self._bad_steps = torch.zeros((), dtype=torch.int32, device=device)
         self.resync(optimizer)
 
     def _views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
@@ -522,12 +544,11 @@ class ModelShadow:
             return None
         return cls(optimizer, k, kind)
 
-    def _gather_params(self, into: int) -> torch.Tensor:
+    def _gather_params(self, into: int) -> None:
         import torch
 
         for flat, i, slot in zip(self._flat, self.index, self._slots[into], strict=True):
             torch.index_select(flat, 0, i, out=slot)
-        return self._buffers[into]
 
     def capture(self, params: Sequence[torch.Tensor]) -> None:
         """The released gradient's coordinates (what `p.grad` holds after the noise, before normalisation)."""
@@ -539,10 +560,11 @@ class ModelShadow:
             offsets = tuple(g.storage_offset() - base.storage_offset() for g in grads)  # host metadata: no sync
             if self._global is None or self._global[0] != offsets:
                 self._global = (offsets, torch.cat([i + o for i, o in zip(self.index, offsets, strict=True)]))
-            torch.index_select(base.detach().reshape(-1), 0, self._global[1], out=self._buffers[2])
+            # `take` reads the buffer as one flat vector (no reshape); a gradient is no graph's node
+            torch.take(base.detach() if base.requires_grad else base, self._global[1], out=self._grad)
         else:
-            for g, i, slot in zip(grads, self.index, self._slots[2], strict=True):
-                torch.index_select(g.detach().reshape(-1), 0, i, out=slot)
+            for g, i, slot in zip(grads, self.index, self._grad_slots, strict=True):
+                torch.take(g.detach() if g.requires_grad else g, i, out=slot)
         self.fresh = True
 
     def resync(self, optimizer: Any) -> None:
@@ -567,63 +589,80 @@ class ModelShadow:
         """After an update: the parameters' coordinates against the recomputed ones (one device flag)."""
         import torch
 
-        before = self._buffers[self.value]
+        before = self.value
         if self.fresh:
+            self.t += 1
             scale = 1.0 / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
-            expected = self._expected(before, self._buffers[2] * scale)
+            for group, span in self.group_spans:
+                self._update(group, before, span, scale)
+            expected = self._expected
         else:  # no release this step: nothing may move
-            expected = before
-        self.value = 1 - self.value
-        actual = self._gather_params(self.value)
-        tol = (expected - before).abs_().mul_(SHADOW_RTOL).add_(before.abs(), alpha=1e-6)
-        self._bad_steps.add_(torch.gt((actual - expected).abs_(), tol).any())
+            expected = self._rows[before]
+        after = 1 - before
+        self._gather_params(after)
+        torch.sub(expected, self._params, out=self._diff)  # e - before, e - after, e (in the rows' order)
+        self._diff.abs_().mul_(self._weights[before])
+        torch.sum(self._diff, 0, out=self._excess)
+        self._bad_steps.add_(torch.gt(self._excess, 0).any())
+        self.value = after
         self.fresh = False
 
-    def _expected(self, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """The coordinates after one optimizer update from `g` (the normalised released gradient), advancing the
-        shadow's own state."""
-        if len(self.group_spans) == 1:
-            return self._update(self.group_spans[0][0], p, g, slice(None))
+    def _state(self, name: str, span: slice | None) -> torch.Tensor | None:
+        buf = self.state.get(name)
+        return buf if buf is None or span is None else buf[span]
+
+    def _update(self, group: Mapping[str, Any], before: int, span: slice | None, scale: float) -> None:
+        """Write into the expected coordinates (of `span`; None: all) one optimizer update from the captured
+        gradient times `scale` (the normalisation), advancing the shadow's own state."""
         import torch
 
-        return torch.cat([self._update(group, p[a:b], g[a:b], slice(a, b)) for group, a, b in self.group_spans])
-
-    def _update(self, group: Mapping[str, Any], p: torch.Tensor, g: torch.Tensor, span: slice) -> torch.Tensor:
-        import torch
-
-        if span.start in (None, 0):
-            self.t += 1
+        p, g, out = self._rows[before], self._grad, self._expected
+        if span is not None:
+            p, g, out = p[span], g[span], out[span]
         if group.get("maximize", False):
-            g = -g
+            scale = -scale
         lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
         if self.kind == "sgd":
             momentum, dampening = float(group.get("momentum", 0.0)), float(group.get("dampening", 0.0))
-            if wd:
-                g = g.add(p, alpha=wd)
-            if momentum:
-                buf = self.state.get("momentum_buffer")
-                if buf is None:
-                    self.state["momentum_buffer"] = buf = torch.zeros_like(self._buffers[2])
-                    buf[span].copy_(g)
-                else:
-                    buf[span].mul_(momentum).add_(g, alpha=1 - dampening)
-                g = g.add(buf[span], alpha=momentum) if group.get("nesterov", False) else buf[span]
-            return p.add(g, alpha=-lr)
+            nesterov = group.get("nesterov", False)
+            if wd or nesterov:  # the gradient itself is needed: normalised in place (captured afresh each step)
+                g = g.mul_(scale)
+                scale = 1.0
+                if wd:
+                    g.add_(p, alpha=wd)
+            if not momentum:
+                torch.add(p, g, alpha=-lr * scale, out=out)
+                return
+            buf = self._state("momentum_buffer", span)
+            if buf is None:  # the first update: the buffer starts as the gradient (no dampening)
+                self.state["momentum_buffer"] = torch.zeros_like(self._grad)
+                buf = self._state("momentum_buffer", span)
+                torch.mul(g, scale, out=buf)
+            else:
+                buf.mul_(momentum).add_(g, alpha=(1 - dampening) * scale)
+            if nesterov:
+                torch.add(g, buf, alpha=momentum, out=out)
+                torch.add(p, out, alpha=-lr, out=out)
+            else:
+                torch.add(p, buf, alpha=-lr, out=out)
+            return
+        g = g.mul_(scale)
         beta1, beta2 = (float(x) for x in group["betas"])
         if wd and group.get("decoupled_weight_decay", self.decoupled):
             p = p * (1 - lr * wd)
         elif wd:
-            g = g.add(p, alpha=wd)
+            g.add_(p, alpha=wd)
         for name in ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group.get("amsgrad", False) else ()):
             if self.state.get(name) is None:
-                self.state[name] = torch.zeros_like(self._buffers[2])
-        m, v = self.state["exp_avg"][span], self.state["exp_avg_sq"][span]
+                self.state[name] = torch.zeros_like(self._grad)
+        m, v = self._state("exp_avg", span), self._state("exp_avg_sq", span)
         m.lerp_(g, 1 - beta1)
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         if group.get("amsgrad", False):
-            v = torch.maximum(self.state["max_exp_avg_sq"][span], v, out=self.state["max_exp_avg_sq"][span])
+            most = self._state("max_exp_avg_sq", span)
+            v = torch.maximum(most, v, out=most)
         denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.t)).add_(float(group["eps"]))
-        return p.addcdiv(m, denom, value=-lr / (1 - beta1 ** self.t))
+        torch.addcdiv(p, m, denom, value=-lr / (1 - beta1 ** self.t), out=out)
 
     def verdict(self) -> str | None:
         """Why the parameters did not follow the released update (None: they did); reads the device once."""
@@ -638,15 +677,27 @@ class ModelShadow:
 class StateTrace:
     """What the replay needs, kept on the device during training: each step's releases other than the gradient,
     the gradient of the steps whose state update read it (while they fit TRACE_GRADIENT_VALUES over the run), and
-    the state after the step's update."""
+    the state after the step's update.
+
+    A step's releases and state are one row of a device buffer allocated TRACE_CHUNK rows at a time: one `cat`
+    writes it (the state's tensors, updated in place, are read through flat views made once), and nothing else is
+    allocated per step. The layout (names, shapes) is the first step's; a step that releases another layout
+    stops the trace, and the replay then fails with the reason."""
 
     def __init__(self, n_params: int) -> None:
         self.n_params = n_params
-        self.values: list[dict[str, torch.Tensor]] = []
+        self.steps = 0
         self.gradients: dict[int, tuple[torch.Tensor, ...]] = {}
         self.gradient_dropped = False  # a read gradient did not fit: the replay gets none for that step
         self.read = False  # the state update read this step's gradient (set by the hook's copy)
-        self.states: list[dict[str, torch.Tensor]] = []
+        self.broken: str | None = None  # why the trace stopped (a step's layout was not the first step's)
+        self._layout: tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...]] | None = None  # names, shapes
+        self._state: list[torch.Tensor] = []  # the state's tensors, and flat views of them
+        self._state_flat: list[torch.Tensor] = []
+        self._row_spec: tuple[int, Any, Any] = (0, None, None)  # a row's width, dtype and device
+        self._chunks: list[torch.Tensor] = []
+        self._rows: tuple[torch.Tensor, ...] = ()  # the last chunk's rows
+        self._free = 0  # rows left in the last chunk
 
     def mark_read(self) -> None:
         self.read = True
@@ -654,24 +705,72 @@ class StateTrace:
     def add(self, released: Any, state: Mapping[str, torch.Tensor]) -> None:
         import torch
 
+        if self.broken is not None:
+            return
+        t = self.steps
         if self.read:
             if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
                 self.gradient_dropped = True
             else:
-                self.gradients[len(self.states)] = tuple(torch._foreach_mul([g.detach() for g in released.gradient],
-                                                                            1.0))
+                self.gradients[t] = tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0))
         self.read = False
-        self.values.append({k: v.detach().clone() for k, v in released.values.items()})
-        self.states.append({k: v.detach().clone() for k, v in state.items()})
+        values = released.values
+        if self._layout is None:
+            self._start(values, state)
+        names, state_names, shapes = self._layout  # type: ignore[misc]
+        parts = list(values.values())
+        if (tuple(values) != names or tuple(v.shape for v in parts) != shapes or tuple(state) != state_names
+                or any(a is not b for a, b in zip(state.values(), self._state, strict=True))):
+            self.broken = (f"step {t + 1} released {list(values)} (shapes {[list(v.shape) for v in parts]}) with "
+                           f"the state {list(state)}, the first step {list(names)} (shapes {[list(s) for s in shapes]})"
+                           f" with {list(state_names)}, or the state's tensors were replaced: the trace stopped there")
+            return
+        self.steps = t + 1
+        if not self._row_spec[0]:
+            return
+        if not self._free:
+            self._grow()
+        row = self._rows[len(self._rows) - self._free]
+        self._free -= 1
+        parts = [v if v.dim() == 1 else v.reshape(-1) for v in parts]
+        if any(v.requires_grad for v in parts):
+            parts = [v.detach() for v in parts]
+        torch.cat(parts + self._state_flat, out=row)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (arrays base64-encoded); one copy to the host per entry, after training."""
+    def _start(self, values: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> None:
         import torch
 
-        def stacked(rows: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
-            names = rows[0].keys() if rows else ()
-            return {n: encode(torch.stack([r[n].reshape(-1) for r in rows]).double().cpu().numpy()) for n in names}
+        tensors = [*values.values(), *state.values()]
+        self._layout = (tuple(values), tuple(state), tuple(v.shape for v in values.values()))
+        self._state = list(state.values())
+        self._state_flat = [v.detach().reshape(-1) for v in self._state]  # views: they follow the in-place updates
+        dtype = torch.float32
+        for v in tensors:
+            dtype = torch.promote_types(dtype, v.dtype)
+        device = tensors[0].device if tensors else None
+        self._row_spec = (sum(v.numel() for v in tensors), dtype, device)
 
+    def _grow(self) -> None:
+        import torch
+
+        width, dtype, device = self._row_spec
+        self._chunks.append(torch.empty(TRACE_CHUNK, width, dtype=dtype, device=device))
+        self._rows, self._free = self._chunks[-1].unbind(0), TRACE_CHUNK
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (arrays base64-encoded); one copy to the host per buffer, after training."""
+        import torch
+
+        values: dict[str, Any] = {}
+        states: dict[str, Any] = {}
+        if self.steps and self._chunks:
+            table = torch.cat(self._chunks)[:self.steps].double().cpu().numpy()
+            names, state_names, shapes = self._layout  # type: ignore[misc]
+            start = 0
+            sizes = [math.prod(s) for s in shapes] + [v.numel() for v in self._state]
+            for i, (name, size) in enumerate(zip((*names, *state_names), sizes, strict=True)):
+                (values if i < len(names) else states)[name] = encode(table[:, start:start + size])
+                start += size
         steps = sorted(self.gradients)
         gradients = None
         if steps:
@@ -679,8 +778,8 @@ class StateTrace:
             gradients = {"steps": steps, "shapes": [list(g.shape) for g in rows[0]],
                          "tensors": [encode(torch.stack([g[i].reshape(-1) for g in rows]).double().cpu().numpy())
                                      for i in range(len(rows[0]))]}
-        return {"steps": len(self.states), "values": stacked(self.values), "states": stacked(self.states),
-                "gradients": gradients, "gradient_dropped": self.gradient_dropped}
+        return {"steps": self.steps, "values": values, "states": states, "gradients": gradients,
+                "gradient_dropped": self.gradient_dropped, "broken": self.broken}
 
 
 def encode(array: Any) -> dict[str, Any]:
@@ -709,6 +808,8 @@ def replay_state(mechanism: Mechanism, plan: PrivacyPlan, trace: Mapping[str, An
 
     from mechanisms.parts.releases import Released
 
+    if trace.get("broken"):
+        return Finding("state_replay", False, f"the state trajectory could not be recorded: {trace['broken']}")
     steps = int(trace["steps"])
     values = {n: decode(a) for n, a in trace["values"].items()}
     recorded = {n: decode(a) for n, a in trace["states"].items()}
