@@ -61,6 +61,15 @@ def optimizer_for(name: str, module: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=0.05, weight_decay=1e-3)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=0.05, weight_decay=1e-2)
+    if name == "adam-amsgrad":
+        return torch.optim.Adam(params, lr=0.05, amsgrad=True, maximize=True)
+    if name == "sgd-plain":
+        return torch.optim.SGD(params, lr=0.5)
+    if name == "sgd-nesterov":
+        return torch.optim.SGD(params, lr=0.5, momentum=0.9, nesterov=True, weight_decay=1e-3)
+    if name == "sgd-groups":  # the weight and the bias in groups of their own (the shadow updates them apart)
+        return torch.optim.SGD([{"params": [module.weight], "lr": 0.5, "dampening": 0.5},
+                                {"params": [module.bias], "lr": 0.1, "maximize": True}], momentum=0.9)
     return torch.optim.SGD(params, lr=0.5, momentum=0.9, weight_decay=1e-4)
 
 
@@ -123,6 +132,14 @@ def test_the_model_shadow_follows_adam_and_adamw(optimizer):
     for name in ("dpsgd", "dpsgd-adaclip"):
         for seed in range(3):
             assert integrity.certify(guarded_run(name, seed, optimizer)) is None, (name, seed)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd-plain", "sgd-nesterov", "sgd-groups", "adam-amsgrad"])
+def test_the_model_shadow_follows_every_optimizer_variant(optimizer):
+    """Each branch of the shadow's update (no momentum, Nesterov with weight decay, dampening, maximize, parameter
+    groups of their own, AMSGrad) recomputes what torch's optimizer did: no alarm."""
+    for name in ("dpsgd", "dpsgd-adaclip"):
+        assert integrity.certify(guarded_run(name, 0, optimizer, epochs=1)) is None, name
 
 
 def test_the_shadow_and_the_stream_catch_a_change_made_between_steps():
@@ -210,3 +227,28 @@ def test_after_step_returns_nothing_and_sees_copies():
     finally:
         registry.unregister("test-old-after-step")
     assert set(failed) == {"hooks"} and "returns nothing" in failed["hooks"], failed
+
+
+def test_the_state_trace_keeps_every_step_and_stops_on_another_layout():
+    """The trace's device rows (allocated TRACE_CHUNK at a time) give back each step's releases and the state
+    after it, over more steps than one chunk; a step that releases another layout stops the trace, and the replay
+    then fails with the reason instead of comparing a partial record."""
+    from mechanisms.parts.releases import Released
+
+    trace = integrity.StateTrace(n_params=4)
+    state = {"clip": torch.tensor(1.0)}
+    steps = integrity.TRACE_CHUNK + 44
+    for t in range(steps):
+        state["clip"].copy_(torch.tensor(1.0 + t))  # in place, as the trainer updates the state
+        trace.add(Released((), {"unclipped": torch.tensor([0.5 * t]), "other": torch.tensor(-t)}), state)
+    record = trace.to_dict()
+    assert record["steps"] == steps and record["broken"] is None
+    assert integrity.decode(record["values"]["unclipped"])[:, 0].tolist() == [0.5 * t for t in range(steps)]
+    assert integrity.decode(record["values"]["other"])[:, 0].tolist() == [-t for t in range(steps)]
+    assert integrity.decode(record["states"]["clip"])[:, 0].tolist() == [1.0 + t for t in range(steps)]
+
+    trace.add(Released((), {"unclipped": torch.tensor([1.0, 2.0]), "other": torch.tensor(0)}), state)
+    record = trace.to_dict()
+    assert record["steps"] == steps and "released" in record["broken"]
+    finding = integrity.replay_state(mechanisms.get("dpsgd-adaclip"), planned("dpsgd-adaclip", 1), record)
+    assert not finding.passed and f"step {steps + 1}" in finding.reason, finding
