@@ -55,6 +55,7 @@ __doc__ += "\n".join(f"- `{name}`: {what}." for name, what in CHECKS.items()) + 
 
 SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
+SHADOW_BLOCK = 64  # steps whose excesses the shadow keeps on the device before it counts the mismatched ones
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
 TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
@@ -478,8 +479,10 @@ class ModelShadow:
     A coordinate fails when |actual - expected| > SHADOW_RTOL |expected - before| + 1e-6 |expected| (the second
     term allows for the rounding of before + update). Per step, into buffers allocated once: one gather of the
     gradient (one per tensor when the noise part did not release it as views of one buffer, as privbench's
-    Gaussian noise does), one gather per parameter tensor, the update on k x tensors coordinates, and seven
-    vector operations that leave one device flag; no allocation that scales with the model, no host read."""
+    Gaussian noise does), one gather per parameter tensor, the update on k x tensors coordinates, and four vector
+    operations that write the step's excess |actual - expected| - tolerance as one row of a device block; every
+    SHADOW_BLOCK steps (and for the verdict) the block is reduced to the count of steps with a mismatched
+    coordinate. Nothing allocated per step scales with the model, and nothing is read on the host."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
         import torch
@@ -514,7 +517,11 @@ class ModelShadow:
         self._grad_slots = self._views(self._grad)
         self._expected = torch.empty(self.n, dtype=dtype, device=device)
         self._diff = torch.empty(3, self.n, dtype=dtype, device=device)
-        self._excess = torch.empty(self.n, dtype=dtype, device=device)
+        # each step's excess (below) is one row of a block; a full block is reduced to the count of steps with a
+        # mismatched coordinate (three kernels per SHADOW_BLOCK steps instead of three per step)
+        self._block = torch.empty(SHADOW_BLOCK, self.n, dtype=dtype, device=device)
+        self._block_rows = self._block.unbind(0)
+        self._filled = 0
         # the rows' weights when row 0 (index 0) or row 1 (index 1) holds the parameters before the update: the
         # weighted sum is |e - after| - SHADOW_RTOL |e - before| - 1e-6 |e|, above 0 on a mismatched coordinate
         self._weights = [torch.tensor(w, dtype=dtype, device=device).reshape(3, 1)
@@ -523,7 +530,7 @@ class ModelShadow:
         self.state: dict[str, torch.Tensor | None] = {}
         self.t = 0  # the shadow's own count of updates (Adam's bias correction), on the host
         self.fresh = False  # a gradient was captured since the last check
-        self._bad_steps = torch.zeros((), dtype=torch.int32, device=device)
+        self._bad_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.resync(optimizer)
 
     def _views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
@@ -586,7 +593,7 @@ class ModelShadow:
                                           for t, i in zip(tensors, self.index, strict=True)])
 
     def check(self, optimizer: Any) -> None:
-        """After an update: the parameters' coordinates against the recomputed ones (one device flag)."""
+        """After an update: the parameters' coordinates against the recomputed ones (the step's row of excesses)."""
         import torch
 
         before = self.value
@@ -602,10 +609,22 @@ class ModelShadow:
         self._gather_params(after)
         torch.sub(expected, self._params, out=self._diff)  # e - before, e - after, e (in the rows' order)
         self._diff.abs_().mul_(self._weights[before])
-        torch.sum(self._diff, 0, out=self._excess)
-        self._bad_steps.add_(torch.gt(self._excess, 0).any())
+        torch.sum(self._diff, 0, out=self._block_rows[self._filled])
+        self._filled += 1
+        if self._filled == SHADOW_BLOCK:
+            self._count()
         self.value = after
         self.fresh = False
+
+    def _count(self) -> None:
+        """Add the steps of the block's filled rows that have a mismatched coordinate (an excess above 0; a NaN
+        is not one) to the device count, and empty the block."""
+        import torch
+
+        if self._filled:
+            rows = self._block[:self._filled] if self._filled < SHADOW_BLOCK else self._block
+            self._bad_steps.add_(torch.gt(rows, 0).any(1).sum())
+            self._filled = 0
 
     def _state(self, name: str, span: slice | None) -> torch.Tensor | None:
         buf = self.state.get(name)
@@ -666,6 +685,7 @@ class ModelShadow:
 
     def verdict(self) -> str | None:
         """Why the parameters did not follow the released update (None: they did); reads the device once."""
+        self._count()
         bad = int(self._bad_steps)
         if not bad:
             return None
@@ -681,7 +701,7 @@ class StateTrace:
 
     A step's releases and state are one row of a device buffer allocated TRACE_CHUNK rows at a time: one `cat`
     writes it (the state's tensors, updated in place, are read through flat views made once), and nothing else is
-    allocated per step. The layout (names, shapes) is the first step's; a step that releases another layout
+    allocated per step. The layout (names, sizes) is the first step's; a step whose releases do not fit it
     stops the trace, and the replay then fails with the reason."""
 
     def __init__(self, n_params: int) -> None:
@@ -690,14 +710,13 @@ class StateTrace:
         self.gradients: dict[int, tuple[torch.Tensor, ...]] = {}
         self.gradient_dropped = False  # a read gradient did not fit: the replay gets none for that step
         self.read = False  # the state update read this step's gradient (set by the hook's copy)
-        self.broken: str | None = None  # why the trace stopped (a step's layout was not the first step's)
-        self._layout: tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...]] | None = None  # names, shapes
-        self._state: list[torch.Tensor] = []  # the state's tensors, and flat views of them
-        self._state_flat: list[torch.Tensor] = []
-        self._row_spec: tuple[int, Any, Any] = (0, None, None)  # a row's width, dtype and device
+        self.broken: str | None = None  # why the trace stopped
+        self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (the releases', the state's)
+        self._sizes: list[int] = []  # each entry's coordinates, releases then state
+        self._state_flat: list[torch.Tensor] = []  # flat views of the state's tensors
+        self._flat = True  # the releases are 1-D: the row is their `cat` as they are
         self._chunks: list[torch.Tensor] = []
-        self._rows: tuple[torch.Tensor, ...] = ()  # the last chunk's rows
-        self._free = 0  # rows left in the last chunk
+        self._free: Any = iter(())  # the rows of the last chunk not written yet
 
     def mark_read(self) -> None:
         self.read = True
@@ -705,57 +724,67 @@ class StateTrace:
     def add(self, released: Any, state: Mapping[str, torch.Tensor]) -> None:
         import torch
 
-        if self.broken is not None:
-            return
-        t = self.steps
         if self.read:
-            if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
-                self.gradient_dropped = True
-            else:
-                self.gradients[t] = tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0))
+            self._keep_gradient(released.gradient)
+        row = next(self._free, None)
+        if row is None and (row := self._grow(released.values, state)) is None:
+            return
+        values = released.values.values()
+        try:
+            torch.cat([*values, *self._state_flat] if self._flat else
+                      [*(v.reshape(-1) for v in values), *self._state_flat], out=row)
+        except RuntimeError as exc:
+            self._stop(released.values, f"{type(exc).__name__}: {exc}")
+            return
+        if row.shape[0] != self._spec[0]:  # `cat` resized the row: the releases changed their layout
+            self._stop(released.values, "the releases' sizes changed")
+            return
+        self.steps += 1
+
+    def _keep_gradient(self, gradient: Sequence[torch.Tensor]) -> None:
+        import torch
+
         self.read = False
-        values = released.values
-        if self._layout is None:
-            self._start(values, state)
-        names, state_names, shapes = self._layout  # type: ignore[misc]
-        parts = list(values.values())
-        if (tuple(values) != names or tuple(v.shape for v in parts) != shapes or tuple(state) != state_names
-                or any(a is not b for a, b in zip(state.values(), self._state, strict=True))):
-            self.broken = (f"step {t + 1} released {list(values)} (shapes {[list(v.shape) for v in parts]}) with "
-                           f"the state {list(state)}, the first step {list(names)} (shapes {[list(s) for s in shapes]})"
-                           f" with {list(state_names)}, or the state's tensors were replaced: the trace stopped there")
-            return
-        self.steps = t + 1
-        if not self._row_spec[0]:
-            return
-        if not self._free:
-            self._grow()
-        row = self._rows[len(self._rows) - self._free]
-        self._free -= 1
-        parts = [v if v.dim() == 1 else v.reshape(-1) for v in parts]
-        if any(v.requires_grad for v in parts):
-            parts = [v.detach() for v in parts]
-        torch.cat(parts + self._state_flat, out=row)
+        if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
+            self.gradient_dropped = True
+        else:
+            self.gradients[self.steps] = tuple(torch._foreach_mul([g.detach() for g in gradient], 1.0))
 
-    def _start(self, values: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> None:
+    def _grow(self, values: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """The next chunk's first row (at the first step: the layout from this step), None when nothing is
+        recorded (the trace stopped, or there is nothing to record: the step only counts)."""
         import torch
 
-        tensors = [*values.values(), *state.values()]
-        self._layout = (tuple(values), tuple(state), tuple(v.shape for v in values.values()))
-        self._state = list(state.values())
-        self._state_flat = [v.detach().reshape(-1) for v in self._state]  # views: they follow the in-place updates
-        dtype = torch.float32
-        for v in tensors:
-            dtype = torch.promote_types(dtype, v.dtype)
-        device = tensors[0].device if tensors else None
-        self._row_spec = (sum(v.numel() for v in tensors), dtype, device)
-
-    def _grow(self) -> None:
-        import torch
-
-        width, dtype, device = self._row_spec
+        if self.broken is not None:
+            return None
+        if self._names is None:
+            tensors = [*values.values(), *state.values()]
+            self._names = (tuple(values), tuple(state))
+            self._sizes = [v.numel() for v in tensors]
+            self._flat = all(v.dim() == 1 for v in values.values())
+            self._state_flat = [v.detach().reshape(-1) for v in state.values()]  # views: they follow the updates
+            dtype = torch.float32
+            for v in tensors:
+                dtype = torch.promote_types(dtype, v.dtype)
+            self._spec = (sum(self._sizes), dtype, tensors[0].device if tensors else None)
+        elif (tuple(values), tuple(state)) != self._names or any(
+                a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+                for a, b in zip(state.values(), self._state_flat, strict=True)):
+            self._stop(values, "the state's tensors were replaced")
+            return None
+        width, dtype, device = self._spec
+        if not width:
+            self.steps += 1
+            return None
         self._chunks.append(torch.empty(TRACE_CHUNK, width, dtype=dtype, device=device))
-        self._rows, self._free = self._chunks[-1].unbind(0), TRACE_CHUNK
+        self._free = iter(self._chunks[-1].unbind(0))
+        return next(self._free)
+
+    def _stop(self, values: Mapping[str, torch.Tensor], why: str) -> None:
+        shapes = [list(v.shape) for v in values.values()]
+        self.broken = (f"step {self.steps + 1} released {list(values)} (shapes {shapes}), not the first step's "
+                       f"layout {self._names} ({self._sizes} coordinates): {why}")
+        self._free = iter(())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (arrays base64-encoded); one copy to the host per buffer, after training."""
@@ -765,10 +794,9 @@ class StateTrace:
         states: dict[str, Any] = {}
         if self.steps and self._chunks:
             table = torch.cat(self._chunks)[:self.steps].double().cpu().numpy()
-            names, state_names, shapes = self._layout  # type: ignore[misc]
+            names, state_names = self._names  # type: ignore[misc]
             start = 0
-            sizes = [math.prod(s) for s in shapes] + [v.numel() for v in self._state]
-            for i, (name, size) in enumerate(zip((*names, *state_names), sizes, strict=True)):
+            for i, (name, size) in enumerate(zip((*names, *state_names), self._sizes, strict=True)):
                 (values if i < len(names) else states)[name] = encode(table[:, start:start + size])
                 start += size
         steps = sorted(self.gradients)

@@ -167,6 +167,32 @@ def test_the_shadow_and_the_stream_catch_a_change_made_between_steps():
     assert set(failed) == {"model_update", "noise_stream"}, failed
 
 
+def test_the_shadow_counts_every_mismatched_step_across_its_blocks():
+    """The shadow keeps each step's excess in blocks of SHADOW_BLOCK rows and counts a block when it fills: a
+    nudge after every third update, over more steps than two blocks, is counted once per nudged step."""
+    mechanism = mechanisms.get("dpsgd")
+    steps = 2 * integrity.SHADOW_BLOCK + 10
+    x = torch.randn(steps * 4, 4, generator=torch.Generator().manual_seed(0))
+    module = nn.Linear(4, 2)
+    spec = PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(x), batch_size=4, epochs=1, clip=1.0)
+    training = mechanism.make_private(module, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.5),
+                                      TensorDataset(x, (x[:, 0] > 0).long()), plan_for(mechanism, spec),
+                                      criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0),
+                                      grad_sample_mode="bk", noise_generator=torch.Generator().manual_seed(1))
+    opt, nudged = training.optimizer, 0
+    for xb, yb in training.loader:
+        opt.zero_grad(set_to_none=True)
+        training.criterion(training.module(xb), yb).backward()
+        opt.step()
+        if opt.steps_taken % 3 == 0 and opt.update_applied and opt.steps_taken < opt.planned_steps:  # seen next
+            nudged += 1
+            with torch.no_grad():
+                module.bias.add_(1e-2)
+    failed = {f.check: f.reason for f in opt.guard.findings() if not f.passed}
+    assert opt.steps_taken > 2 * integrity.SHADOW_BLOCK and nudged > 40
+    assert set(failed) == {"model_update"} and f"in {nudged} step(s)" in failed["model_update"], failed
+
+
 def test_the_docs_adaptive_clipping_example_runs_as_printed():
     """The block in docs/plugins.md is the plugin module the sweep runs, and executing it gives a mechanism whose
     plan certifies what the built-in certifies."""
@@ -229,6 +255,7 @@ def test_after_step_returns_nothing_and_sees_copies():
     assert set(failed) == {"hooks"} and "returns nothing" in failed["hooks"], failed
 
 
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")  # the row `cat` writes
 def test_the_state_trace_keeps_every_step_and_stops_on_another_layout():
     """The trace's device rows (allocated TRACE_CHUNK at a time) give back each step's releases and the state
     after it, over more steps than one chunk; a step that releases another layout stops the trace, and the replay
