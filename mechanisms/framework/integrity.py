@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
+import operator
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,7 +57,8 @@ __doc__ += "\n".join(f"- `{name}`: {what}." for name, what in CHECKS.items()) + 
 
 SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
-SHADOW_BLOCK = 64  # steps whose excesses the shadow keeps on the device before it counts the mismatched ones
+SHADOW_BLOCK = 64  # steps the model-update shadow records on the device before it compares them at once
+SHADOW_VIEWS = 2048  # at most this many per-tensor row views in its block (a model of many tensors: shorter blocks)
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
 TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
@@ -338,6 +341,15 @@ class StepGuard:
         if engine is not None:
             watched.append(("the clipping engine's bound", engine, "max_grad_norm"))
         self._watched = [(label, obj, attr, getattr(obj, attr)) for label, obj, attr in watched]
+        # the same, per object: one C-level fetch of its watched attributes and an identity test (a value that is
+        # not the planned object goes to the full comparison)
+        fetch: dict[int, tuple[Any, list[str], list[Any]]] = {}
+        for _, obj, attr, expected in self._watched:
+            _, attrs, values = fetch.setdefault(id(obj), (obj, [], []))
+            attrs.append(attr)
+            values.append(expected)
+        self._fetch = [(obj, operator.attrgetter(*attrs, attrs[0]), (*values, values[0]))  # 2+ names: a tuple
+                       for obj, attrs, values in fetch.values()]
         self._stream: Any = None
         self.stream_checked = generator is not None and getattr(self.noise, "continues_stream", True)
         if self.stream_checked:
@@ -361,12 +373,14 @@ class StepGuard:
         import torch
 
         opt = self.optimizer
-        for label, obj, attr, expected in self._watched:
-            value = getattr(obj, attr, None)
-            if value is not expected and (isinstance(value, torch.Tensor) or isinstance(expected, torch.Tensor)
-                                          or value != expected):
-                self.fail("plan_parameters", f"{label} changed after planning (from {_show(expected)} to "
-                                             f"{_show(value)})")
+        for obj, fetch, expected in self._fetch:
+            try:
+                if all(map(operator.is_, fetch(obj), expected)):
+                    continue
+            except AttributeError:
+                pass
+            self._compare_watched()
+            break
         if opt.generator is not self.generator:
             self.fail("noise_stream", "the optimizer's noise generator was replaced")
         elif self.stream_checked and self._stream is not None and not torch.equal(self.generator.get_state(),
@@ -382,6 +396,17 @@ class StepGuard:
             bound = opt.mechanism_state[self.bound_key]
             middle, half = (self.range[0] + self.range[1]) / 2, (self.range[1] - self.range[0]) / 2
             self._out_of_range.add_((bound - middle).abs_() > half * (1 + 1e-6) + 1e-12 * middle)
+
+    def _compare_watched(self) -> None:
+        """Which of the plan's objects and numbers changed (a value equal to the planned number is not a change)."""
+        import torch
+
+        for label, obj, attr, expected in self._watched:
+            value = getattr(obj, attr, None)
+            if value is not expected and (isinstance(value, torch.Tensor) or isinstance(expected, torch.Tensor)
+                                          or value != expected):
+                self.fail("plan_parameters", f"{label} changed after planning (from {_show(expected)} to "
+                                             f"{_show(value)})")
 
     def after_release(self, params: Sequence[torch.Tensor]) -> None:
         """After every draw of the step: where the noise stream stands, and the released gradient the update may
@@ -470,19 +495,26 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else type(value).__qualname__
 
 
+_BASE = operator.attrgetter("_base")
+_CONTIGUOUS = operator.methodcaller("is_contiguous")
+_OFFSET = operator.methodcaller("storage_offset")
+
+
 class ModelShadow:
     """The model-update check: on `k` random coordinates of every trainable tensor, the optimizer's update
     recomputed from the released gradient (SGD with momentum, dampening, Nesterov and weight decay; Adam and AdamW
     with AMSGrad: all coordinate-wise), with the shadow's own copy of the optimizer's state, and compared with
     what the parameters did. A mismatch means the model saw something that was not released.
 
-    A coordinate fails when |actual - expected| > SHADOW_RTOL |expected - before| + 1e-6 |expected| (the second
-    term allows for the rounding of before + update). Per step, into buffers allocated once: one gather of the
-    gradient (one per tensor when the noise part did not release it as views of one buffer, as privbench's
-    Gaussian noise does), one gather per parameter tensor, the update on k x tensors coordinates, and four vector
-    operations that write the step's excess |actual - expected| - tolerance as one row of a device block; every
-    SHADOW_BLOCK steps (and for the verdict) the block is reduced to the count of steps with a mismatched
-    coordinate. Nothing allocated per step scales with the model, and nothing is read on the host."""
+    A coordinate fails when |actual - expected| > SHADOW_RTOL |expected - before| + 1e-6 |before| (the second
+    term allows for the rounding of before + update). Every step, into buffers allocated once: one gather of the
+    released gradient's coordinates (one per tensor when the noise part did not release it as views of one buffer,
+    as privbench's Gaussian noise does), the update on k x tensors coordinates written as the step's row of
+    expected coordinates, and one gather per parameter tensor written as its row of actual ones. The rows of a
+    block of steps are then compared at once (about ten vector operations for the block instead of about ten per
+    step): when it fills, before privbench's post-processing moves the parameters, and for the verdict. Every step
+    is checked; the count of steps with a mismatched coordinate stays on the device. Nothing allocated per step
+    scales with the model, and nothing is read on the host."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
         import torch
@@ -502,30 +534,23 @@ class ModelShadow:
             else:
                 spans.append((group, start, end))
             start = end
-        # one group (the usual case): its update runs on the whole buffers, without slicing them each step
+        # one group (the usual case): its update runs on the whole rows, without slicing them each step
         self.group_spans: list[tuple[dict[str, Any], slice | None]] = (
             [(spans[0][0], None)] if len(spans) == 1 else [(g, slice(a, b)) for g, a, b in spans])
         first = self.params[0]
         self.n = start
         dtype, device = first.dtype, first.device
-        # rows 0 and 1: the parameters' coordinates before and after an update (their roles alternate); row 2 stays
-        # 0, so that ONE subtraction from the expected coordinates gives |e - before|, |e - after| and |e|
-        self._params = torch.zeros(3, self.n, dtype=dtype, device=device)
-        self._rows = self._params.unbind(0)
-        self._slots = [self._views(self._rows[0]), self._views(self._rows[1])]
+        # a block of steps: row i of `_actual` holds the coordinates before the block's step i and row i + 1 those
+        # after it, row i of `_expected` the recomputed ones. The gathers write into per-tensor views of the rows,
+        # made once: at most SHADOW_VIEWS of them, so a model of many tensors has shorter blocks
+        self.block = max(4, min(SHADOW_BLOCK, SHADOW_VIEWS // len(self.params)))
+        self._actual = torch.zeros(self.block + 1, self.n, dtype=dtype, device=device)
+        self._expected = torch.zeros(self.block, self.n, dtype=dtype, device=device)
+        self._actual_rows, self._expected_rows = self._actual.unbind(0), self._expected.unbind(0)
+        self._slots = [self._views(row) for row in self._actual_rows]
         self._grad = torch.empty(self.n, dtype=dtype, device=device)  # the released gradient's coordinates
         self._grad_slots = self._views(self._grad)
-        self._expected = torch.empty(self.n, dtype=dtype, device=device)
-        self._diff = torch.empty(3, self.n, dtype=dtype, device=device)
-        # each step's excess (below) is one row of a block; a full block is reduced to the count of steps with a
-        # mismatched coordinate (three kernels per SHADOW_BLOCK steps instead of three per step)
-        self._block = torch.empty(SHADOW_BLOCK, self.n, dtype=dtype, device=device)
-        self._block_rows = self._block.unbind(0)
-        self._filled = 0
-        # the rows' weights when row 0 (index 0) or row 1 (index 1) holds the parameters before the update: the
-        # weighted sum is |e - after| - SHADOW_RTOL |e - before| - 1e-6 |e|, above 0 on a mismatched coordinate
-        self._weights = [torch.tensor(w, dtype=dtype, device=device).reshape(3, 1)
-                         for w in ([-SHADOW_RTOL, 1.0, -1e-6], [1.0, -SHADOW_RTOL, -1e-6])]
+        self._step = 0  # the block's steps recorded
         self._global: tuple[Any, Any] | None = None  # (the gradient's offsets in its base buffer, global indices)
         self.state: dict[str, torch.Tensor | None] = {}
         self.t = 0  # the shadow's own count of updates (Adam's bias correction), on the host
@@ -563,10 +588,12 @@ class ModelShadow:
 
         grads = [p.grad for p in params]
         base = grads[0]._base
-        if base is not None and base.is_contiguous() and all(g._base is base and g.is_contiguous() for g in grads):
-            offsets = tuple(g.storage_offset() - base.storage_offset() for g in grads)  # host metadata: no sync
+        if (base is not None and all(map(operator.is_, map(_BASE, grads), itertools.repeat(base)))
+                and base.is_contiguous() and all(map(_CONTIGUOUS, grads))):
+            offsets = (base.storage_offset(), *map(_OFFSET, grads))  # host metadata: no sync
             if self._global is None or self._global[0] != offsets:
-                self._global = (offsets, torch.cat([i + o for i, o in zip(self.index, offsets, strict=True)]))
+                self._global = (offsets, torch.cat([i + o - offsets[0] for i, o in zip(self.index, offsets[1:],
+                                                                                        strict=True)]))
             # `take` reads the buffer as one flat vector (no reshape); a gradient is no graph's node
             torch.take(base.detach() if base.requires_grad else base, self._global[1], out=self._grad)
         else:
@@ -576,11 +603,11 @@ class ModelShadow:
 
     def resync(self, optimizer: Any) -> None:
         """Read the parameters and the optimizer's state buffers at the shadow's coordinates (at the start, and
-        after privbench's own post-processing moved them)."""
+        after privbench's own post-processing moved them: the steps recorded until then are compared first)."""
         import torch
 
+        self.compare()
         self._flat = [p.detach().view(-1) if p.is_contiguous() else p.detach().reshape(-1) for p in self.params]
-        self.value = 0
         self._gather_params(0)
         state = optimizer.original_optimizer.state
         names = ("momentum_buffer",) if self.kind == "sgd" else ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
@@ -593,49 +620,46 @@ class ModelShadow:
                                           for t, i in zip(tensors, self.index, strict=True)])
 
     def check(self, optimizer: Any) -> None:
-        """After an update: the parameters' coordinates against the recomputed ones (the step's row of excesses)."""
-        import torch
-
-        before = self.value
+        """After an update: the step's expected coordinates (recomputed from the captured release) and actual ones
+        (gathered from the parameters) as the block's next rows; a full block is compared."""
+        i = self._step
         if self.fresh:
             self.t += 1
             scale = 1.0 / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
             for group, span in self.group_spans:
-                self._update(group, before, span, scale)
-            expected = self._expected
+                self._update(group, i, span, scale)
         else:  # no release this step: nothing may move
-            expected = self._rows[before]
-        after = 1 - before
-        self._gather_params(after)
-        torch.sub(expected, self._params, out=self._diff)  # e - before, e - after, e (in the rows' order)
-        self._diff.abs_().mul_(self._weights[before])
-        torch.sum(self._diff, 0, out=self._block_rows[self._filled])
-        self._filled += 1
-        if self._filled == SHADOW_BLOCK:
-            self._count()
-        self.value = after
+            self._expected_rows[i].copy_(self._actual_rows[i])
+        self._gather_params(i + 1)
+        self._step = i + 1
         self.fresh = False
+        if self._step == self.block:
+            self.compare()
 
-    def _count(self) -> None:
-        """Add the steps of the block's filled rows that have a mismatched coordinate (an excess above 0; a NaN
-        is not one) to the device count, and empty the block."""
+    def compare(self) -> None:
+        """The block's recorded steps against their expected coordinates: the steps with a coordinate off by more
+        than the tolerance (a NaN is not) join the device count, and the block restarts from the last step."""
         import torch
 
-        if self._filled:
-            rows = self._block[:self._filled] if self._filled < SHADOW_BLOCK else self._block
-            self._bad_steps.add_(torch.gt(rows, 0).any(1).sum())
-            self._filled = 0
+        n = self._step
+        if not n:
+            return
+        expected, before, after = self._expected[:n], self._actual[:n], self._actual[1:n + 1]
+        tolerance = (expected - before).abs_().mul_(SHADOW_RTOL).add_(before.abs(), alpha=1e-6)
+        self._bad_steps.add_(torch.gt((after - expected).abs_(), tolerance).any(1).sum())
+        self._actual_rows[0].copy_(self._actual_rows[n])
+        self._step = 0
 
     def _state(self, name: str, span: slice | None) -> torch.Tensor | None:
         buf = self.state.get(name)
         return buf if buf is None or span is None else buf[span]
 
-    def _update(self, group: Mapping[str, Any], before: int, span: slice | None, scale: float) -> None:
-        """Write into the expected coordinates (of `span`; None: all) one optimizer update from the captured
-        gradient times `scale` (the normalisation), advancing the shadow's own state."""
+    def _update(self, group: Mapping[str, Any], row: int, span: slice | None, scale: float) -> None:
+        """Write into the block's expected `row` (its `span`; None: all) one optimizer update of the actual `row`
+        from the captured gradient times `scale` (the normalisation), advancing the shadow's own state."""
         import torch
 
-        p, g, out = self._rows[before], self._grad, self._expected
+        p, g, out = self._actual_rows[row], self._grad, self._expected_rows[row]
         if span is not None:
             p, g, out = p[span], g[span], out[span]
         if group.get("maximize", False):
@@ -685,7 +709,7 @@ class ModelShadow:
 
     def verdict(self) -> str | None:
         """Why the parameters did not follow the released update (None: they did); reads the device once."""
-        self._count()
+        self.compare()
         bad = int(self._bad_steps)
         if not bad:
             return None
