@@ -6,8 +6,9 @@
 For each model and mechanism, the trainer's private step (`workers.train.setup`, the book-keeping engine) runs
 with its `StepGuard` (the plan's bounds, noise stream, observers, the bound's range, the model-update shadow on 4
 coordinates per tensor, and, for a mechanism with state, the trace the replay reads) and without it, taking
-turns in ONE process on the same objects: each round one checked and one unchecked step (in alternating order),
-the guard re-armed (untimed) after an unchecked step, so its checks stay valid and must raise no alarm. Reported:
+turns in ONE process on the same objects: each round one checked and one unchecked step (in alternating order) on
+the same batch (a Poisson batch's size moves the step's time by more than the checks cost), the guard re-armed
+(untimed) after an unchecked step, so its checks stay valid and must raise no alarm. Reported:
 the median CPU seconds per step (`time.process_time`, one thread, so the machine's load is not counted) and
 their ratio, and the host synchronisations per checked step (benchmarks/step_profile.py's counter: 0 is the
 target). The state replay runs once per trial in the analysis phase and is not part of a step.
@@ -71,8 +72,8 @@ def measure(model: str, mechanism: str, rounds: int, steps: int) -> dict[str, An
     guard = optimizer.guard
     seconds: dict[str, list[float]] = {"checked": [], "unchecked": []}
     for r in range(rounds + 1):
+        chunk = [next(batches) for _ in range(steps)]  # the same batches both ways: a batch's size moves the step
         for name in (("checked", "unchecked") if r % 2 else ("unchecked", "checked")):
-            chunk = [next(batches) for _ in range(steps)]
             if name == "checked":
                 rearm(optimizer, guard)
             else:
@@ -87,11 +88,39 @@ def measure(model: str, mechanism: str, rounds: int, steps: int) -> dict[str, An
     with counter:
         for _ in range(2):
             train_step(s, next(batches))
+    compare_s = block_compare_s(s, batches, guard)
     findings = guard.findings()
-    checked, unchecked = statistics.median(seconds["checked"]), statistics.median(seconds["unchecked"])
+    checked = statistics.median(seconds["checked"]) + compare_s
+    unchecked = statistics.median(seconds["unchecked"])
     return {"model": model, "mechanism": mechanism, "checked_step_s": checked, "unchecked_step_s": unchecked,
-            "ratio": checked / unchecked, "syncs_per_step": len(counter.syncs) / 2,
+            "ratio": checked / unchecked, "syncs_per_step": len(counter.syncs) / 2, "block_compare_s": compare_s,
             "alarms": [f"{f.check}: {f.reason}" for f in findings if not f.passed]}
+
+
+def block_compare_s(s: Any, batches: Any, guard: Any, repeats: int = 5) -> float:
+    """The model-update shadow's comparison of a full block of steps (`ModelShadow.compare`, once per block in
+    training), per step: the alternating rounds re-arm the shadow after every unchecked step, so their checked
+    steps never fill a block, and its cost is added to theirs from this measurement (median of `repeats`)."""
+    from workers.train import train_step
+
+    shadow = guard.shadow
+    if shadow is None:
+        return 0.0
+    times: list[float] = []
+    compare = shadow.compare
+
+    def timed() -> None:
+        t0 = time.process_time()
+        compare()
+        times.append(time.process_time() - t0)
+
+    shadow.compare = timed  # the instance's: what `check` calls when the block is full
+    try:
+        while len(times) < repeats:
+            train_step(s, next(batches))
+    finally:
+        del shadow.compare
+    return statistics.median(times) / shadow.block
 
 
 def main(argv: list[str] | None = None) -> int:
