@@ -21,7 +21,7 @@ PARTS = (
     "data_s",  # the dataset's splits (0 from the worker's cache)
     "model_s",  # the model's construction
     "planning_s",  # the plan made in the accelerator phase (trials with no plan task: non-private)
-    "setup_s",  # released statistics, the model's copies, the mechanism's private objects, the step module
+    "setup_s",  # released statistics, the model's copies, the private objects, the step module, the memory baseline
     "training_s",  # the training steps (with the loss reads between them)
     "evaluation_s",  # the evaluation after each epoch
     "memory_probe_s",  # the trial's share of the memory probe `gpus: auto` packs by (0 without one)
