@@ -58,7 +58,6 @@ __doc__ += "\n".join(f"- `{name}`: {what}." for name, what in CHECKS.items()) + 
 SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
 SHADOW_BLOCK = 64  # steps the model-update shadow records on the device before it compares them at once
-SHADOW_VIEWS = 2048  # at most this many per-tensor row views in its block (a model of many tensors: shorter blocks)
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
 TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
@@ -495,6 +494,21 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else type(value).__qualname__
 
 
+def _coordinate_views(tensor: torch.Tensor, index: Sequence[int]) -> list[torch.Tensor]:
+    """One-element views of `tensor` at the flat (row-major) positions `index`: they follow its in-place updates."""
+    if tensor.is_contiguous():
+        flat = tensor.view(-1)
+        return [flat[i:i + 1] for i in index]
+    views = []
+    for i in index:
+        at = []
+        for size in reversed(tensor.shape):
+            at.append(i % size)
+            i //= size
+        views.append(tensor[tuple(reversed(at))].reshape(1))
+    return views
+
+
 _BASE = operator.attrgetter("_base")
 _CONTIGUOUS = operator.methodcaller("is_contiguous")
 _OFFSET = operator.methodcaller("storage_offset")
@@ -510,11 +524,12 @@ class ModelShadow:
     term allows for the rounding of before + update). Every step, into buffers allocated once: one gather of the
     released gradient's coordinates (one per tensor when the noise part did not release it as views of one buffer,
     as privbench's Gaussian noise does), the update on k x tensors coordinates written as the step's row of
-    expected coordinates, and one gather per parameter tensor written as its row of actual ones. The rows of a
-    block of steps are then compared at once (about ten vector operations for the block instead of about ten per
-    step): when it fills, before privbench's post-processing moves the parameters, and for the verdict. Every step
-    is checked; the count of steps with a mismatched coordinate stays on the device. Nothing allocated per step
-    scales with the model, and nothing is read on the host."""
+    expected coordinates, and one `cat` of one-element views of the parameters (made once, whatever the number of
+    tensors) written as its row of actual ones. The rows of a block of steps are then compared at once (about ten
+    vector operations for the block instead of about ten per step): when it fills, before privbench's
+    post-processing moves the parameters, and for the verdict. Every step is checked; the count of steps with a
+    mismatched coordinate stays on the device. Nothing allocated per step scales with the model, and nothing is
+    read on the host."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
         import torch
@@ -522,8 +537,9 @@ class ModelShadow:
         self.kind, self.params = kind, list(optimizer.params)
         self.decoupled = isinstance(optimizer.original_optimizer, torch.optim.AdamW)
         draws = torch.Generator().manual_seed(0x5EED)  # its own stream: training's draws are untouched
-        self.index = [torch.randint(p.numel(), (min(k, p.numel()),), generator=draws).to(p.device)
-                      for p in self.params]
+        drawn = [torch.randint(p.numel(), (min(k, p.numel()),), generator=draws) for p in self.params]
+        self._host_index = [i.tolist() for i in drawn]  # the same, on the host: views are made from them
+        self.index = [i.to(p.device) for i, p in zip(drawn, self.params, strict=True)]
         groups = {id(p): g for g in optimizer.original_optimizer.param_groups for p in g["params"]}
         spans: list[tuple[dict[str, Any], int, int]] = []
         start = 0
@@ -541,13 +557,12 @@ class ModelShadow:
         self.n = start
         dtype, device = first.dtype, first.device
         # a block of steps: row i of `_actual` holds the coordinates before the block's step i and row i + 1 those
-        # after it, row i of `_expected` the recomputed ones. The gathers write into per-tensor views of the rows,
-        # made once: at most SHADOW_VIEWS of them, so a model of many tensors has shorter blocks
-        self.block = max(4, min(SHADOW_BLOCK, SHADOW_VIEWS // len(self.params)))
+        # after it, row i of `_expected` the recomputed ones
+        self.block = SHADOW_BLOCK
         self._actual = torch.zeros(self.block + 1, self.n, dtype=dtype, device=device)
         self._expected = torch.zeros(self.block, self.n, dtype=dtype, device=device)
         self._actual_rows, self._expected_rows = self._actual.unbind(0), self._expected.unbind(0)
-        self._slots = [self._views(row) for row in self._actual_rows]
+        self._coordinates: list[torch.Tensor] = []  # a one-element view of each coordinate, made by `resync`
         self._grad = torch.empty(self.n, dtype=dtype, device=device)  # the released gradient's coordinates
         self._grad_slots = self._views(self._grad)
         self._step = 0  # the block's steps recorded
@@ -577,10 +592,11 @@ class ModelShadow:
         return cls(optimizer, k, kind)
 
     def _gather_params(self, into: int) -> None:
+        """The parameters' coordinates into the block's actual row `into`: one `cat` of their views, whatever the
+        number of tensors."""
         import torch
 
-        for flat, i, slot in zip(self._flat, self.index, self._slots[into], strict=True):
-            torch.index_select(flat, 0, i, out=slot)
+        torch.cat(self._coordinates, out=self._actual_rows[into])
 
     def capture(self, params: Sequence[torch.Tensor]) -> None:
         """The released gradient's coordinates (what `p.grad` holds after the noise, before normalisation)."""
@@ -607,7 +623,8 @@ class ModelShadow:
         import torch
 
         self.compare()
-        self._flat = [p.detach().view(-1) if p.is_contiguous() else p.detach().reshape(-1) for p in self.params]
+        self._coordinates = [view for p, index in zip(self.params, self._host_index, strict=True)
+                             for view in _coordinate_views(p.detach(), index)]  # a permutation may move storage
         self._gather_params(0)
         state = optimizer.original_optimizer.state
         names = ("momentum_buffer",) if self.kind == "sgd" else ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")

@@ -193,6 +193,20 @@ def test_the_shadow_counts_every_mismatched_step_across_its_blocks():
     assert set(failed) == {"model_update"} and f"in {nudged} step(s)" in failed["model_update"], failed
 
 
+def test_the_shadows_coordinate_views_follow_any_layout():
+    """The one-element views the shadow gathers with one `cat` sit at the flat (row-major) positions drawn, for a
+    contiguous tensor and a transposed one alike, and follow in-place updates."""
+    from mechanisms.framework.integrity import _coordinate_views
+
+    base = torch.arange(24.0).reshape(4, 6)
+    for tensor in (base, base.t(), base[:, 1::2]):
+        index = [0, 5, 7, tensor.numel() - 1]
+        views = _coordinate_views(tensor, index)
+        assert torch.cat(views).tolist() == tensor.reshape(-1)[index].tolist()
+        tensor.mul_(2)
+        assert torch.cat(views).tolist() == tensor.reshape(-1)[index].tolist()
+
+
 def test_the_docs_adaptive_clipping_example_runs_as_printed():
     """The block in docs/plugins.md is the plugin module the sweep runs, and executing it gives a mechanism whose
     plan certifies what the built-in certifies."""
