@@ -5,12 +5,15 @@
 
 For each model and mechanism, the trainer's private step (`workers.train.setup`, the book-keeping engine) runs
 with its `StepGuard` (the plan's bounds, noise stream, observers, the bound's range, the model-update shadow on 4
-coordinates per tensor, and, for a mechanism with state, the trace the replay reads) and without it, taking
-turns in ONE process on the same objects: each round one checked and one unchecked step (in alternating order),
-the guard re-armed (untimed) after an unchecked step, so its checks stay valid and must raise no alarm. Reported:
-the median CPU seconds per step (`time.process_time`, one thread, so the machine's load is not counted) and
-their ratio, and the host synchronisations per checked step (benchmarks/step_profile.py's counter: 0 is the
-target). The state replay runs once per trial in the analysis phase and is not part of a step.
+coordinates per tensor, and, for a mechanism with state, the trace the replay reads) and, in a twin set up from
+the same seeds, without it, taking turns in ONE process: each round one checked and one unchecked step (in
+alternating order) on the same batch (a Poisson batch's size moves the step's time by more than the checks cost).
+The guard runs uninterrupted, as in training (its block comparisons included), and must raise no alarm.
+Reported: the median CPU seconds per step (`time.process_time`, one thread, so the machine's load is not counted)
+and their ratio, the median of the rounds' own ratios ("paired": a round's two steps share their batch and their
+moment, so the machine's drift cancels), and the host synchronisations per checked step
+(benchmarks/step_profile.py's counter: 0 is the target). The state replay runs once per trial in the analysis
+phase and is not part of a step.
 """
 
 from __future__ import annotations
@@ -54,43 +57,33 @@ def setup_for(model: str, mechanism: str) -> tuple[Any, Any]:
     return s, (b for _ in range(config.train.epochs) for b in s.training.loader)
 
 
-def rearm(optimizer: Any, guard: Any) -> None:
-    """The guard back on after unchecked steps: the stream and the shadow start from where the step is now."""
-    optimizer.guard = guard
-    guard._stream = None
-    if guard.shadow is not None:
-        guard.shadow.resync(optimizer)
-        guard.shadow.fresh = False
-
-
 def measure(model: str, mechanism: str, rounds: int, steps: int) -> dict[str, Any]:
     from workers.train import train_step
 
-    s, batches = setup_for(model, mechanism)
-    optimizer = s.training.optimizer
-    guard = optimizer.guard
+    checked_s, batches = setup_for(model, mechanism)
+    unchecked_s, _ = setup_for(model, mechanism)  # its twin: same seeds, so the same trajectory, without the guard
+    unchecked_s.training.optimizer.guard = None
+    guard = checked_s.training.optimizer.guard
+    setups = {"checked": checked_s, "unchecked": unchecked_s}
     seconds: dict[str, list[float]] = {"checked": [], "unchecked": []}
     for r in range(rounds + 1):
+        chunk = [next(batches) for _ in range(steps)]  # the same batches both ways: a batch's size moves the step
         for name in (("checked", "unchecked") if r % 2 else ("unchecked", "checked")):
-            chunk = [next(batches) for _ in range(steps)]
-            if name == "checked":
-                rearm(optimizer, guard)
-            else:
-                optimizer.guard = None
+            s = setups[name]
             t0 = time.process_time()
             for batch in chunk:
                 train_step(s, batch)
             if r:  # round 0 warms up
                 seconds[name].append((time.process_time() - t0) / steps)
-    rearm(optimizer, guard)
-    counter = step_profile.StepCounter(step_profile.host_tensors(s))
+    counter = step_profile.StepCounter(step_profile.host_tensors(checked_s))
     with counter:
         for _ in range(2):
-            train_step(s, next(batches))
+            train_step(checked_s, next(batches))
     findings = guard.findings()
     checked, unchecked = statistics.median(seconds["checked"]), statistics.median(seconds["unchecked"])
+    paired = statistics.median(c / u for c, u in zip(seconds["checked"], seconds["unchecked"], strict=True))
     return {"model": model, "mechanism": mechanism, "checked_step_s": checked, "unchecked_step_s": unchecked,
-            "ratio": checked / unchecked, "syncs_per_step": len(counter.syncs) / 2,
+            "ratio": checked / unchecked, "paired_ratio": paired, "syncs_per_step": len(counter.syncs) / 2,
             "alarms": [f"{f.check}: {f.reason}" for f in findings if not f.passed]}
 
 
@@ -108,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    print("| model | mechanism | CPU s / step, checked | CPU s / step, unchecked | ratio | host syncs / step |")
-    print("|---|---|---|---|---|---|")
+    print("| model | mechanism | CPU s / step, checked | CPU s / step, unchecked | ratio | paired ratio | "
+          "host syncs / step |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['mechanism']} | {r['checked_step_s']:.4g} | {r['unchecked_step_s']:.4g} | "
-              f"{r['ratio']:.3f} | {r['syncs_per_step']:g} |" + (f" alarms: {r['alarms']}" if r["alarms"] else ""))
+              f"{r['ratio']:.3f} | {r['paired_ratio']:.3f} | {r['syncs_per_step']:g} |"
+              + (f" alarms: {r['alarms']}" if r["alarms"] else ""))
     return 0
 
 

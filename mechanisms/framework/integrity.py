@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
+import operator
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,8 +57,10 @@ __doc__ += "\n".join(f"- `{name}`: {what}." for name, what in CHECKS.items()) + 
 
 SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
+SHADOW_BLOCK = 64  # steps the model-update shadow records on the device before it compares them at once
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
+TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,6 +340,15 @@ class StepGuard:
         if engine is not None:
             watched.append(("the clipping engine's bound", engine, "max_grad_norm"))
         self._watched = [(label, obj, attr, getattr(obj, attr)) for label, obj, attr in watched]
+        # the same, per object: one C-level fetch of its watched attributes and an identity test (a value that is
+        # not the planned object goes to the full comparison)
+        fetch: dict[int, tuple[Any, list[str], list[Any]]] = {}
+        for _, obj, attr, expected in self._watched:
+            _, attrs, values = fetch.setdefault(id(obj), (obj, [], []))
+            attrs.append(attr)
+            values.append(expected)
+        self._fetch = [(obj, operator.attrgetter(*attrs, attrs[0]), (*values, values[0]))  # 2+ names: a tuple
+                       for obj, attrs, values in fetch.values()]
         self._stream: Any = None
         self.stream_checked = generator is not None and getattr(self.noise, "continues_stream", True)
         if self.stream_checked:
@@ -359,12 +372,14 @@ class StepGuard:
         import torch
 
         opt = self.optimizer
-        for label, obj, attr, expected in self._watched:
-            value = getattr(obj, attr, None)
-            if value is not expected and (isinstance(value, torch.Tensor) or isinstance(expected, torch.Tensor)
-                                          or value != expected):
-                self.fail("plan_parameters", f"{label} changed after planning (from {_show(expected)} to "
-                                             f"{_show(value)})")
+        for obj, fetch, expected in self._fetch:
+            try:
+                if all(map(operator.is_, fetch(obj), expected)):
+                    continue
+            except AttributeError:
+                pass
+            self._compare_watched()
+            break
         if opt.generator is not self.generator:
             self.fail("noise_stream", "the optimizer's noise generator was replaced")
         elif self.stream_checked and self._stream is not None and not torch.equal(self.generator.get_state(),
@@ -381,6 +396,17 @@ class StepGuard:
             middle, half = (self.range[0] + self.range[1]) / 2, (self.range[1] - self.range[0]) / 2
             self._out_of_range.add_((bound - middle).abs_() > half * (1 + 1e-6) + 1e-12 * middle)
 
+    def _compare_watched(self) -> None:
+        """Which of the plan's objects and numbers changed (a value equal to the planned number is not a change)."""
+        import torch
+
+        for label, obj, attr, expected in self._watched:
+            value = getattr(obj, attr, None)
+            if value is not expected and (isinstance(value, torch.Tensor) or isinstance(expected, torch.Tensor)
+                                          or value != expected):
+                self.fail("plan_parameters", f"{label} changed after planning (from {_show(expected)} to "
+                                             f"{_show(value)})")
+
     def after_release(self, params: Sequence[torch.Tensor]) -> None:
         """After every draw of the step: where the noise stream stands, and the released gradient the update may
         use (`params[i].grad`, before the batch normalisation)."""
@@ -392,10 +418,11 @@ class StepGuard:
     def apply_state(self, state: dict[str, torch.Tensor], new: Mapping[str, Any]) -> None:
         """The state update's entries copied into the state (in place: the engine and the noise hold these
         tensors), the bound clamped to the clipper's declared range; a clamp is recorded."""
-        unknown = sorted(set(new) - set(state))
-        if unknown:
-            self.fail("hooks", f"update_state returned entries {unknown} the initial state does not have")
-        clamped = apply_state(state, {k: v for k, v in new.items() if k in state}, self.bound_key, self.range)
+        if not new.keys() <= state.keys():
+            self.fail("hooks", f"update_state returned entries {sorted(set(new) - set(state))} the initial state "
+                               "does not have")
+            new = {k: v for k, v in new.items() if k in state}
+        clamped = apply_state(state, new, self.bound_key, self.range)
         if clamped is not None:
             self._clamped.add_(clamped)
 
@@ -445,12 +472,16 @@ def apply_state(state: dict[str, torch.Tensor], new: Mapping[str, Any], bound_ke
     clamped = None
     for name, value in new.items():
         target = state[name]
-        value = torch.as_tensor(value, dtype=target.dtype, device=target.device).reshape(target.shape)
-        if name == bound_key:
-            inside = value.clamp(*bounds)
-            clamped = inside != value
-            value = inside
-        target.copy_(value)
+        if not (isinstance(value, torch.Tensor) and value.dtype == target.dtype and value.device == target.device
+                and value is not target):
+            value = torch.as_tensor(value, dtype=target.dtype, device=target.device).clone()
+        if value.shape != target.shape:
+            value = value.reshape(target.shape)
+        if name == bound_key:  # clamped as it is written: no tensor allocated but the flag
+            torch.clamp(value, *bounds, out=target)
+            clamped = target != value
+        else:
+            target.copy_(value)
     return clamped
 
 
@@ -463,15 +494,42 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else type(value).__qualname__
 
 
+def _coordinate_views(tensor: torch.Tensor, index: Sequence[int]) -> list[torch.Tensor]:
+    """One-element views of `tensor` at the flat (row-major) positions `index`: they follow its in-place updates."""
+    if tensor.is_contiguous():
+        flat = tensor.view(-1)
+        return [flat[i:i + 1] for i in index]
+    views = []
+    for i in index:
+        at = []
+        for size in reversed(tensor.shape):
+            at.append(i % size)
+            i //= size
+        views.append(tensor[tuple(reversed(at))].reshape(1))
+    return views
+
+
+_BASE = operator.attrgetter("_base")
+_CONTIGUOUS = operator.methodcaller("is_contiguous")
+_OFFSET = operator.methodcaller("storage_offset")
+
+
 class ModelShadow:
     """The model-update check: on `k` random coordinates of every trainable tensor, the optimizer's update
     recomputed from the released gradient (SGD with momentum, dampening, Nesterov and weight decay; Adam and AdamW
     with AMSGrad: all coordinate-wise), with the shadow's own copy of the optimizer's state, and compared with
     what the parameters did. A mismatch means the model saw something that was not released.
 
-    Per step: one gather per tensor into preallocated slots (one for the whole gradient when the noise part
-    released it as views of one buffer, as privbench's Gaussian noise does), a handful of vector operations on
-    k x tensors coordinates, and one device flag; nothing scales with the parameter count."""
+    A coordinate fails when |actual - expected| > SHADOW_RTOL |expected - before| + 1e-6 |before| (the second
+    term allows for the rounding of before + update). Every step, into buffers allocated once: one gather of the
+    released gradient's coordinates (one per tensor when the noise part did not release it as views of one buffer,
+    as privbench's Gaussian noise does), the update on k x tensors coordinates written as the step's row of
+    expected coordinates, and one `cat` of one-element views of the parameters (made once, whatever the number of
+    tensors) written as its row of actual ones. The rows of a block of steps are then compared at once (about ten
+    vector operations for the block instead of about ten per step): when it fills, before privbench's
+    post-processing moves the parameters, and for the verdict. Every step is checked; the count of steps with a
+    mismatched coordinate stays on the device. Nothing allocated per step scales with the model, and nothing is
+    read on the host."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
         import torch
@@ -479,29 +537,40 @@ class ModelShadow:
         self.kind, self.params = kind, list(optimizer.params)
         self.decoupled = isinstance(optimizer.original_optimizer, torch.optim.AdamW)
         draws = torch.Generator().manual_seed(0x5EED)  # its own stream: training's draws are untouched
-        self.index = [torch.randint(p.numel(), (min(k, p.numel()),), generator=draws).to(p.device)
-                      for p in self.params]
+        drawn = [torch.randint(p.numel(), (min(k, p.numel()),), generator=draws) for p in self.params]
+        self._host_index = [i.tolist() for i in drawn]  # the same, on the host: views are made from them
+        self.index = [i.to(p.device) for i, p in zip(drawn, self.params, strict=True)]
         groups = {id(p): g for g in optimizer.original_optimizer.param_groups for p in g["params"]}
-        self.group_spans: list[tuple[dict[str, Any], int, int]] = []
+        spans: list[tuple[dict[str, Any], int, int]] = []
         start = 0
         for p, idx in zip(self.params, self.index, strict=True):
             group, end = groups[id(p)], start + len(idx)
-            if self.group_spans and self.group_spans[-1][0] is group and self.group_spans[-1][2] == start:
-                self.group_spans[-1] = (group, self.group_spans[-1][1], end)
+            if spans and spans[-1][0] is group and spans[-1][2] == start:
+                spans[-1] = (group, spans[-1][1], end)
             else:
-                self.group_spans.append((group, start, end))
+                spans.append((group, start, end))
             start = end
+        # one group (the usual case): its update runs on the whole rows, without slicing them each step
+        self.group_spans: list[tuple[dict[str, Any], slice | None]] = (
+            [(spans[0][0], None)] if len(spans) == 1 else [(g, slice(a, b)) for g, a, b in spans])
         first = self.params[0]
         self.n = start
-        # two buffers for the parameters' coordinates (before and after the update) and one for the gradient's,
-        # each with a view per tensor that the gathers write into
-        self._buffers = [torch.empty(self.n, dtype=first.dtype, device=first.device) for _ in range(3)]
-        self._slots = [self._views(b) for b in self._buffers]
-        self._global: tuple[Any, Any] | None = None  # (the gradient's base buffer, its global indices)
+        dtype, device = first.dtype, first.device
+        # a block of steps: row i of `_actual` holds the coordinates before the block's step i and row i + 1 those
+        # after it, row i of `_expected` the recomputed ones
+        self.block = SHADOW_BLOCK
+        self._actual = torch.zeros(self.block + 1, self.n, dtype=dtype, device=device)
+        self._expected = torch.zeros(self.block, self.n, dtype=dtype, device=device)
+        self._actual_rows, self._expected_rows = self._actual.unbind(0), self._expected.unbind(0)
+        self._coordinates: list[torch.Tensor] = []  # a one-element view of each coordinate, made by `resync`
+        self._grad = torch.empty(self.n, dtype=dtype, device=device)  # the released gradient's coordinates
+        self._grad_slots = self._views(self._grad)
+        self._step = 0  # the block's steps recorded
+        self._global: tuple[Any, Any] | None = None  # (the gradient's offsets in its base buffer, global indices)
         self.state: dict[str, torch.Tensor | None] = {}
         self.t = 0  # the shadow's own count of updates (Adam's bias correction), on the host
         self.fresh = False  # a gradient was captured since the last check
-        self._bad_steps = torch.zeros((), dtype=torch.int32, device=first.device)
+        self._bad_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.resync(optimizer)
 
     def _views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
@@ -522,12 +591,12 @@ class ModelShadow:
             return None
         return cls(optimizer, k, kind)
 
-    def _gather_params(self, into: int) -> torch.Tensor:
+    def _gather_params(self, into: int) -> None:
+        """The parameters' coordinates into the block's actual row `into`: one `cat` of their views, whatever the
+        number of tensors."""
         import torch
 
-        for flat, i, slot in zip(self._flat, self.index, self._slots[into], strict=True):
-            torch.index_select(flat, 0, i, out=slot)
-        return self._buffers[into]
+        torch.cat(self._coordinates, out=self._actual_rows[into])
 
     def capture(self, params: Sequence[torch.Tensor]) -> None:
         """The released gradient's coordinates (what `p.grad` holds after the noise, before normalisation)."""
@@ -535,23 +604,27 @@ class ModelShadow:
 
         grads = [p.grad for p in params]
         base = grads[0]._base
-        if base is not None and base.is_contiguous() and all(g._base is base and g.is_contiguous() for g in grads):
-            offsets = tuple(g.storage_offset() - base.storage_offset() for g in grads)  # host metadata: no sync
+        if (base is not None and all(map(operator.is_, map(_BASE, grads), itertools.repeat(base)))
+                and base.is_contiguous() and all(map(_CONTIGUOUS, grads))):
+            offsets = (base.storage_offset(), *map(_OFFSET, grads))  # host metadata: no sync
             if self._global is None or self._global[0] != offsets:
-                self._global = (offsets, torch.cat([i + o for i, o in zip(self.index, offsets, strict=True)]))
-            torch.index_select(base.detach().reshape(-1), 0, self._global[1], out=self._buffers[2])
+                self._global = (offsets, torch.cat([i + o - offsets[0] for i, o in zip(self.index, offsets[1:],
+                                                                                        strict=True)]))
+            # `take` reads the buffer as one flat vector (no reshape); a gradient is no graph's node
+            torch.take(base.detach() if base.requires_grad else base, self._global[1], out=self._grad)
         else:
-            for g, i, slot in zip(grads, self.index, self._slots[2], strict=True):
-                torch.index_select(g.detach().reshape(-1), 0, i, out=slot)
+            for g, i, slot in zip(grads, self.index, self._grad_slots, strict=True):
+                torch.take(g.detach() if g.requires_grad else g, i, out=slot)
         self.fresh = True
 
     def resync(self, optimizer: Any) -> None:
         """Read the parameters and the optimizer's state buffers at the shadow's coordinates (at the start, and
-        after privbench's own post-processing moved them)."""
+        after privbench's own post-processing moved them: the steps recorded until then are compared first)."""
         import torch
 
-        self._flat = [p.detach().view(-1) if p.is_contiguous() else p.detach().reshape(-1) for p in self.params]
-        self.value = 0
+        self.compare()
+        self._coordinates = [view for p, index in zip(self.params, self._host_index, strict=True)
+                             for view in _coordinate_views(p.detach(), index)]  # a permutation may move storage
         self._gather_params(0)
         state = optimizer.original_optimizer.state
         names = ("momentum_buffer",) if self.kind == "sgd" else ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
@@ -564,69 +637,96 @@ class ModelShadow:
                                           for t, i in zip(tensors, self.index, strict=True)])
 
     def check(self, optimizer: Any) -> None:
-        """After an update: the parameters' coordinates against the recomputed ones (one device flag)."""
-        import torch
-
-        before = self._buffers[self.value]
+        """After an update: the step's expected coordinates (recomputed from the captured release) and actual ones
+        (gathered from the parameters) as the block's next rows; a full block is compared."""
+        i = self._step
         if self.fresh:
-            scale = 1.0 / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
-            expected = self._expected(before, self._buffers[2] * scale)
-        else:  # no release this step: nothing may move
-            expected = before
-        self.value = 1 - self.value
-        actual = self._gather_params(self.value)
-        tol = (expected - before).abs_().mul_(SHADOW_RTOL).add_(before.abs(), alpha=1e-6)
-        self._bad_steps.add_(torch.gt((actual - expected).abs_(), tol).any())
-        self.fresh = False
-
-    def _expected(self, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """The coordinates after one optimizer update from `g` (the normalised released gradient), advancing the
-        shadow's own state."""
-        if len(self.group_spans) == 1:
-            return self._update(self.group_spans[0][0], p, g, slice(None))
-        import torch
-
-        return torch.cat([self._update(group, p[a:b], g[a:b], slice(a, b)) for group, a, b in self.group_spans])
-
-    def _update(self, group: Mapping[str, Any], p: torch.Tensor, g: torch.Tensor, span: slice) -> torch.Tensor:
-        import torch
-
-        if span.start in (None, 0):
             self.t += 1
+            scale = 1.0 / float(optimizer.expected_batch_size * getattr(optimizer, "accumulated_iterations", 1))
+            for group, span in self.group_spans:
+                self._update(group, i, span, scale)
+        else:  # no release this step: nothing may move
+            self._expected_rows[i].copy_(self._actual_rows[i])
+        self._gather_params(i + 1)
+        self._step = i + 1
+        self.fresh = False
+        if self._step == self.block:
+            self.compare()
+
+    def compare(self) -> None:
+        """The block's recorded steps against their expected coordinates: the steps with a coordinate off by more
+        than the tolerance (a NaN is not) join the device count, and the block restarts from the last step."""
+        import torch
+
+        n = self._step
+        if not n:
+            return
+        expected, before, after = self._expected[:n], self._actual[:n], self._actual[1:n + 1]
+        tolerance = (expected - before).abs_().mul_(SHADOW_RTOL).add_(before.abs(), alpha=1e-6)
+        self._bad_steps.add_(torch.gt((after - expected).abs_(), tolerance).any(1).sum())
+        self._actual_rows[0].copy_(self._actual_rows[n])
+        self._step = 0
+
+    def _state(self, name: str, span: slice | None) -> torch.Tensor | None:
+        buf = self.state.get(name)
+        return buf if buf is None or span is None else buf[span]
+
+    def _update(self, group: Mapping[str, Any], row: int, span: slice | None, scale: float) -> None:
+        """Write into the block's expected `row` (its `span`; None: all) one optimizer update of the actual `row`
+        from the captured gradient times `scale` (the normalisation), advancing the shadow's own state."""
+        import torch
+
+        p, g, out = self._actual_rows[row], self._grad, self._expected_rows[row]
+        if span is not None:
+            p, g, out = p[span], g[span], out[span]
         if group.get("maximize", False):
-            g = -g
+            scale = -scale
         lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
         if self.kind == "sgd":
             momentum, dampening = float(group.get("momentum", 0.0)), float(group.get("dampening", 0.0))
-            if wd:
-                g = g.add(p, alpha=wd)
-            if momentum:
-                buf = self.state.get("momentum_buffer")
-                if buf is None:
-                    self.state["momentum_buffer"] = buf = torch.zeros_like(self._buffers[2])
-                    buf[span].copy_(g)
-                else:
-                    buf[span].mul_(momentum).add_(g, alpha=1 - dampening)
-                g = g.add(buf[span], alpha=momentum) if group.get("nesterov", False) else buf[span]
-            return p.add(g, alpha=-lr)
+            nesterov = group.get("nesterov", False)
+            if wd or nesterov:  # the gradient itself is needed: normalised in place (captured afresh each step)
+                g = g.mul_(scale)
+                scale = 1.0
+                if wd:
+                    g.add_(p, alpha=wd)
+            if not momentum:
+                torch.add(p, g, alpha=-lr * scale, out=out)
+                return
+            buf = self._state("momentum_buffer", span)
+            if buf is None:  # the first update: the buffer starts as the gradient (no dampening)
+                self.state["momentum_buffer"] = torch.zeros_like(self._grad)
+                buf = self._state("momentum_buffer", span)
+                torch.mul(g, scale, out=buf)
+            else:
+                buf.mul_(momentum).add_(g, alpha=(1 - dampening) * scale)
+            if nesterov:
+                torch.add(g, buf, alpha=momentum, out=out)
+                torch.add(p, out, alpha=-lr, out=out)
+            else:
+                torch.add(p, buf, alpha=-lr, out=out)
+            return
+        g = g.mul_(scale)
         beta1, beta2 = (float(x) for x in group["betas"])
         if wd and group.get("decoupled_weight_decay", self.decoupled):
             p = p * (1 - lr * wd)
         elif wd:
-            g = g.add(p, alpha=wd)
+            g.add_(p, alpha=wd)
         for name in ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group.get("amsgrad", False) else ()):
             if self.state.get(name) is None:
-                self.state[name] = torch.zeros_like(self._buffers[2])
-        m, v = self.state["exp_avg"][span], self.state["exp_avg_sq"][span]
+                self.state[name] = torch.zeros_like(self._grad)
+        m, v = self._state("exp_avg", span), self._state("exp_avg_sq", span)
         m.lerp_(g, 1 - beta1)
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         if group.get("amsgrad", False):
-            v = torch.maximum(self.state["max_exp_avg_sq"][span], v, out=self.state["max_exp_avg_sq"][span])
+            most = self._state("max_exp_avg_sq", span)
+            v = torch.maximum(most, v, out=most)
         denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.t)).add_(float(group["eps"]))
-        return p.addcdiv(m, denom, value=-lr / (1 - beta1 ** self.t))
+        torch.addcdiv(p, m, denom, value=-lr / (1 - beta1 ** self.t), out=out)
 
     def verdict(self) -> str | None:
         """Why the parameters did not follow the released update (None: they did); reads the device once."""
+        self.compare()
         bad = int(self._bad_steps)
         if not bad:
             return None
@@ -638,15 +738,26 @@ class ModelShadow:
 class StateTrace:
     """What the replay needs, kept on the device during training: each step's releases other than the gradient,
     the gradient of the steps whose state update read it (while they fit TRACE_GRADIENT_VALUES over the run), and
-    the state after the step's update."""
+    the state after the step's update.
+
+    A step's releases and state are one row of a device buffer allocated TRACE_CHUNK rows at a time: one `cat`
+    writes it (the state's tensors, updated in place, are read through flat views made once), and nothing else is
+    allocated per step. The layout (names, sizes) is the first step's; a step whose releases do not fit it
+    stops the trace, and the replay then fails with the reason."""
 
     def __init__(self, n_params: int) -> None:
         self.n_params = n_params
-        self.values: list[dict[str, torch.Tensor]] = []
+        self.steps = 0
         self.gradients: dict[int, tuple[torch.Tensor, ...]] = {}
         self.gradient_dropped = False  # a read gradient did not fit: the replay gets none for that step
         self.read = False  # the state update read this step's gradient (set by the hook's copy)
-        self.states: list[dict[str, torch.Tensor]] = []
+        self.broken: str | None = None  # why the trace stopped
+        self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (the releases', the state's)
+        self._sizes: list[int] = []  # each entry's coordinates, releases then state
+        self._state_flat: list[torch.Tensor] = []  # flat views of the state's tensors
+        self._flat = True  # the releases are 1-D: the row is their `cat` as they are
+        self._chunks: list[torch.Tensor] = []
+        self._free: Any = iter(())  # the rows of the last chunk not written yet
 
     def mark_read(self) -> None:
         self.read = True
@@ -655,23 +766,80 @@ class StateTrace:
         import torch
 
         if self.read:
-            if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
-                self.gradient_dropped = True
-            else:
-                self.gradients[len(self.states)] = tuple(torch._foreach_mul([g.detach() for g in released.gradient],
-                                                                            1.0))
-        self.read = False
-        self.values.append({k: v.detach().clone() for k, v in released.values.items()})
-        self.states.append({k: v.detach().clone() for k, v in state.items()})
+            self._keep_gradient(released.gradient)
+        row = next(self._free, None)
+        if row is None and (row := self._grow(released.values, state)) is None:
+            return
+        values = released.values.values()
+        try:
+            torch.cat([*values, *self._state_flat] if self._flat else
+                      [*(v.reshape(-1) for v in values), *self._state_flat], out=row)
+        except RuntimeError as exc:
+            self._stop(released.values, f"{type(exc).__name__}: {exc}")
+            return
+        if row.shape[0] != self._spec[0]:  # `cat` resized the row: the releases changed their layout
+            self._stop(released.values, "the releases' sizes changed")
+            return
+        self.steps += 1
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (arrays base64-encoded); one copy to the host per entry, after training."""
+    def _keep_gradient(self, gradient: Sequence[torch.Tensor]) -> None:
         import torch
 
-        def stacked(rows: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
-            names = rows[0].keys() if rows else ()
-            return {n: encode(torch.stack([r[n].reshape(-1) for r in rows]).double().cpu().numpy()) for n in names}
+        self.read = False
+        if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
+            self.gradient_dropped = True
+        else:
+            self.gradients[self.steps] = tuple(torch._foreach_mul([g.detach() for g in gradient], 1.0))
 
+    def _grow(self, values: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """The next chunk's first row (at the first step: the layout from this step), None when nothing is
+        recorded (the trace stopped, or there is nothing to record: the step only counts)."""
+        import torch
+
+        if self.broken is not None:
+            return None
+        if self._names is None:
+            tensors = [*values.values(), *state.values()]
+            self._names = (tuple(values), tuple(state))
+            self._sizes = [v.numel() for v in tensors]
+            self._flat = all(v.dim() == 1 for v in values.values())
+            self._state_flat = [v.detach().reshape(-1) for v in state.values()]  # views: they follow the updates
+            dtype = torch.float32
+            for v in tensors:
+                dtype = torch.promote_types(dtype, v.dtype)
+            self._spec = (sum(self._sizes), dtype, tensors[0].device if tensors else None)
+        elif (tuple(values), tuple(state)) != self._names or any(
+                a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+                for a, b in zip(state.values(), self._state_flat, strict=True)):
+            self._stop(values, "the state's tensors were replaced")
+            return None
+        width, dtype, device = self._spec
+        if not width:
+            self.steps += 1
+            return None
+        self._chunks.append(torch.empty(TRACE_CHUNK, width, dtype=dtype, device=device))
+        self._free = iter(self._chunks[-1].unbind(0))
+        return next(self._free)
+
+    def _stop(self, values: Mapping[str, torch.Tensor], why: str) -> None:
+        shapes = [list(v.shape) for v in values.values()]
+        self.broken = (f"step {self.steps + 1} released {list(values)} (shapes {shapes}), not the first step's "
+                       f"layout {self._names} ({self._sizes} coordinates): {why}")
+        self._free = iter(())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (arrays base64-encoded); one copy to the host per buffer, after training."""
+        import torch
+
+        values: dict[str, Any] = {}
+        states: dict[str, Any] = {}
+        if self.steps and self._chunks:
+            table = torch.cat(self._chunks)[:self.steps].double().cpu().numpy()
+            names, state_names = self._names  # type: ignore[misc]
+            start = 0
+            for i, (name, size) in enumerate(zip((*names, *state_names), self._sizes, strict=True)):
+                (values if i < len(names) else states)[name] = encode(table[:, start:start + size])
+                start += size
         steps = sorted(self.gradients)
         gradients = None
         if steps:
@@ -679,8 +847,8 @@ class StateTrace:
             gradients = {"steps": steps, "shapes": [list(g.shape) for g in rows[0]],
                          "tensors": [encode(torch.stack([g[i].reshape(-1) for g in rows]).double().cpu().numpy())
                                      for i in range(len(rows[0]))]}
-        return {"steps": len(self.states), "values": stacked(self.values), "states": stacked(self.states),
-                "gradients": gradients, "gradient_dropped": self.gradient_dropped}
+        return {"steps": self.steps, "values": values, "states": states, "gradients": gradients,
+                "gradient_dropped": self.gradient_dropped, "broken": self.broken}
 
 
 def encode(array: Any) -> dict[str, Any]:
@@ -709,6 +877,8 @@ def replay_state(mechanism: Mechanism, plan: PrivacyPlan, trace: Mapping[str, An
 
     from mechanisms.parts.releases import Released
 
+    if trace.get("broken"):
+        return Finding("state_replay", False, f"the state trajectory could not be recorded: {trace['broken']}")
     steps = int(trace["steps"])
     values = {n: decode(a) for n, a in trace["values"].items()}
     recorded = {n: decode(a) for n, a in trace["states"].items()}

@@ -61,6 +61,15 @@ def optimizer_for(name: str, module: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=0.05, weight_decay=1e-3)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=0.05, weight_decay=1e-2)
+    if name == "adam-amsgrad":
+        return torch.optim.Adam(params, lr=0.05, amsgrad=True, maximize=True)
+    if name == "sgd-plain":
+        return torch.optim.SGD(params, lr=0.5)
+    if name == "sgd-nesterov":
+        return torch.optim.SGD(params, lr=0.5, momentum=0.9, nesterov=True, weight_decay=1e-3)
+    if name == "sgd-groups":  # the weight and the bias in groups of their own (the shadow updates them apart)
+        return torch.optim.SGD([{"params": [module.weight], "lr": 0.5, "dampening": 0.5},
+                                {"params": [module.bias], "lr": 0.1, "maximize": True}], momentum=0.9)
     return torch.optim.SGD(params, lr=0.5, momentum=0.9, weight_decay=1e-4)
 
 
@@ -125,6 +134,14 @@ def test_the_model_shadow_follows_adam_and_adamw(optimizer):
             assert integrity.certify(guarded_run(name, seed, optimizer)) is None, (name, seed)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd-plain", "sgd-nesterov", "sgd-groups", "adam-amsgrad"])
+def test_the_model_shadow_follows_every_optimizer_variant(optimizer):
+    """Each branch of the shadow's update (no momentum, Nesterov with weight decay, dampening, maximize, parameter
+    groups of their own, AMSGrad) recomputes what torch's optimizer did: no alarm."""
+    for name in ("dpsgd", "dpsgd-adaclip"):
+        assert integrity.certify(guarded_run(name, 0, optimizer, epochs=1)) is None, name
+
+
 def test_the_shadow_and_the_stream_catch_a_change_made_between_steps():
     """Direct tampering, not through a plugin: a parameter nudged, then the generator reseeded."""
     mechanism = mechanisms.get("dpsgd")
@@ -148,6 +165,46 @@ def test_the_shadow_and_the_stream_catch_a_change_made_between_steps():
             noise.manual_seed(3)
     failed = {f.check: f.reason for f in opt.guard.findings() if not f.passed}
     assert set(failed) == {"model_update", "noise_stream"}, failed
+
+
+def test_the_shadow_counts_every_mismatched_step_across_its_blocks():
+    """The shadow keeps each step's excess in blocks of SHADOW_BLOCK rows and counts a block when it fills: a
+    nudge after every third update, over more steps than two blocks, is counted once per nudged step."""
+    mechanism = mechanisms.get("dpsgd")
+    steps = 2 * integrity.SHADOW_BLOCK + 10
+    x = torch.randn(steps * 4, 4, generator=torch.Generator().manual_seed(0))
+    module = nn.Linear(4, 2)
+    spec = PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(x), batch_size=4, epochs=1, clip=1.0)
+    training = mechanism.make_private(module, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.5),
+                                      TensorDataset(x, (x[:, 0] > 0).long()), plan_for(mechanism, spec),
+                                      criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0),
+                                      grad_sample_mode="bk", noise_generator=torch.Generator().manual_seed(1))
+    opt, nudged = training.optimizer, 0
+    for xb, yb in training.loader:
+        opt.zero_grad(set_to_none=True)
+        training.criterion(training.module(xb), yb).backward()
+        opt.step()
+        if opt.steps_taken % 3 == 0 and opt.update_applied and opt.steps_taken < opt.planned_steps:  # seen next
+            nudged += 1
+            with torch.no_grad():
+                module.bias.add_(1e-2)
+    failed = {f.check: f.reason for f in opt.guard.findings() if not f.passed}
+    assert opt.steps_taken > 2 * integrity.SHADOW_BLOCK and nudged > 40
+    assert set(failed) == {"model_update"} and f"in {nudged} step(s)" in failed["model_update"], failed
+
+
+def test_the_shadows_coordinate_views_follow_any_layout():
+    """The one-element views the shadow gathers with one `cat` sit at the flat (row-major) positions drawn, for a
+    contiguous tensor and a transposed one alike, and follow in-place updates."""
+    from mechanisms.framework.integrity import _coordinate_views
+
+    base = torch.arange(24.0).reshape(4, 6)
+    for tensor in (base, base.t(), base[:, 1::2]):
+        index = [0, 5, 7, tensor.numel() - 1]
+        views = _coordinate_views(tensor, index)
+        assert torch.cat(views).tolist() == tensor.reshape(-1)[index].tolist()
+        tensor.mul_(2)
+        assert torch.cat(views).tolist() == tensor.reshape(-1)[index].tolist()
 
 
 def test_the_docs_adaptive_clipping_example_runs_as_printed():
@@ -210,3 +267,29 @@ def test_after_step_returns_nothing_and_sees_copies():
     finally:
         registry.unregister("test-old-after-step")
     assert set(failed) == {"hooks"} and "returns nothing" in failed["hooks"], failed
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")  # the row `cat` writes
+def test_the_state_trace_keeps_every_step_and_stops_on_another_layout():
+    """The trace's device rows (allocated TRACE_CHUNK at a time) give back each step's releases and the state
+    after it, over more steps than one chunk; a step that releases another layout stops the trace, and the replay
+    then fails with the reason instead of comparing a partial record."""
+    from mechanisms.parts.releases import Released
+
+    trace = integrity.StateTrace(n_params=4)
+    state = {"clip": torch.tensor(1.0)}
+    steps = integrity.TRACE_CHUNK + 44
+    for t in range(steps):
+        state["clip"].copy_(torch.tensor(1.0 + t))  # in place, as the trainer updates the state
+        trace.add(Released((), {"unclipped": torch.tensor([0.5 * t]), "other": torch.tensor(-t)}), state)
+    record = trace.to_dict()
+    assert record["steps"] == steps and record["broken"] is None
+    assert integrity.decode(record["values"]["unclipped"])[:, 0].tolist() == [0.5 * t for t in range(steps)]
+    assert integrity.decode(record["values"]["other"])[:, 0].tolist() == [-t for t in range(steps)]
+    assert integrity.decode(record["states"]["clip"])[:, 0].tolist() == [1.0 + t for t in range(steps)]
+
+    trace.add(Released((), {"unclipped": torch.tensor([1.0, 2.0]), "other": torch.tensor(0)}), state)
+    record = trace.to_dict()
+    assert record["steps"] == steps and "released" in record["broken"]
+    finding = integrity.replay_state(mechanisms.get("dpsgd-adaclip"), planned("dpsgd-adaclip", 1), record)
+    assert not finding.passed and f"step {steps + 1}" in finding.reason, finding

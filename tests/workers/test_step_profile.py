@@ -33,6 +33,25 @@ def test_the_integrity_checks_add_no_synchronisation():
     assert profile.syncs_per_step == 0, profile.syncs
 
 
+def test_the_model_shadows_block_comparison_adds_no_synchronisation():
+    """The model-update shadow compares its steps a block at a time, inside the step that fills the block: the
+    steps counted here include one such comparison."""
+    import torch
+
+    from workers.train import train_step
+
+    s, batches = step_profile.build("mlp", "dpsgd", device=torch.device("cpu"), canaries=False)
+    shadow = s.training.optimizer.guard.shadow
+    for _ in range(2):
+        train_step(s, next(batches))
+    counter = step_profile.StepCounter(step_profile.host_tensors(s))
+    with counter:
+        for _ in range(shadow.block - 2):
+            train_step(s, next(batches))
+    assert shadow._step == 0  # the block filled and was compared inside the counted steps
+    assert counter.syncs == []
+
+
 def test_the_counter_sees_a_synchronisation():
     """The counter is not blind: a step that reads its loss on the host (the loop before this issue) counts it."""
     import torch
