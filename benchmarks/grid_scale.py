@@ -1,12 +1,19 @@
-"""A large grid, planned: `sweep run --dry-run` on grids of 10^4 to 10^6 trials (issue 40, item 4).
+"""A large grid, planned and run: `sweep run --dry-run` and `sweep run` on grids of 10^4 to 10^6 trials (issue 40,
+item 4).
 
 For each size N it reports the dry run's CPU time until its first line and until its 1,000th (the
 process's own user + system time, read from /proc when the line arrives: a loaded machine disturbs
 this far less than wall time), its peak memory (VmHWM), and, in this process, the CPU time to check the
 grid (`orchestrator.grid.plan`) and to make its trials one by one (per trial, over the first 20,000).
+
+With `--run`, it then starts `sweep run` on the same grid and a fresh store (a real local Ray, trials of
+digits/mlp): the driver's CPU time until its first line, until the line that says how many trials it runs (the
+sweep opened in the store: two passes over the grid), its peak memory, and what SIGTERM does after
+`--run-budget` seconds (or once that line came): the exit code (143), the seconds until the driver is gone, and
+whether `store check` finds the store sound afterwards.
 The goals: first line within 5 s, under 1 GB, the grid checked in under 10 s.
 
-    python benchmarks/grid_scale.py [--n 10000 100000 1000000]
+    python benchmarks/grid_scale.py [--n 10000 100000 1000000] [--run] [--run-budget 120]
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +66,58 @@ def dry_run(grid: Path) -> tuple[float, float, float]:
     return first, thousandth, peak
 
 
+def sweep_run(grid: Path, budget: float) -> dict[str, object]:
+    """`sweep run` on a fresh store, stopped by SIGTERM once its trials are opened or after `budget` wall seconds."""
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    store = grid.parent / "run-store"
+    child = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--store", str(store),
+                              "--max-concurrent", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)
+    seen: dict[str, float] = {}
+    opened = threading.Event()
+    peak = [0.0]
+
+    def read() -> None:
+        for line in child.stderr:
+            try:
+                cpu = cpu_s(child.pid)
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            seen.setdefault("first", cpu)
+            if " to run, up to " in line:
+                seen["opened"] = cpu
+                opened.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + budget
+    try:
+        while not opened.is_set() and time.monotonic() < deadline and child.poll() is None:
+            peak[0] = max(peak[0], peak_mb(child.pid))
+            time.sleep(0.5)
+        if child.poll() is None:
+            peak[0] = max(peak[0], peak_mb(child.pid))
+            stopped = time.monotonic()
+            child.send_signal(signal.SIGTERM)
+            try:
+                code = child.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                code = None
+            exit_s = time.monotonic() - stopped
+        else:
+            code, exit_s = child.returncode, 0.0
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)  # nothing it started outlives the measurement
+        except ProcessLookupError:
+            pass
+        child.wait()
+    check = subprocess.run([sys.executable, "-m", "orchestrator", "store", "check", "--store", str(store)],
+                           env=env, capture_output=True, text=True)
+    return {"first": seen.get("first"), "opened": seen.get("opened"), "peak": peak[0], "code": code,
+            "exit_s": exit_s, "check": "sound" if check.returncode == 0 else f"exit {check.returncode}"}
+
+
 def in_process(text: str) -> tuple[float, float]:
     from orchestrator import grid
 
@@ -72,18 +133,33 @@ def in_process(text: str) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--run", action="store_true", help="Also time `sweep run` (starts Ray) on each grid.")
+    parser.add_argument("--run-budget", type=float, default=120.0,
+                        help="Wall seconds `sweep run` is given to open its trials before SIGTERM.")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     print("| N | CPU to first line (s) | CPU to 1,000th line (s) | peak memory (MB) | grid checked, CPU (s) "
           "| per trial made (µs) |\n|---|---|---|---|---|---|")
+    runs = []
     for n in args.n:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "grid.yaml"
             path.write_text(grid_text(n))
             first, thousandth, peak = dry_run(path)
             checked, per_trial = in_process(path.read_text())
+            if args.run:
+                runs.append((n, sweep_run(path, args.run_budget)))
         print(f"| {n:,} | {first:.2f} | {thousandth:.2f} | {peak:.0f} | {checked:.2f} | {per_trial * 1e6:.0f} |",
               flush=True)
+    if runs:
+        print("\n`sweep run` (driver CPU; SIGTERM once the trials are opened or after the budget)\n\n"
+              "| N | CPU to first line (s) | CPU to trials opened (s) | peak memory (MB) | exit code after SIGTERM "
+              "| SIGTERM to exit, wall (s) | store check after |\n|---|---|---|---|---|---|---|")
+        for n, r in runs:
+            def cell(v: object) -> str:
+                return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+            print(f"| {n:,} | {cell(r['first'])} | {cell(r['opened'])} | {r['peak']:.0f} | {cell(r['code'])} "
+                  f"| {r['exit_s']:.1f} | {r['check']} |", flush=True)
 
 
 if __name__ == "__main__":

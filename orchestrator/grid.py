@@ -13,7 +13,7 @@ import importlib.util
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -505,16 +505,83 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, s
 class Plan:
     """A checked grid whose trials are made one at a time (`trials()`): what `--dry-run` prints, so a grid
     of 10^6 trials shows its first line in seconds and in little memory. `count` is known without
-    expanding (None for a `tune:` grid, whose candidates are drawn per cell)."""
+    expanding (None for a `tune:` grid, whose candidates are drawn per cell). `samples()` makes one trial
+    per (dataset, model, mechanism): everything but the target and the seed (resources, plugin code, train
+    settings) is the same for the others of its combination, so checks of those need not make every trial."""
 
     name: str
     count: int | None
     make: Callable[[], Iterator[TrialConfig]]
     raw: dict[str, Any]
     plugins: tuple[str, ...] = ()
+    make_samples: Callable[[], Iterator[TrialConfig]] | None = None
+    make_of: Callable[[Collection[str]], Iterator[TrialConfig]] | None = None
 
     def trials(self) -> Iterator[TrialConfig]:
         return self.make()
+
+    def trials_of(self, mechanisms: Collection[str]) -> Iterator[TrialConfig]:
+        """The trials of these mechanisms only, in the grid's order, the others not made at all."""
+        if self.make_of is not None:
+            return self.make_of(mechanisms)
+        return (t for t in self.make() if t.mechanism in mechanisms)
+
+    def samples(self) -> Iterator[TrialConfig]:
+        return (self.make_samples or self.make)()
+
+
+MATERIALISE = 20_000  # a grid up to this many trials keeps its trials as a tuple once made (`Trials`)
+
+
+class Trials(Sequence[TrialConfig]):
+    """A grid's trials as a sequence that is made, not stored, when the grid is large: `len` is known from the
+    axes, each iteration makes the trials again one at a time (about 0.1 ms each), and nothing holds them all (a
+    grid of 10^6 trials would take 0.7 GB as a tuple). A grid of at most `MATERIALISE` trials (or a `tune:` grid,
+    whose count is known only once drawn) is made once and kept as a tuple: small grids behave as before.
+    `lazy`: whether this one is made anew at each pass (the sweep driver then streams them)."""
+
+    def __init__(self, planned: Plan) -> None:
+        self._plan = planned
+        self._kept: tuple[TrialConfig, ...] | None = None
+        if planned.count is None or planned.count <= MATERIALISE:
+            self._kept = tuple(planned.trials())
+
+    @property
+    def lazy(self) -> bool:
+        return self._kept is None
+
+    def __len__(self) -> int:
+        return len(self._kept) if self._kept is not None else int(self._plan.count or 0)
+
+    def __iter__(self) -> Iterator[TrialConfig]:
+        return iter(self._kept) if self._kept is not None else self._plan.trials()
+
+    def __getitem__(self, index: Any) -> Any:
+        if self._kept is not None:
+            return self._kept[index]
+        if isinstance(index, slice):
+            return tuple(itertools.islice(self, *index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return next(itertools.islice(self, index, None))
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def of(self, mechanisms: Collection[str]) -> Iterator[TrialConfig]:
+        """The trials of these mechanisms, in order (of a large grid, the others are not made)."""
+        if self._kept is not None:
+            return (t for t in self._kept if t.mechanism in mechanisms)
+        return self._plan.trials_of(mechanisms)
+
+    def samples(self) -> Sequence[TrialConfig]:
+        """One trial per (dataset, model, mechanism) for a large grid (`Plan.samples`), every trial for a small one:
+        what checks of resources and plugin code look at."""
+        return self._kept if self._kept is not None else tuple(self._plan.samples())
 
 
 def plan(text: str, *, source: str = "grid") -> Plan:
@@ -543,13 +610,34 @@ def plan(text: str, *, source: str = "grid") -> Plan:
         trials = _expand(name, axes, shared, train, options, plugins)
         return tune_block.expand(trials, tune) if tune else trials
 
-    return Plan(name, None if tune else axes.count(), make, raw, plugins)
+    def samples() -> Iterator[TrialConfig]:
+        return _expand(name, dataclasses.replace(axes, seeds=axes.seeds[:1], epsilons=axes.epsilons[:1]), shared,
+                       train, options, plugins)
+
+    def make_of(mechanisms: Collection[str]) -> Iterator[TrialConfig]:
+        chosen = [m for m in axes.mechanisms if m in mechanisms]
+        return _expand(name, dataclasses.replace(axes, mechanisms=chosen), shared, train, options, plugins)
+
+    return Plan(name, None if tune else axes.count(), make, raw, plugins, None if tune else samples,
+                None if tune else make_of)
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:
     """Parse and validate a grid's YAML text; raise GridError listing every problem."""
     planned = plan(text, source=source)
     return GridSpec(planned.name, planned.raw, text, tuple(planned.trials()), planned.plugins)
+
+
+def parse_lazy(text: str, *, source: str = "grid") -> GridSpec:
+    """`parse`, with the trials a `Trials` sequence: a large grid's are made as they are read, never all held
+    (what `sweep run` uses: a grid of 10^6 trials is checked in a fraction of a second)."""
+    planned = plan(text, source=source)
+    return GridSpec(planned.name, planned.raw, text, Trials(planned), planned.plugins)  # type: ignore[arg-type]
+
+
+def load_lazy(path: str | Path) -> GridSpec:
+    """`load` with `parse_lazy`."""
+    return parse_lazy(read(path), source=str(Path(path)))
 
 
 def read(path: str | Path) -> str:
@@ -575,4 +663,5 @@ def load(path: str | Path) -> GridSpec:
     return parse(read(path), source=str(Path(path)))
 
 
-__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "Plan", "load", "parse", "plan", "read", "stored_key"]
+__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "Plan", "Trials", "load", "load_lazy", "parse", "parse_lazy", "plan",
+           "read", "stored_key"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,10 +122,10 @@ def load_grid(grid: str | Path | GridSpec) -> GridSpec:
 
     if isinstance(grid, grids.GridSpec):
         return grid
-    try:
+    try:  # a large grid's trials are made as they are read (`grids.Trials`): a 10^6-trial grid is checked in seconds
         if isinstance(grid, str) and "\n" in grid:
-            return grids.parse(grid, source="grid")
-        return grids.load(grid)
+            return grids.parse_lazy(grid, source="grid")
+        return grids.load_lazy(grid)
     except grids.GridError as e:
         raise SweepError("; ".join(e.problems), problems=e.problems) from None
 
@@ -233,7 +233,7 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         resources = cluster.connect(address, spec.plugins)
     except cluster.ClusterError as e:  # 2, or 143 / 130 when stopped while Ray started
         raise SweepError(str(e), code=e.code) from None
-    problems = cluster.resource_problems(list(spec.trials), resources)
+    problems = cluster.resource_problems(list(_samples(spec.trials)), resources)
     if problems:
         raise SweepError("; ".join(problems), problems=problems)
 
@@ -256,28 +256,53 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
     from storage.errors import StoreError
     from storage.store import Store
 
+    lazy = getattr(selected, "lazy", False)  # a large grid (all of it): its trials are streamed, never held (`_Todo`)
+    samples = _samples(spec.trials)
     try:
         st = Store(location, create=True)  # schema and experiment exist before any trial starts
-        for line in code_changes(st.trials(spec.name), spec.trials):
-            cb.on_warning(line)
-        st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
+        if any(t.code for t in samples):  # only a grid with plugin code reads the sweep's recorded configs
+            for line in code_changes(st.trials(spec.name), spec.trials):
+                cb.on_warning(line)
+        if getattr(spec.trials, "lazy", False):  # two passes (keys, then the rows the ledger lacks), only keys held
+            try:
+                st.open_sweep(spec.name, spec.text, (t.to_dict() for t in _until(stopping, spec.trials)),
+                              key_of=grids.stored_key, keys=[t.trial_key for t in _until(stopping, spec.trials)])
+            except _Stopped:  # the rows' transaction is rolled back: the ledger is as it was, less this driver
+                st.release(spec.name)
+                raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name} while its trials were opened "
+                                 "in the store; nothing of them was written: run the sweep again to resume",
+                                 code=128 + stopping.signal.value) from None
+        else:
+            st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
         if steal_leases:
             st.steal_leases(spec.name)
-        by_key = {t.trial_key: t for t in selected}  # the grid's current settings (e.g. resources)
-        todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
+        if lazy:
+            counts = st.status_counts(spec.name)
+            todo: Sequence[TrialConfig] = _Todo(st, spec.name, selected, sum(
+                n for status, n in counts.items() if status not in ("finished", "superseded")))
+        else:
+            by_key = {t.trial_key: t for t in selected}  # the grid's current settings (e.g. resources)
+            todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
     except StoreError as e:
         raise _store_error(e) from None
-    todo.sort(key=lambda c: not grids.mechanism_private(c.mechanism))  # long (private) trials first
+    if not lazy:
+        todo = sorted(todo, key=lambda c: not grids.mechanism_private(c.mechanism))  # long (private) trials first
     finished_before = len(selected) - len(todo)
     memory = {}
     probe_started = time.perf_counter()
-    if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in todo):
+    probed = samples if lazy else todo
+    if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in probed):
         from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
 
-        memory = measure_memory([c for c in todo if c.resources.gpus == "auto"], 1.0)
+        memory = measure_memory([c for c in probed if c.resources.gpus == "auto"], 1.0)
     memory_probe_s = time.perf_counter() - probe_started
-    todo = cluster.resolve_gpus(todo, resources.get("GPU", 0.0), memory)
-    per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
+    if lazy:
+        todo.resolve = lambda batch: cluster.resolve_gpus(batch, resources.get("GPU", 0.0), memory)  # type: ignore[attr-defined]
+        per_trial = max((float(c.resources.cpus) for c in cluster.resolve_gpus(
+            list(samples), resources.get("GPU", 0.0), memory)), default=1.0) if todo else 1.0
+    else:
+        todo = cluster.resolve_gpus(list(todo), resources.get("GPU", 0.0), memory)
+        per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
     cb.on_sweep_start(spec if len(selected) == len(spec.trials) else dataclasses.replace(spec, trials=tuple(selected)),
                       todo, limit, location.display)
@@ -332,6 +357,70 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         _keep_driver_run(st, spec.name, cb, driver | {"memory_probe_s": memory_probe_s,
                                                       "startup_s": loop_started - began[0]}, began)
     return summary
+
+
+class _Stopped(Exception):
+    """SIGTERM or Ctrl-C while a large grid's trials were being made (`_until`)."""
+
+
+def _until(stopping: Callable[[], bool], trials: Iterable[TrialConfig]) -> Iterator[TrialConfig]:
+    """The trials, checking every thousandth whether the driver was asked to stop: a pass over a 10^6-trial grid
+    takes minutes, and SIGTERM or Ctrl-C must end it as promptly as a running sweep (`_Stopping`)."""
+    for i, trial in enumerate(trials):
+        if i % 1000 == 0 and stopping():
+            raise _Stopped
+        yield trial
+
+
+def _samples(trials: Sequence[TrialConfig]) -> Sequence[TrialConfig]:
+    """What checks of resources and plugin code look at: one trial per (dataset, model, mechanism) of a large grid
+    (`orchestrator.grid.Trials.samples`), every trial otherwise."""
+    samples = getattr(trials, "samples", None)
+    return samples() if callable(samples) else trials
+
+
+class _Todo(Sequence["TrialConfig"]):
+    """The trials a large grid's run has to do, read from the grid as the driver needs them, never all held.
+
+    Its length is the ledger's count of the sweep's unfinished trials (the whole grid is the sweep). Iterating makes
+    the grid's trials again, private ones first (they train longest), asks the ledger in batches which are not
+    finished (`Store.unfinished`), and yields those with `resolve` applied (`gpus: auto`): the grid's order within
+    each group, where a small grid's run takes the ledger's order (`Store.pending`)."""
+
+    def __init__(self, st: Any, sweep: str, trials: Sequence[TrialConfig], count: int) -> None:
+        self.st, self.sweep, self.trials, self.count = st, sweep, trials, count
+        self.resolve: Callable[[list[TrialConfig]], list[TrialConfig]] = lambda batch: batch
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError("a large grid's trials to run are read in order, not by index")
+
+    def __iter__(self) -> Any:
+        from orchestrator import grid as grids
+        from storage.ledger import KEY_BATCH
+
+        private = {t.mechanism: grids.mechanism_private(t.mechanism) for t in _samples(self.trials)}
+        of = getattr(self.trials, "of", None)
+        if len(set(private.values())) > 1 and of is not None:
+            groups = [of([m for m, p in private.items() if p]), of([m for m, p in private.items() if not p])]
+        else:
+            groups = [iter(self.trials)]
+        for group in groups:
+            batch: list[TrialConfig] = []
+            for trial in group:
+                batch.append(trial)
+                if len(batch) >= KEY_BATCH:
+                    yield from self._unfinished(batch)
+                    batch = []
+            yield from self._unfinished(batch)
+
+    def _unfinished(self, batch: list[TrialConfig]) -> list[TrialConfig]:
+        if not batch:
+            return []
+        left = self.st.unfinished(self.sweep, [t.trial_key for t in batch])
+        return self.resolve([t for t in batch if t.trial_key in left])
 
 
 class _Stopping:
@@ -391,7 +480,7 @@ def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | No
     Ray or opening MLflow (a no-op rerun is a second, not half a minute). None: the full path decides."""
     from storage.store import finished_already
 
-    count = finished_already(location, spec.name, spec.text, [t.trial_key for t in spec.trials])
+    count = finished_already(location, spec.name, spec.text, (t.trial_key for t in spec.trials))
     if count is None:
         return None
     return SweepSummary(sweep=spec.name, store=location.display, trials=count, finished_before=count,
@@ -422,7 +511,7 @@ def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
         cb.on_warning(f"could not store the sweep summary: {e}")
 
 
-def _run_trials(st: Any, sweep: str, todo: list[TrialConfig], limit: int, retries: int, cb: Callback,
+def _run_trials(st: Any, sweep: str, todo: Iterable[TrialConfig], limit: int, retries: int, cb: Callback,
                 failures: list[Mapping[str, Any]], skipped: list[str], stop: Callable[[], bool]) -> dict[str, float]:
     """Claim, run and record the trials (`orchestrator.submit.run_all`), renewing this driver's leases
     at every poll; `failures` and `skipped` are filled as results come. Returns the driver's account of its time

@@ -25,7 +25,7 @@ import itertools  # noqa: E402
 import re  # noqa: E402
 import traceback  # noqa: E402
 from collections import deque  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import ray  # noqa: E402
@@ -247,7 +247,7 @@ class DriverTiming:
 
 
 def run_all(
-    configs: list[TrialConfig], *, max_concurrent: int, retries: int,
+    configs: Iterable[TrialConfig], *, max_concurrent: int, retries: int,
     on_start: Callable[[TrialConfig], bool | None], on_result: Callable[[dict[str, Any]], None],
     on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None,
     on_tick: Callable[[], None] | None = None, poll_s: float = 0.5,
@@ -281,7 +281,28 @@ def run_all(
     plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
     accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
     board = ProgressBoard.remote()
-    queue = deque(_Trial(c, 0) for c in configs)
+    # The trials are read from `configs` as the queue needs them (a large grid's are made as they are read):
+    # the queue holds what a freed slot looks through and the plans made ahead, not the whole sweep. A retried
+    # trial waits until every trial has been read, then joins the queue's end (after all the others, as when
+    # the queue held them all).
+    source = iter(configs)
+    queue: deque[_Trial] = deque()
+    retried: deque[_Trial] = deque()
+    read_all = False
+    window = max(READY_WINDOW, plans_ahead * max_concurrent) + max_concurrent
+
+    def refill() -> None:
+        nonlocal read_all
+        while not read_all and len(queue) < window:
+            config = next(source, None)
+            if config is None:
+                read_all = True
+                queue.extend(retried)
+                retried.clear()
+            else:
+                queue.append(_Trial(config, 0))
+
+    refill()
     plans: dict[str, Any] = {}  # plan_key -> ObjectRef: one plan per distinct key
     training: dict[Any, _Trial] = {}
     analysing: dict[Any, _Trial] = {}
@@ -351,6 +372,7 @@ def run_all(
         clock.submit_s += time.perf_counter() - w0
 
     def fill() -> None:
+        refill()
         plan_ahead()
         while queue and len(training) < max_concurrent:
             known: dict[str, bool] = {}  # plan_key -> ready, asked once per pick
@@ -363,6 +385,7 @@ def run_all(
             pick = ready_first(queue, ready, READY_WINDOW)
             trial = queue[pick]
             del queue[pick]
+            refill()
             if on_start(trial.config) is not False:
                 start(trial)
         plan_ahead()
@@ -373,7 +396,7 @@ def run_all(
             if isinstance(outcome, PhaseFailure) and outcome.phase == "plan":
                 plans.pop(trial.config.plan_key, None)
             if trial.attempt < retries:
-                queue.append(_Trial(trial.config, trial.attempt + 1))
+                (queue if read_all else retried).append(_Trial(trial.config, trial.attempt + 1))
                 return
             results.append(failed_record(trial.config, outcome, phase))
         else:

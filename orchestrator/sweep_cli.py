@@ -98,6 +98,10 @@ def run(
                               "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
             out.print(table)
             return
+        if getattr(spec.trials, "lazy", False):  # a large grid: say so before the passes over it (minutes at 10^6)
+            err.print(styled("sweep [bold]{name}[/]: {n} trials; opening them in the store (each is made twice, about "
+                             "0.1 ms apiece), then running those not finished", name=spec.name,
+                             n=f"{len(spec.trials):,}"), soft_wrap=True)
         with RichProgress() as display:
             summary = runner.run(spec, location, address=address, max_concurrent=max_concurrent,
                                  retries=retries, steal_leases=steal_leases, reconcile=reconcile,

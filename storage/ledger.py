@@ -26,7 +26,7 @@ import sqlite3
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,8 @@ calibrations = sa.Table(
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 DONE = ("finished", "superseded")
+INSERT_BATCH = 5_000  # new trial rows per INSERT when a large grid is opened
+KEY_BATCH = 500  # trial keys per `unfinished` query (SQLite allows 999 bound values in older builds)
 PG_LOCK_KEY = 0x7072697662656E63  # "privbenc": the advisory lock serialising store creation
 
 
@@ -465,7 +467,8 @@ class Ledger:
 
     # trials -------------------------------------------------------------------------------------
     def sync_trials(self, sweep: str, configs: Iterable[Mapping[str, Any]],
-                    key_of: Callable[[dict[str, Any]], str] | None = None) -> tuple[list[str], dict[str, str]]:
+                    key_of: Callable[[dict[str, Any]], str] | None = None, *,
+                    current: Collection[str] | None = None) -> tuple[list[str], dict[str, str]]:
         """Make the sweep's trials those of its current grid: insert new ones (pending), mark known ones
         that left the grid `superseded` (an edited grid must not mix old settings into the leaderboard as
         extra seeds, nor retry them), and give a trial that came back the status its result says.
@@ -473,46 +476,78 @@ class Ledger:
         `key_of` re-derives a known trial's key from its stored config: a row whose key was made by an
         older formula is renamed rather than superseded. Returns the MLflow run ids that became
         superseded, and {run_id: new key} of renamed trials. Call under `lock()`.
+
+        `current`: the grid's trial keys, given when `configs` is a stream made once (a grid of 10^6 trials):
+        the known rows are read by key and status only, their JSON only for the few that change, the new rows
+        are inserted in batches as `configs` makes them, and `configs` is not read at all when every key is
+        known already.
         """
         now = self.now()
-        configs = list(configs)
-        current = {cfg["trial_key"] for cfg in configs}
+        if current is None:
+            configs = list(configs)
+            current = {cfg["trial_key"] for cfg in configs}
         superseded: list[str] = []
         renamed: dict[str, str] = {}
         with self.engine.begin() as c:
-            known = {r.trial_key: r for r in c.execute(
-                sa.select(trials.c.trial_key, trials.c.status, trials.c.run_id, trials.c.result_json,
-                          trials.c.config_json).where(trials.c.sweep == sweep))}
-            for key, row in list(known.items()):
+            known = {r.trial_key: (r.status, r.run_id) for r in c.execute(
+                sa.select(trials.c.trial_key, trials.c.status, trials.c.run_id).where(trials.c.sweep == sweep))}
+
+            def stored(key: str) -> Any:
+                return c.execute(sa.select(trials.c.config_json, trials.c.result_json).where(
+                    (trials.c.sweep == sweep) & (trials.c.trial_key == key))).one()
+
+            for key, (_, run_id) in list(known.items()):
                 if key in current or key_of is None:
                     continue
-                stored = json.loads(row.config_json)
-                new = key_of(stored)
+                row = stored(key)
+                config = json.loads(row.config_json)
+                new = key_of(config)
                 if new in current and new not in known:  # the key inside the config and the record follows
                     result = json.loads(row.result_json) if row.result_json else None
                     c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == key))
-                              .values(trial_key=new, config_json=json.dumps(stored | {"trial_key": new}),
+                              .values(trial_key=new, config_json=json.dumps(config | {"trial_key": new}),
                                       result_json=None if result is None else json.dumps(_rekeyed(result, new))))
                     known[new] = known.pop(key)
-                    renamed |= {row.run_id: new} if row.run_id else {}
-            for key, row in known.items():
-                if key not in current and row.status != "superseded":
+                    renamed |= {run_id: new} if run_id else {}
+            for key, (status, run_id) in known.items():
+                if key not in current and status != "superseded":
                     status = "superseded"
-                    superseded += [row.run_id] if row.run_id else []
-                elif key in current and row.status == "superseded":
-                    status = json.loads(row.result_json)["status"] if row.result_json else "pending"
+                    superseded += [run_id] if run_id else []
+                elif key in current and status == "superseded":
+                    result_json = stored(key).result_json
+                    status = json.loads(result_json)["status"] if result_json else "pending"
                 else:
                     continue
                 c.execute(trials.update().where((trials.c.sweep == sweep) & (trials.c.trial_key == key))
                           .values(status=status, updated_at=now))
-            rows = [dict(sweep=sweep, trial_key=cfg["trial_key"], status="pending", attempts=0,
-                         dataset=cfg["dataset"], model=cfg["model"], mechanism=cfg["mechanism"],
-                         epsilon=cfg.get("epsilon"), seed=cfg["seed"], config_json=json.dumps(cfg),
-                         updated_at=now)
-                    for cfg in configs if cfg["trial_key"] not in known]
-            if rows:
-                c.execute(trials.insert(), rows)
+            if sum(1 for key in known if key in current) < len(current):
+                rows: list[dict[str, Any]] = []
+                for cfg in configs:
+                    if cfg["trial_key"] in known:
+                        continue
+                    rows.append(dict(sweep=sweep, trial_key=cfg["trial_key"], status="pending", attempts=0,
+                                     dataset=cfg["dataset"], model=cfg["model"], mechanism=cfg["mechanism"],
+                                     epsilon=cfg.get("epsilon"), seed=cfg["seed"], config_json=json.dumps(cfg),
+                                     updated_at=now))
+                    if len(rows) >= INSERT_BATCH:
+                        c.execute(trials.insert(), rows)
+                        rows = []
+                if rows:
+                    c.execute(trials.insert(), rows)
         return superseded, renamed
+
+    def finished_keys(self, sweep: str) -> set[str]:
+        """The keys of the sweep's finished trials (read as keys alone: a large sweep's rows are not loaded)."""
+        with self.engine.connect() as c:
+            return {r[0] for r in c.execute(sa.select(trials.c.trial_key).where(
+                (trials.c.sweep == sweep) & (trials.c.status == "finished")))}
+
+    def unfinished(self, sweep: str, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` (at most `KEY_BATCH` at a time) are trials of the sweep not finished (pending, running,
+        failed): a large grid's driver asks this batch by batch instead of reading every row (`pending`)."""
+        with self.engine.connect() as c:
+            return {r[0] for r in c.execute(sa.select(trials.c.trial_key).where(
+                (trials.c.sweep == sweep) & trials.c.trial_key.in_(list(keys)) & trials.c.status.not_in(DONE)))}
 
     def restore(self, sweep: str, record: Mapping[str, Any], run_id: str, status: str) -> None:
         """A trial row rebuilt from its MLflow run (`storage.recovery`): the record as the run stored it."""
@@ -666,9 +701,22 @@ class Ledger:
             self._columns = [c for c in trials.columns if c.name in have]
         return self._columns
 
-    def trials(self, sweep: str) -> list[dict[str, Any]]:
+    def trials(self, sweep: str, *, recorded: bool = False, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The sweep's trial rows in the ledger's order; `recorded`: only those with an MLflow run; `keys`: only
+        these (what reconciling a large sweep reads, rather than every row)."""
+        cond = trials.c.sweep == sweep
+        if recorded:
+            cond &= trials.c.run_id.is_not(None)
+        if keys is not None:
+            found: list[dict[str, Any]] = []
+            for i in range(0, len(keys), KEY_BATCH):
+                found += self._rows(cond & trials.c.trial_key.in_(list(keys[i:i + KEY_BATCH])))
+            return found
+        return self._rows(cond)
+
+    def _rows(self, cond: Any) -> list[dict[str, Any]]:
         with self.engine.connect() as c:
-            rows = c.execute(sa.select(*self._present()).where(trials.c.sweep == sweep)
+            rows = c.execute(sa.select(*self._present()).where(cond)
                              .order_by(trials.c.dataset, trials.c.model, trials.c.mechanism,
                                        trials.c.epsilon, trials.c.seed)).mappings().all()
         return [dict(r) for r in rows]

@@ -25,7 +25,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -365,13 +365,17 @@ class Store:
     # sweeps -------------------------------------------------------------------------------------
     @_translating
     def open_sweep(self, name: str, grid_yaml: str, configs: Iterable[Mapping[str, Any]],
-                   key_of: Callable[[dict[str, Any]], str] | None = None) -> str:
+                   key_of: Callable[[dict[str, Any]], str] | None = None, *, keys: Sequence[str] | None = None) -> str:
         """Create (once) or reopen the sweep's experiment and ledger rows, checking that both belong to
         this ledger and that no live driver runs the sweep with another grid; reconcile MLflow with the
-        ledger. Raises Conflict/StoreError before any training."""
-        configs = list(configs)
-        with self._ledger.lock():
+        ledger. Raises Conflict/StoreError before any training.
+
+        `keys`: the trial keys, given when `configs` is a stream (a large grid's trials, made as they are read:
+        it is then read once, after the checks, and only when the ledger lacks some of its trials)."""
+        if keys is None:
+            configs = list(configs)
             keys = [c["trial_key"] for c in configs]
+        with self._ledger.lock():
             others = self._ledger.register_driver(name, self.owner, grid_key(keys), len(keys))
             if others:
                 owners = ", ".join(f"{o} ({n} trials)" for o, n in others[:3])
@@ -381,7 +385,7 @@ class Store:
                                "(`name:` in the grid)")
             experiment_id, sweep_id = self._own_experiment(name, grid_yaml)
             self._identity[name] = (experiment_id, sweep_id)
-            superseded, renamed = self._ledger.sync_trials(name, configs, key_of)
+            superseded, renamed = self._ledger.sync_trials(name, configs, key_of, current=set(keys))
             for run_id in superseded:  # kept for history, flagged in the UI
                 self.sink.tag_quietly(run_id, SUPERSEDED_TAG, "true")
             for run_id, key in renamed.items():
@@ -465,7 +469,7 @@ class Store:
         3. delete: any other run of a trial of this sweep (cut off mid-write, or a second run of a
            recorded trial). A complete run of a trial the ledger never knew is kept, flagged superseded.
         """
-        rows = {t["trial_key"]: t for t in self._ledger.trials(sweep)}
+        rows = {t["trial_key"]: t for t in self._ledger.trials(sweep, recorded=True)}  # not a large sweep's every row
         busy = self._ledger.leased_by_others(sweep, self.owner)
         runs = {r.info.run_id: r for r in self.sink.runs(experiment_id) if r.data.tags.get(SWEEP_RUN_TAG) != "true"}
         active = {i: r for i, r in runs.items() if r.info.lifecycle_stage != "deleted"}
@@ -475,6 +479,8 @@ class Store:
             key = run.data.tags.get(TRIAL_KEY_TAG)
             if run_id not in recorded and run.data.tags.get(SWEEP_ID_TAG) == sweep_id and key not in busy:
                 loose.setdefault(key, []).append(run)
+        unread = [key for key in loose if key is not None and key not in rows]  # rows with no run the ledger names
+        rows |= {t["trial_key"]: t for t in self._ledger.trials(sweep, keys=unread)}
         adopted, restored, rewritten, deleted = [], [], [], []
         for key, candidates in loose.items():
             row = rows.get(key)
@@ -534,6 +540,11 @@ class Store:
         and a failed trial must still be retried)."""
         return [self._ledger.loads(t, "config_json") | {"trial_key": t["trial_key"]} for t in self._ledger.trials(sweep)
                 if t["status"] not in ("finished", "superseded")]
+
+    @_translating
+    def unfinished(self, sweep: str, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` the ledger does not mark finished (`pending`, for a batch of a large grid's trials)."""
+        return self._ledger.unfinished(sweep, keys)
 
     @_translating
     def claim(self, sweep: str, trial_key: str) -> bool:
@@ -709,7 +720,8 @@ class Store:
 def finished_already(location: StoreLocation, sweep: str, grid_yaml: str, keys: Iterable[str]) -> int | None:
     """How many trials the sweep has when the ledger alone shows every one of `keys` finished under this
     very grid text (read-only, without MLflow); None when there may be work (or the ledger cannot say:
-    opening the store properly reports why)."""
+    opening the store properly reports why). The ledger's counts are read first and `keys` (a large grid's are
+    made as they are read) only when they could all be finished; of its rows only keys and statuses."""
     try:
         ledger = Ledger(location.ledger_uri, read_only=True)
         try:
@@ -718,14 +730,19 @@ def finished_already(location: StoreLocation, sweep: str, grid_yaml: str, keys: 
             if not ledger.has_schema():
                 return None
             row = ledger.sweep(sweep)
-            trials = ledger.trials(sweep)
+            if row is None or row["grid_yaml"] != grid_yaml or not row["experiment_id"]:
+                return None  # a new or edited grid: the full path syncs the ledger
+            counts = ledger.status_counts(sweep)
+            if any(n for status, n in counts.items() if status not in DONE):
+                return None
+            live = ledger.finished_keys(sweep)
         finally:
             ledger.engine.dispose()
     except Exception:  # noqa: BLE001 - whatever it is, the full path reports it properly
         return None
-    if row is None or row["grid_yaml"] != grid_yaml or not row["experiment_id"]:
-        return None  # a new or edited grid: the full path syncs the ledger
-    live = {t["trial_key"]: t for t in trials if t["status"] != "superseded"}
-    if set(live) != set(keys) or not all(t["status"] == "finished" for t in live.values()):
-        return None
-    return len(live)
+    count = 0
+    for key in keys:
+        if key not in live:
+            return None
+        count += 1
+    return count if count == len(live) else None
