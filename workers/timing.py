@@ -17,7 +17,7 @@ PARTS = (
     "plan_wait_s",  # its plan, from the accelerator task's submission until the plan was ready (a plan task's run)
     "scheduling_s",  # Ray: from submission (or the plan's readiness) to the task's start in a worker, imports aside
     "imports_s",  # module imports a fresh worker made for the task (0 in a reused worker)
-    "prepare_s",  # process settings and the grid's plugins
+    "prepare_s",  # process settings, the grid's plugins, the record of where it runs (node, versions)
     "data_s",  # the dataset's splits (0 from the worker's cache)
     "model_s",  # the model's construction
     "planning_s",  # the plan made in the accelerator phase (trials with no plan task: non-private)
