@@ -13,7 +13,8 @@ sweep opened in the store: two passes over the grid), its peak memory, and what 
 whether `store check` finds the store sound afterwards.
 The goals: first line within 5 s, under 1 GB, the grid checked in under 10 s.
 
-    python benchmarks/grid_scale.py [--n 10000 100000 1000000] [--run] [--run-budget 120]
+    python benchmarks/grid_scale.py [--n 10000 100000 1000000] [--run | --run-only] [--run-budget 120]
+        [--tree OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -66,13 +67,14 @@ def dry_run(grid: Path) -> tuple[float, float, float]:
     return first, thousandth, peak
 
 
-def sweep_run(grid: Path, budget: float) -> dict[str, object]:
-    """`sweep run` on a fresh store, stopped by SIGTERM once its trials are opened or after `budget` wall seconds."""
-    env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+def sweep_run(grid: Path, budget: float, tree: Path = ROOT) -> dict[str, object]:
+    """`sweep run` (of the checkout `tree`) on a fresh store, stopped by SIGTERM once its trials are opened or after
+    `budget` wall seconds."""
+    env = os.environ | {"PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     store = grid.parent / "run-store"
     child = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--store", str(store),
                               "--max-concurrent", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             env=env, start_new_session=True)
+                             env=env, start_new_session=True, cwd=grid.parent)  # not this checkout's folder: `tree`'s
     seen: dict[str, float] = {}
     opened = threading.Event()
     peak = [0.0]
@@ -113,7 +115,7 @@ def sweep_run(grid: Path, budget: float) -> dict[str, object]:
             pass
         child.wait()
     check = subprocess.run([sys.executable, "-m", "orchestrator", "store", "check", "--store", str(store)],
-                           env=env, capture_output=True, text=True)
+                           env=env, capture_output=True, text=True, cwd=grid.parent)
     return {"first": seen.get("first"), "opened": seen.get("opened"), "peak": peak[0], "code": code,
             "exit_s": exit_s, "check": "sound" if check.returncode == 0 else f"exit {check.returncode}"}
 
@@ -136,23 +138,28 @@ def main() -> None:
     parser.add_argument("--run", action="store_true", help="Also time `sweep run` (starts Ray) on each grid.")
     parser.add_argument("--run-budget", type=float, default=120.0,
                         help="Wall seconds `sweep run` is given to open its trials before SIGTERM.")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="The checkout whose `sweep run` is timed (before/after).")
+    parser.add_argument("--run-only", action="store_true", help="Time `sweep run` alone (no dry run).")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    print("| N | CPU to first line (s) | CPU to 1,000th line (s) | peak memory (MB) | grid checked, CPU (s) "
-          "| per trial made (µs) |\n|---|---|---|---|---|---|")
+    if not args.run_only:
+        print("| N | CPU to first line (s) | CPU to 1,000th line (s) | peak memory (MB) | grid checked, CPU (s) "
+              "| per trial made (µs) |\n|---|---|---|---|---|---|")
     runs = []
     for n in args.n:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "grid.yaml"
             path.write_text(grid_text(n))
-            first, thousandth, peak = dry_run(path)
-            checked, per_trial = in_process(path.read_text())
-            if args.run:
-                runs.append((n, sweep_run(path, args.run_budget)))
-        print(f"| {n:,} | {first:.2f} | {thousandth:.2f} | {peak:.0f} | {checked:.2f} | {per_trial * 1e6:.0f} |",
-              flush=True)
+            if not args.run_only:
+                first, thousandth, peak = dry_run(path)
+                checked, per_trial = in_process(path.read_text())
+                print(f"| {n:,} | {first:.2f} | {thousandth:.2f} | {peak:.0f} | {checked:.2f} "
+                      f"| {per_trial * 1e6:.0f} |", flush=True)
+            if args.run or args.run_only:
+                runs.append((n, sweep_run(path, args.run_budget, args.tree)))
     if runs:
-        print("\n`sweep run` (driver CPU; SIGTERM once the trials are opened or after the budget)\n\n"
+        print(f"\n`sweep run` of {args.tree} (driver CPU; SIGTERM once the trials are opened or after the budget)\n\n"
               "| N | CPU to first line (s) | CPU to trials opened (s) | peak memory (MB) | exit code after SIGTERM "
               "| SIGTERM to exit, wall (s) | store check after |\n|---|---|---|---|---|---|---|")
         for n, r in runs:

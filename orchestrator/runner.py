@@ -352,7 +352,11 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
                            failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
                            not_run_message=message, running_elsewhere=alive, leased_by=owners)
     cb.on_sweep_end(summary)
-    _log_sweep_summary(st, spec.name, cb)
+    if getattr(spec.trials, "lazy", False):  # its records would not fit in memory: 10^6 results are gigabytes
+        cb.on_warning(f"sweep {spec.name}: no leaderboard or figures stored on the sweep's MLflow run for a grid of "
+                      f"more than {grids.MATERIALISE:,} trials (its results are in the ledger and in MLflow)")
+    else:
+        _log_sweep_summary(st, spec.name, cb)
     if driver and began is not None:
         _keep_driver_run(st, spec.name, cb, driver | {"memory_probe_s": memory_probe_s,
                                                       "startup_s": loop_started - began[0]}, began)

@@ -536,6 +536,14 @@ class Ledger:
                     c.execute(trials.insert(), rows)
         return superseded, renamed
 
+    def open_leases(self, sweep: str) -> dict[str, tuple[str | None, float | None]]:
+        """{trial key: (lease owner, lease expiry)} of the sweep's pending and running trials (three columns of
+        those rows only: a driver watching other drivers polls this)."""
+        with self.engine.connect() as c:
+            return {r[0]: (r[1], r[2]) for r in c.execute(
+                sa.select(trials.c.trial_key, trials.c.lease_owner, trials.c.lease_expires).where(
+                    (trials.c.sweep == sweep) & trials.c.status.in_(("pending", "running"))))}
+
     def finished_keys(self, sweep: str) -> set[str]:
         """The keys of the sweep's finished trials (read as keys alone: a large sweep's rows are not loaded)."""
         with self.engine.connect() as c:

@@ -698,8 +698,7 @@ class Store:
         leases in the database's: no two clocks are compared."""
 
         def unfinished() -> dict[str, tuple[str | None, float | None]]:
-            return {t["trial_key"]: (t["lease_owner"], t["lease_expires"]) for t in self._ledger.trials(sweep)
-                    if t["status"] in ("pending", "running")}
+            return self._ledger.open_leases(sweep)
 
         first = unfinished()
         if not first:  # the other driver recorded them meanwhile
