@@ -91,7 +91,7 @@ def test_a_killed_ray_head_stops_the_driver_with_one_line_and_gives_its_trials_b
     every 2 s: it records what arrived, gives its trials back (pending) and says so."""
     import psutil
 
-    grid_file = write_grid({"name": "headless", "seeds": [0, 1, 2], "train": {"epochs": 3, "batch_size": 64},
+    grid_file = write_grid({"name": "headless", "seeds": list(range(8)), "train": {"epochs": 300, "batch_size": 64},
                             "grid": TINY["grid"] | {"mechanism": ["nonprivate"]}})
     driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(grid_file), "--store",
                                str(store), "--max-concurrent", "1"], env=os.environ | {"PYTHONPATH": str(ROOT)},
@@ -115,4 +115,6 @@ def test_a_killed_ray_head_stops_the_driver_with_one_line_and_gives_its_trials_b
     assert driver.returncode == 1 and len(errors) == 1 and "stopped answering" in errors[0], err[-3000:]
     with sqlite3.connect(store / "ledger.db") as db:
         rows = db.execute("select status, lease_owner from privbench_trials").fetchall()
-    assert sorted(rows) == [("finished", None), ("pending", None), ("pending", None)]
+    # what arrived is recorded, the rest given back: trials long enough that some are left when the driver stops
+    # (3 short trials all finished within the head check's 20 s of patience, and the driver rightly exited 0)
+    assert {owner for _, owner in rows} == {None} and {status for status, _ in rows} == {"finished", "pending"}
