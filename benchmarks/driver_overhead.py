@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from orchestration import GRID, PRIVBENCH  # noqa: E402
+from orchestration import GRID, PRIVBENCH, timed  # noqa: E402
 
 
 def driver_cpu(n: int, tree: Path, timeout: float, profile: Path | None = None) -> tuple[float, float]:
@@ -43,21 +40,10 @@ def driver_cpu(n: int, tree: Path, timeout: float, profile: Path | None = None) 
                                         "import cProfile\nprofiler = cProfile.Profile()\nprofiler.enable()\n"
                                         "try:\n    runpy.run_module('orchestrator', run_name='__main__')\n"
                                         f"finally:\n    profiler.disable()\n    profiler.dump_stats({str(profile)!r})")
-        env = os.environ | {"PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
-        start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", program, str(cpu), "sweep", "run", str(grid), "--store",
-                                 str(folder / "store")], cwd=folder, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            _, stderr = proc.communicate(timeout=timeout)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # nothing of it (raylet, workers) outlives the measurement
-            except ProcessLookupError:
-                pass
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise RuntimeError(f"sweep run failed ({proc.returncode}): {stderr[-2000:]}")
+        wall = timed([sys.executable, "-c", program, str(cpu), "sweep", "run", str(grid), "--store",
+                      str(folder / "store")], folder, timeout, tree)
+        if wall is None:
+            raise RuntimeError(f"sweep run of {n} trials ran past {timeout:.0f} s")
         return float(cpu.read_text()), wall
 
 

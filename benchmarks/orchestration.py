@@ -91,11 +91,11 @@ runpy.run_module("orchestrator", run_name="__main__")
 """
 
 
-def timed(cmd: list[str], cwd: Path, timeout: float) -> float | None:
+def timed(cmd: list[str], cwd: Path, timeout: float, tree: Path = ROOT) -> float | None:
     """Wall seconds of the command, None when it ran past `timeout` (its whole process group, Ray's
-    processes included, is then killed)."""
+    processes included, is then killed). `tree`: the checkout whose privbench it imports."""
     start = time.perf_counter()
-    env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
