@@ -71,10 +71,36 @@ def start_ray() -> None:
 @pytest.fixture
 def local_ray():
     """A local Ray shared by every test that runs a sweep in-process: its start costs seconds, so it is started
-    once per session and again only after a test that needed a Ray of its own (a GPU, shipped plugins) shut it
-    down. The sweeps' stores are each test's own, so nothing but the workers is shared."""
+    once per session (per xdist worker) and again only after a test that needed a Ray of its own (a GPU, shipped
+    plugins) shut it down. The sweeps' stores are each test's own, so nothing but the workers is shared."""
     start_ray()
     yield
+
+
+SHARED_SESSION_FIXTURES = ("figure_store", "pg")  # built once per session: a store of real sweeps, a PostgreSQL
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups from the marks
+def pytest_collection_modifyitems(config, items):
+    """The suite runs on every core (`-n auto` in pyproject.toml: on 2 cores the serial suite kept one idle). Tests
+    that use an expensive session fixture run in one worker (`--dist loadgroup`), so it is built once, not per
+    worker."""
+    for item in items:
+        shared = [name for name in SHARED_SESSION_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
+def pytest_configure(config):
+    """In an xdist worker, torch computes on one thread: the workers already share the cores, and two workers
+    with a thread per core each only contend (it runs before any test module imports torch)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """Workers for `-n auto`: one per core, at most 4 (each worker holds its own Ray, torch and MLflow)."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -145,19 +145,24 @@ def test_pgf_works_with_a_tex_engine_and_is_one_line_without(figure_store, tmp_p
     assert text.startswith("%% Creator: Matplotlib, PGF backend") and "\\begin{pgfpicture}" in text
 
 
-def test_the_sweep_runs_figure_artifacts_embed_no_type3_font(figure_store, tmp_path):
-    """The PDFs `sweep run` attaches to the sweep's MLflow run are written as `privbench plot` writes them."""
+def test_the_sweep_runs_figures_are_png_and_an_all_ok_verdicts_figure_is_left_out(figure_store):
+    """`sweep run` attaches PNGs for MLflow's artifact viewer (the PDFs for papers come from `privbench plot`,
+    checked above), and leaves out the verdicts figure when every verdict is `ok`, as the report does."""
+    from dashboards.figures import KINDS
     from dashboards.summary import sweep_files
     from storage.store import Store
 
-    files = sweep_files(Store(str(figure_store)).records("figs"))
+    records = Store(str(figure_store)).records("figs")
+    files = sweep_files(records)
     header = files["leaderboard.md"].splitlines()[0]
     assert set(render([], "markdown", columns="all").splitlines()[0].split(" | ")) <= set(header.split(" | "))
-    for kind in ("privacy-utility", "overhead"):
-        pdf = tmp_path / f"{kind}.pdf"
-        pdf.write_bytes(files[f"figures/{kind}.pdf"])
-        fonts = subprocess.run(["pdffonts", str(pdf)], capture_output=True, text=True, check=True).stdout
-        assert fonts.splitlines()[2:] and "Type 3" not in fonts, fonts
+    figures = {name for name in files if name.startswith("figures/")}
+    assert figures == {f"figures/{kind}.png" for kind in KINDS}  # GReDP is violated in figs: verdicts tell
+    assert all(files[name].startswith(b"\x89PNG") for name in figures)
+    all_ok = [r for r in records if r["config"]["mechanism"] != "gredp"]
+    assert {r["privacy"]["claim_status"] for r in all_ok if (r["privacy"] or {}).get("private")} == {"ok"}
+    kept = sweep_files(all_ok)
+    assert "figures/verdicts.png" not in kept and "figures/curves.png" in kept
 
 
 def test_plan_accelerator_and_analysis_seconds_show_in_the_overhead_columns_when_recorded():

@@ -200,7 +200,7 @@ def test_ui_exits_non_zero_when_the_port_is_busy(big_store):
     assert bad.returncode == 2
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGINT])  # 15 s each
 def test_ui_stops_its_server_on_sigterm_and_sigint(big_store, sig):
     from tests.servers import free_port, stop_group, wait_http
 

@@ -195,7 +195,8 @@ def test_a_small_dry_run_is_still_one_table(tmp_path, cli):
     assert result.exit_code == 0 and "sweep big: 6 trials" in result.output and "┃ trial_key" in result.output
 
 
-@pytest.mark.parametrize("point", ["ray_sigterm_handler", "ray_started"])
+@pytest.mark.parametrize("point", ["ray_sigterm_handler",  # Ray's own handler installed: the exit-134 case
+                                   pytest.param("ray_started", marks=pytest.mark.slow)])  # 14 s each
 def test_sigterm_while_ray_starts_exits_143_in_one_line_and_leaves_no_ray_behind(tmp_path, grid_file, point):
     """SIGTERM as Ray installs its SIGTERM handler (before the node's processes start) or once they run,
     before the sweep's own handler: main exited 15, 1 or 134 with Ray's C++ stack. Starts Ray: run under
