@@ -64,35 +64,48 @@ class GridSpec:
 ONLY_AXES = ("dataset", "model", "mechanism", "epsilon", "seed")  # what `sweep run --only AXIS=VALUE` selects by
 
 
-def select(spec: GridSpec, only: Sequence[str]) -> tuple[TrialConfig, ...]:
+def select(spec: GridSpec, only: Sequence[str]) -> Sequence[TrialConfig]:
     """The trials of `spec` that `--only AXIS=VALUE` selects: values of one axis are alternatives, different
     axes must all match. A grid too long for one sitting runs in parts this way, under its own grid (so no part
     supersedes another). Raises GridError (one problem per bad item) when an item is malformed or selects
-    nothing."""
+    nothing. Of a large grid (`Trials.lazy`) the selection is a `Selected` view, made anew at each pass: one pass
+    here finds the values and the count, nothing holds the trials."""
     wanted: dict[str, set[str]] = {}
     problems = []
+    items = []
     for item in only:
         axis, sep, value = item.partition("=")
         if not sep or axis not in ONLY_AXES or not value:
             problems.append(f"--only {shown(item)}: must be AXIS=VALUE with AXIS one of {', '.join(ONLY_AXES)}")
             continue
-        values = {str(getattr(t, axis)) for t in spec.trials}
         if axis == "epsilon":  # 3, 3.0 and 3e0 name the same target
             try:
                 value = str(float(value))
             except ValueError:
                 pass
-        if value not in values:
+        items.append((axis, value))
+    asked: dict[str, set[str]] = {}
+    for axis, value in items:
+        asked.setdefault(axis, set()).add(value)
+    values: dict[str, set[str]] = {axis: set() for axis in asked}
+    count = 0
+    for trial in spec.trials:  # one pass, whatever the number of items: the values, and the count if all exist
+        for axis in asked:
+            values[axis].add(str(getattr(trial, axis)))
+        count += Selected.matches(trial, asked)
+    for axis, value in items:
+        if value not in values[axis]:
             problems.append(f"--only {axis}={shown(value)}: no trial of the grid has it (it has "
-                            f"{', '.join(sorted(values))})")
+                            f"{', '.join(sorted(values[axis]))})")
             continue
         wanted.setdefault(axis, set()).add(value)
     if problems:
         raise GridError(problems)
-    chosen = tuple(t for t in spec.trials if all(str(getattr(t, a)) in vs for a, vs in wanted.items()))
-    if not chosen:
+    if not count:
         raise GridError([f"--only {' '.join(only)}: no trial of the grid has all of these"])
-    return chosen
+    if getattr(spec.trials, "lazy", False):
+        return Selected(spec.trials, wanted, count)
+    return tuple(t for t in spec.trials if Selected.matches(t, wanted))
 
 
 def stored_key(config: Mapping[str, Any]) -> str:
@@ -582,6 +595,36 @@ class Trials(Sequence[TrialConfig]):
         """One trial per (dataset, model, mechanism) for a large grid (`Plan.samples`), every trial for a small one:
         what checks of resources and plugin code look at."""
         return self._kept if self._kept is not None else tuple(self._plan.samples())
+
+
+class Selected(Sequence[TrialConfig]):
+    """The `--only` part of a large grid's `Trials`, as lazy as they are: each pass makes the grid's trials again
+    and keeps those every wanted axis matches; `count` is their number (`select` counts them as it checks)."""
+
+    lazy = True
+
+    def __init__(self, trials: Trials, wanted: Mapping[str, set[str]], count: int) -> None:
+        self._trials, self._wanted, self._count = trials, dict(wanted), count
+
+    @staticmethod
+    def matches(trial: TrialConfig, wanted: Mapping[str, set[str]]) -> bool:
+        return all(str(getattr(trial, axis)) in values for axis, values in wanted.items())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[TrialConfig]:
+        return (t for t in self._trials if self.matches(t, self._wanted))
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError("the --only part of a large grid is read in order, not by index")
+
+    def of(self, mechanisms: Collection[str]) -> Iterator[TrialConfig]:
+        """Its trials of these mechanisms, in order (the grid's other mechanisms are not made)."""
+        return (t for t in self._trials.of(mechanisms) if self.matches(t, self._wanted))
+
+    def samples(self) -> Sequence[TrialConfig]:
+        return self._trials.samples()
 
 
 def plan(text: str, *, source: str = "grid") -> Plan:

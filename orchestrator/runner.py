@@ -130,7 +130,7 @@ def load_grid(grid: str | Path | GridSpec) -> GridSpec:
         raise SweepError("; ".join(e.problems), problems=e.problems) from None
 
 
-def select(spec: GridSpec, only: Sequence[str] = ()) -> tuple[TrialConfig, ...]:
+def select(spec: GridSpec, only: Sequence[str] = ()) -> Sequence[TrialConfig]:
     """The trials `--only` items select (`orchestrator.grid.select`; every trial without items). Raises
     `SweepError` (code 2) listing every bad item."""
     from orchestrator import grid as grids
@@ -277,9 +277,12 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         if steal_leases:
             st.steal_leases(spec.name)
         if lazy:
-            counts = st.status_counts(spec.name)
-            todo: Sequence[TrialConfig] = _Todo(st, spec.name, selected, sum(
-                n for status, n in counts.items() if status not in ("finished", "superseded")))
+            if selected is spec.trials:
+                counts = st.status_counts(spec.name)
+                left = sum(n for status, n in counts.items() if status not in ("finished", "superseded"))
+            else:  # an `--only` part of it: its own trials, asked batch by batch
+                left = _count_in_ledger(st, spec.name, selected)
+            todo: Sequence[TrialConfig] = _Todo(st, spec.name, selected, left)
         else:
             by_key = {t.trial_key: t for t in selected}  # the grid's current settings (e.g. resources)
             todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
@@ -304,7 +307,7 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         todo = cluster.resolve_gpus(list(todo), resources.get("GPU", 0.0), memory)
         per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
     limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
-    cb.on_sweep_start(spec if len(selected) == len(spec.trials) else dataclasses.replace(spec, trials=tuple(selected)),
+    cb.on_sweep_start(spec if len(selected) == len(spec.trials) else dataclasses.replace(spec, trials=selected),
                       todo, limit, location.display)
     failures: list[Mapping[str, Any]] = []
     skipped: list[str] = []
@@ -475,8 +478,23 @@ def _unrun(st: Any, sweep: str, counts: Mapping[str, int], selected: Sequence[Tr
     """Trials still pending or running: of the whole sweep, or of the `selected` part when `--only` chose one."""
     if len(selected) == total:
         return sum(n for s, n in counts.items() if s in ("pending", "running"))
+    if getattr(selected, "lazy", False):
+        return _count_in_ledger(st, sweep, selected, ("pending", "running"))
     keys = {t.trial_key for t in selected}
     return sum(1 for row in st.trials(sweep) if row.trial_key in keys and row.status in ("pending", "running"))
+
+
+def _count_in_ledger(st: Any, sweep: str, trials: Iterable[TrialConfig], statuses: Sequence[str] | None = None) -> int:
+    """How many of `trials` the ledger does not mark finished (or marks with one of `statuses`), asked in batches:
+    a large grid's part is counted without holding its keys or reading the sweep's rows."""
+    from storage.ledger import KEY_BATCH
+
+    count, batch = 0, []
+    for trial in trials:
+        batch.append(trial.trial_key)
+        if len(batch) >= KEY_BATCH:
+            count, batch = count + len(st.unfinished(sweep, batch, statuses)), []
+    return count + (len(st.unfinished(sweep, batch, statuses)) if batch else 0)
 
 
 def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | None:

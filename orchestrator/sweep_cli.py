@@ -89,14 +89,8 @@ def run(
         location = runner.locate(store, ledger, artifacts)
         selected = runner.select(spec, only or ())
         if dry_run:
-            part = f" ({len(selected)} selected by --only)" if only else ""
-            table = Table(title=f"sweep {spec.name}: {len(spec.trials)} trials{part}")
-            for col in ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed"):
-                table.add_column(col)
-            for t in selected:
-                table.add_row(t.trial_key, t.dataset, t.model, t.mechanism,
-                              "-" if t.epsilon is None else f"{t.epsilon:g}", str(t.seed))
-            out.print(table)
+            _list_trials(f"sweep {spec.name}: {len(spec.trials):,} trials ({len(selected):,} selected by --only)",
+                         len(selected), iter(selected))
             return
         if getattr(spec.trials, "lazy", False):  # a large grid: say so before the passes over it (minutes at 10^6)
             err.print(styled("sweep [bold]{name}[/]: {n} trials; opening them in the store (each is made twice, about "
@@ -132,7 +126,6 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
     """`sweep run --dry-run`: the grid checked and its trials listed as they are made, never all held at
     once: a grid of 10^6 trials prints its first line in seconds. A small grid is one table; a large one
     streams a line per trial (on a terminal, one screenful and then a count of the rest)."""
-    import itertools
 
     from orchestrator import grid as grids
     from orchestrator import runner
@@ -149,22 +142,30 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
             error(problem)
         raise typer.Exit(code=e.code) from None
 
+    _list_trials(f"sweep {planned.name}: {planned.count:,} trials" if planned.count is not None else
+                 f"sweep {planned.name}", planned.count, planned.trials())
+
+
+def _list_trials(title: str, count: int | None, trials: Iterator[Any]) -> None:
+    """The dry run's listing: one table for a few trials, else a line per trial as they are made (on a terminal,
+    one screenful and then a count of the rest)."""
+    import itertools
+
     def cells(t: Any) -> tuple[str, ...]:
         return (t.trial_key, t.dataset, t.model, t.mechanism, "-" if t.epsilon is None else f"{t.epsilon:g}",
                 str(t.seed))
 
     names = ("trial_key", "dataset", "model", "mechanism", "epsilon", "seed")
-    trials = planned.trials()
-    if planned.count is None or planned.count <= DRY_RUN_TABLE:
+    if count is None or count <= DRY_RUN_TABLE:
         rows = [cells(t) for t in trials]
-        table = Table(title=f"sweep {planned.name}: {len(rows)} trials")
+        table = Table(title=title if count is not None else f"{title}: {len(rows)} trials")
         for col in names:
             table.add_column(col)
         for row in rows:
             table.add_row(*row)
         out.print(table)
         return
-    out.print(f"sweep {planned.name}: {planned.count:,} trials", highlight=False, soft_wrap=True)
+    out.print(title, highlight=False, soft_wrap=True)
     first = [cells(t) for t in itertools.islice(trials, 100)]
     widths = [max(len(c) for c in column) for column in zip(names, *first, strict=False)]
 
@@ -179,7 +180,7 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
         for n, row in enumerate(rows, 1):
             stream.write(line(row) + "\n")
             if shown_rows is not None and n >= shown_rows:
-                stream.write(f"... and {planned.count - n:,} more trials (not shown on a terminal: pipe the "
+                stream.write(f"... and {count - n:,} more trials (not shown on a terminal: pipe the "
                              "output to see every one)\n")
                 break
         stream.flush()

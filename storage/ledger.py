@@ -550,12 +550,14 @@ class Ledger:
             return {r[0] for r in c.execute(sa.select(trials.c.trial_key).where(
                 (trials.c.sweep == sweep) & (trials.c.status == "finished")))}
 
-    def unfinished(self, sweep: str, keys: Sequence[str]) -> set[str]:
+    def unfinished(self, sweep: str, keys: Sequence[str], statuses: Sequence[str] | None = None) -> set[str]:
         """Which of `keys` (at most `KEY_BATCH` at a time) are trials of the sweep not finished (pending, running,
-        failed): a large grid's driver asks this batch by batch instead of reading every row (`pending`)."""
+        failed; or of these `statuses`): a large grid's driver asks this batch by batch instead of reading every
+        row (`pending`)."""
+        status = trials.c.status.not_in(DONE) if statuses is None else trials.c.status.in_(list(statuses))
         with self.engine.connect() as c:
             return {r[0] for r in c.execute(sa.select(trials.c.trial_key).where(
-                (trials.c.sweep == sweep) & trials.c.trial_key.in_(list(keys)) & trials.c.status.not_in(DONE)))}
+                (trials.c.sweep == sweep) & trials.c.trial_key.in_(list(keys)) & status))}
 
     def restore(self, sweep: str, record: Mapping[str, Any], run_id: str, status: str) -> None:
         """A trial row rebuilt from its MLflow run (`storage.recovery`): the record as the run stored it."""

@@ -542,9 +542,10 @@ class Store:
                 if t["status"] not in ("finished", "superseded")]
 
     @_translating
-    def unfinished(self, sweep: str, keys: Sequence[str]) -> set[str]:
-        """Which of `keys` the ledger does not mark finished (`pending`, for a batch of a large grid's trials)."""
-        return self._ledger.unfinished(sweep, keys)
+    def unfinished(self, sweep: str, keys: Sequence[str], statuses: Sequence[str] | None = None) -> set[str]:
+        """Which of `keys` the ledger does not mark finished, or marks with one of `statuses` (`pending`, for a
+        batch of a large grid's trials)."""
+        return self._ledger.unfinished(sweep, keys, statuses)
 
     @_translating
     def claim(self, sweep: str, trial_key: str) -> bool:

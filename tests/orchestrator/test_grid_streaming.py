@@ -110,3 +110,43 @@ def test_a_streamed_grid_runs_resumes_and_is_then_done(cli, write_grid, store, m
     assert status["counts"] == {"finished": 2} and len({t["run_id"] for t in status["trials"]}) == 2
     again = cli("sweep", "run", grid, "--store", store)
     assert again.exit_code == 0 and "nothing to do" in again.output
+
+
+def test_only_on_a_large_grid_is_a_lazy_part_counted_and_run_from_the_ledger(tmp_path, made, monkeypatch, cli):
+    """`--only` on a large grid: one pass finds its values and count (not one per item), the part is made anew
+    at each pass and never held, its trials to run and its unrun count come from the ledger in batches, and
+    `--dry-run` streams it. A small grid's `--only` is the tuple it was."""
+    monkeypatch.setattr(grids, "MATERIALISE", 50)
+    spec = runner.load_grid(grid_text(40, 3, name="parted"))  # 160 trials: 40 nonprivate, 120 dpsgd
+    part = runner.select(spec, ["mechanism=dpsgd", "epsilon=1.1", "epsilon=1.2"])
+    assert part.lazy and len(part) == 80 and made[0] == 160  # one pass for three items
+    assert [t.epsilon for t in itertools.islice(part, 3)] == [1.1, 1.2, 1.1]
+    with pytest.raises(runner.SweepError, match=r"--only epsilon='9.0': no trial of the grid has it \(it has 1.0, "):
+        runner.select(spec, ["epsilon=9"])
+    with pytest.raises(runner.SweepError, match="no trial of the grid has all of these"):
+        runner.select(spec, ["mechanism=nonprivate", "epsilon=1"])
+
+    st = Store(resolve(str(tmp_path / "store")), create=True)
+    st.open_sweep(spec.name, spec.text, (t.to_dict() for t in spec.trials), key_of=grids.stored_key,
+                  keys=[t.trial_key for t in spec.trials])
+    monkeypatch.setattr("storage.ledger.KEY_BATCH", 7)
+    done = next(iter(part))
+    assert st.claim(spec.name, done.trial_key) and st.record({
+        "sweep": spec.name, "trial_key": done.trial_key, "status": "finished", "config": done.to_dict(),
+        "metrics": {"accuracy": 0.5}})
+    assert runner._count_in_ledger(st, spec.name, part) == 79
+    assert runner._unrun(st, spec.name, st.status_counts(spec.name), part, len(spec.trials)) == 79
+    todo = runner._Todo(st, spec.name, part, 79)
+    assert [t.trial_key for t in todo] == [t.trial_key for t in part if t.trial_key != done.trial_key]
+    st.close()
+
+    small = runner.load_grid(grid_text(3, 2))
+    assert isinstance(runner.select(small, ["seed=1"]), tuple)
+
+    grid = tmp_path / "parted.yaml"
+    grid.write_text(grid_text(40, 3, name="parted"))
+    monkeypatch.setattr("orchestrator.sweep_cli.DRY_RUN_TABLE", 10)  # a line per trial past this many
+    listed = cli("sweep", "run", grid, "--dry-run", "--only", "epsilon=1.1", "--store", tmp_path / "s")
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.splitlines()
+    assert lines[0] == "sweep parted: 160 trials (40 selected by --only)" and len(lines) == 2 + 40
