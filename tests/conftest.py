@@ -80,7 +80,7 @@ def local_ray():
 SHARED_SESSION_FIXTURES = ("figure_store", "pg")  # built once per session: a store of real sweeps, a PostgreSQL
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups from the marks
+@pytest.hookimpl(wrapper=True)  # around every other implementation: pytest-xdist reads the groups from the marks
 def pytest_collection_modifyitems(config, items):
     """The suite runs on every core (`-n auto` in pyproject.toml: on 2 cores the serial suite kept one idle). Tests
     that use an expensive session fixture run in one worker (`--dist loadgroup`), so it is built once, not per
@@ -89,6 +89,7 @@ def pytest_collection_modifyitems(config, items):
         shared = [name for name in SHARED_SESSION_FIXTURES if name in getattr(item, "fixturenames", ())]
         if shared:
             item.add_marker(pytest.mark.xdist_group(shared[0]))
+    return (yield)
 
 
 def pytest_configure(config):

@@ -229,15 +229,53 @@ def test_a_trial_key_names_its_plugin_code(installed, tmp_path):
     assert code["dpsgd-tightclip"]["mechanism"].startswith("dpsgd-tightclip: privbench-ext-mech 0.1.0 sha256:")
 
 
+EDITED_GRID = ("name: ext\nplugins: [ext_mech.mechanisms, ext_mech.models, ext_mech.datasets]\nseeds: [0]\n"
+               "grid: {dataset: [ext-blobs], model: [ext-linear], mechanism: [dpsgd-tightclip, nonprivate], "
+               "epsilon: [4]}\ntrain: {epochs: 1, batch_size: 50}\naudit: {mode: 'off'}\n"
+               "resources: {cpus: 1, gpus: 0}\n")
+
+
+def test_an_edited_plugin_gives_its_trials_new_keys_and_one_line_says_so(tmp_path):
+    """The default suite's check of the slow end-to-end test below, without Ray: editing the plugin beside the
+    grid changes the keys of the trials that use it (its code is in them), and against the trials recorded with
+    the old code one line names the plugin and the trials that run again. Each side is read by a fresh process,
+    as each `sweep run` is."""
+    shutil.copytree(PLUGIN / "ext_mech", tmp_path / "ext_mech")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(EDITED_GRID)
+    program = ("import json, pathlib, sys, types\nfrom orchestrator import runner\n"
+               "spec = runner.load_grid(pathlib.Path(sys.argv[1]))\n"
+               "old = json.loads(pathlib.Path(sys.argv[2]).read_text()) if len(sys.argv) > 2 else []\n"
+               "rows = [types.SimpleNamespace(status='finished', record={'config': c}) for c in old]\n"
+               "print(json.dumps({'keys': [t.trial_key for t in spec.trials], 'configs': [t.to_dict() for t in "
+               "spec.trials], 'lines': runner.code_changes(rows, spec.trials)}))")
+
+    def read(*args: Path) -> dict:
+        done = subprocess.run([sys.executable, "-c", program, *map(str, args)], capture_output=True, text=True,
+                              timeout=300, env=os.environ | {"PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    first = read(grid)
+    assert first["lines"] == []
+    (tmp_path / "first.json").write_text(json.dumps(first["configs"]))
+    source = tmp_path / "ext_mech" / "mechanisms.py"
+    source.write_text(source.read_text() + "\n# a comment: any edit is new code\n")
+    second = read(grid, tmp_path / "first.json")
+    assert not set(first["keys"]) & set(second["keys"])  # both trials use the plugin's dataset and model
+    (line,) = second["lines"]
+    assert line.startswith("plugin ext_mech changed") and "2 trials run again" in line, line
+    (private,) = [c for c in second["configs"] if c["mechanism"] == "dpsgd-tightclip"]
+    assert line.split(" -> ")[1].split(";")[0] in private["code"]["mechanism"]  # the new code, as its key has it
+
+
+@pytest.mark.slow  # 80 s: two sweeps, each starting Ray with the plugin shipped; the test above checks the keys
 def test_an_edited_plugin_reruns_its_trials_and_supersedes_the_old_ones(tmp_path):
     """The researcher edits the plugin beside the grid and reruns: its trials run again (new keys), the old
     records are kept as superseded, one line says why, and a worker checks it runs the code the key names."""
     shutil.copytree(PLUGIN / "ext_mech", tmp_path / "ext_mech")
     grid = tmp_path / "grid.yaml"
-    grid.write_text("name: ext\nplugins: [ext_mech.mechanisms, ext_mech.models, ext_mech.datasets]\nseeds: [0]\n"
-                    "grid: {dataset: [ext-blobs], model: [ext-linear], mechanism: [dpsgd-tightclip, nonprivate], "
-                    "epsilon: [4]}\ntrain: {epochs: 1, batch_size: 50}\naudit: {mode: 'off'}\n"
-                    "resources: {cpus: 1, gpus: 0}\n")
+    grid.write_text(EDITED_GRID)
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     store = tmp_path / "store"
 
