@@ -13,7 +13,7 @@ def test_gpu_granted_by_ray_but_absent_runs_on_cpu(cli, write_grid, store):
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
         grid = write_grid({"name": "gpu", "grid": {"dataset": ["digits"], "model": ["mlp"], "mechanism": ["dpsgd"]},
-                           "resources": {"cpus": 1, "gpus": "auto"}})
+                           "audit": {"mode": "off"}, "resources": {"cpus": 1, "gpus": "auto"}})  # the device only
         result = cli("sweep", "run", grid, "--store", store)
         assert result.exit_code == 0, result.output
         status = json.loads(cli("sweep", "status", "gpu", "--store", store, "--json").stdout)
