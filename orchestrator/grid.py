@@ -70,7 +70,6 @@ def select(spec: GridSpec, only: Sequence[str]) -> Sequence[TrialConfig]:
     supersedes another). Raises GridError (one problem per bad item) when an item is malformed or selects
     nothing. Of a large grid (`Trials.lazy`) the selection is a `Selected` view, made anew at each pass: one pass
     here finds the values and the count, nothing holds the trials."""
-    wanted: dict[str, set[str]] = {}
     problems = []
     items = []
     for item in only:
@@ -84,21 +83,17 @@ def select(spec: GridSpec, only: Sequence[str]) -> Sequence[TrialConfig]:
             except ValueError:
                 pass
         items.append((axis, value))
-    asked: dict[str, set[str]] = {}
+    wanted: dict[str, set[str]] = {}
     for axis, value in items:
-        asked.setdefault(axis, set()).add(value)
-    values: dict[str, set[str]] = {axis: set() for axis in asked}
+        wanted.setdefault(axis, set()).add(value)
+    values: dict[str, set[str]] = {axis: set() for axis in wanted}
     count = 0
     for trial in spec.trials:  # one pass, whatever the number of items: the values, and the count if all exist
-        for axis in asked:
+        for axis in wanted:
             values[axis].add(str(getattr(trial, axis)))
-        count += Selected.matches(trial, asked)
-    for axis, value in items:
-        if value not in values[axis]:
-            problems.append(f"--only {axis}={shown(value)}: no trial of the grid has it (it has "
-                            f"{', '.join(sorted(values[axis]))})")
-            continue
-        wanted.setdefault(axis, set()).add(value)
+        count += Selected.matches(trial, wanted)
+    problems += [f"--only {axis}={shown(value)}: no trial of the grid has it (it has "
+                 f"{', '.join(sorted(values[axis]))})" for axis, value in items if value not in values[axis]]
     if problems:
         raise GridError(problems)
     if not count:

@@ -126,7 +126,6 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
     """`sweep run --dry-run`: the grid checked and its trials listed as they are made, never all held at
     once: a grid of 10^6 trials prints its first line in seconds. A small grid is one table; a large one
     streams a line per trial (on a terminal, one screenful and then a count of the rest)."""
-
     from orchestrator import grid as grids
     from orchestrator import runner
 
