@@ -17,12 +17,13 @@ PARTS = (
     "plan_wait_s",  # its plan, from the accelerator task's submission until the plan was ready (a plan task's run)
     "scheduling_s",  # Ray: from submission (or the plan's readiness) to the task's start in a worker, imports aside
     "imports_s",  # module imports a fresh worker made for the task (0 in a reused worker)
-    "prepare_s",  # process settings, the grid's plugins, the record of where it runs (node, versions)
+    "prepare_s",  # process settings, the grid's plugins, the record of where it runs (node, versions), the seeds
     "data_s",  # the dataset's splits (0 from the worker's cache)
     "model_s",  # the model's construction
     "planning_s",  # the plan made in the accelerator phase (trials with no plan task: non-private)
-    "setup_s",  # released statistics, the model's copies, the private objects, the step module, the memory baseline
-    "training_s",  # the training steps (with the loss reads between them)
+    "setup_s",  # the privacy spec, released statistics, the model's copies, the private objects, the step module,
+    #             the memory baseline
+    "training_s",  # the training steps (with the loss reads between them), the peak memory, the guard's last checks
     "evaluation_s",  # the evaluation after each epoch
     "memory_probe_s",  # the trial's share of the memory probe `gpus: auto` packs by (0 without one)
     "canaries_s",  # the one-run audit in the accelerator phase: its simulations before the first step, its result

@@ -299,17 +299,19 @@ def train(
                 for name, data in evals.items():  # the last epoch's evaluation is the final one (model unchanged)
                     final[name] = evaluate(module, data, cfg.eval_batch_size, device)
                     curves[f"{name}_accuracy"].append(final[name]["accuracy"])
-    taken = getattr(optimizer, "steps_taken", done)
+        with watch.part("training_s"):  # the peak memory's read (a device sync on CUDA) and the guard's last checks
+            stack.close()
+            taken = getattr(optimizer, "steps_taken", done)
+            guard = getattr(optimizer, "guard", None)
+            if "integrity" in info and guard is not None:  # every step's checks, read once; the step's code again
+                info["integrity"] += [f.to_dict() for f in guard.findings()]
+                after = step_findings(s.training, "after the last step")
+                if not after.passed:
+                    info["integrity"].append(after.to_dict())
+                if guard.trace is not None:
+                    info["state_trace"] = guard.trace.to_dict()
     if done != plan.steps or taken != plan.steps:
         raise RuntimeError(f"the trial ran {done} batches and {taken} updates, the plan accounted for {plan.steps}")
-    guard = getattr(optimizer, "guard", None)
-    if "integrity" in info and guard is not None:  # every step's checks, read once; the step's code once more
-        info["integrity"] += [f.to_dict() for f in guard.findings()]
-        after = step_findings(s.training, "after the last step")
-        if not after.passed:
-            info["integrity"].append(after.to_dict())
-        if guard.trace is not None:
-            info["state_trace"] = guard.trace.to_dict()
     metrics: dict[str, float | None] = {
         "accuracy": final["test"]["accuracy"] if "test" in final else None,
         "test_loss": final["test"]["loss"] if "test" in final else None,

@@ -263,9 +263,11 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
         env = {"hostname": socket.gethostname(), "pid": os.getpid(), "versions": dict(library_versions()),
                "started_at": started, "device": device.type,
                "gpus_granted": 0.0 if gpus == "auto" else float(gpus), "cpus": cpus} | _ray_node()
-    generator = seed_everything(config.seed)
+        generator = seed_everything(config.seed)
     splits, train_split, bundle = _workload(config, watch)
-    spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+    with watch.part("setup_s"):  # every line of the phase is in a part: the parts explain its span
+        spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+        mechanism = mechanisms.get(config.mechanism)
     made_here = None
     if planned is None:
         if needs_plan_task(config):
@@ -281,7 +283,6 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
                                "worker differ from those it was made for; rerun with PRIVBENCH_PLAN_CACHE=0)"
                                if planned.cached else ""))
     plan, audit = planned.plan, config.audit
-    mechanism = mechanisms.get(config.mechanism)
     with watch.part("canaries_s"):
         one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
     with watch.part("setup_s"):
