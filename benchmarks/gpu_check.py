@@ -1,6 +1,6 @@
 """One command for the accelerator figures of docs/clipping.md, on whatever device is present.
 
-    python benchmarks/gpu_check.py [--small] [--out DIR] [--parts quickstart,busy,engine,syncs,packing]
+    python benchmarks/gpu_check.py [--small] [--out DIR] [--parts quickstart,busy,engine,syncs,packing,margin]
 
 It measures, on CUDA when a GPU is present and on the CPU otherwise (the card, or the CPU, is named in the output):
 
@@ -13,7 +13,9 @@ It measures, on CUDA when a GPU is present and on the CPU otherwise (the card, o
 - `syncs`: dispatched ops and host synchronisations per steady-state step, DP (canaries on) and non-private
   (`benchmarks/step_profile.py`);
 - `packing`: what `gpus: auto` gives each quickstart trial: its measured step memory and its GPU share
-  (`orchestrator.cluster.packed_share`); without a GPU, `auto` runs on the CPU and the memory is the CPU's.
+  (`orchestrator.cluster.packed_share`); without a GPU, `auto` runs on the CPU and the memory is the CPU's;
+- `margin`: the certified bf16 rounding margin over its adversarial inputs, with the device's own norm kernels
+  (`benchmarks/rounding_margin.py`): the largest clipped per-example norm, recomputed in fp64, over the bound.
 
 It writes `gpu_check.json` (every figure) and `gpu_check.md` (the tables) into `--out` and prints the Markdown.
 `--small` is the CI run (a minute or two on a CPU): the grids shrunk to a few one-epoch trials, the engine and
@@ -39,10 +41,11 @@ sys.path.insert(0, str(ROOT))  # privbench from this checkout
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import clipping_engine  # noqa: E402
+import rounding_margin  # noqa: E402
 import step_profile  # noqa: E402
 import sweep_busy  # noqa: E402
 
-PARTS = ("quickstart", "busy", "engine", "syncs", "packing")
+PARTS = ("quickstart", "busy", "engine", "syncs", "packing", "margin")
 REGISTRY = ("mlp", "cnn-small", "vit-tiny", "bert-tiny", "gpt2-tiny")  # minilm's weights are not on every machine
 CONFIGS = ("bert-base", "gpt2-small", "vit-b16")
 
@@ -110,6 +113,13 @@ def packing(small: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def margin(device: torch.device) -> dict[str, float]:
+    res = rounding_margin.worst(device)
+    if res["certified"] > 1.0:
+        raise AssertionError(f"a certified clipped example has norm {res['certified']!r} x the bound")
+    return res
+
+
 def markdown(out: dict[str, Any]) -> str:
     lines = [f"Device: {out['device']}; {'small settings' if out['small'] else 'full settings'}; "
              f"{time.strftime('%Y-%m-%d', time.gmtime(out['started']))}.", ""]
@@ -135,6 +145,9 @@ def markdown(out: dict[str, Any]) -> str:
         lines += ["", "| `gpus: auto` trial | step memory MB | GPU MB | share |", "|---|---|---|---|"]
         lines += [f"| {r['trial']} | {r['need_mb']:.0f} | {r['gpu_mb'] or '-'} | "
                   f"{r['share'] if r['share'] is not None else 'CPU (no GPU)'} |" for r in out["packing"]]
+    if isinstance(out.get("margin"), dict) and "certified" in out["margin"]:
+        lines += ["", f"- bf16 rounding margin: the largest clipped norm is {out['margin']['certified']:.6f} x the "
+                      f"bound certified, {out['margin']['plain']:.4f} x with the plain factor"]
     lines += [f"- {part}: failed: {out[part]['error']}" for part in PARTS
               if isinstance(out.get(part), dict) and "error" in out[part]]
     return "\n".join(lines) + "\n"
@@ -155,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"device": device_name(device), "small": args.small, "started": time.time()}
     run = {"quickstart": lambda: quickstart(args.small, gpus), "busy": lambda: busy(args.small, gpus),
            "engine": lambda: engine(args.small, device), "syncs": lambda: syncs(args.small, device),
-           "packing": lambda: packing(args.small)}
+           "packing": lambda: packing(args.small), "margin": lambda: margin(device)}
     for part in parts:
         print(f"gpu_check: {part} ...", file=sys.stderr, flush=True)
         try:

@@ -39,7 +39,8 @@ and clips with min(1, C (1 - 16 u32) / (sqrt(U_i) + 1e-6)). fp32 / fp64 keep Opa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -104,6 +105,35 @@ def norm_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
+def wide_bmm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x @ y per batch, in at least fp32: the products of the norms' Gram matrices and per-sample gradients.
+
+    Why: a product of two bf16 (or fp16) numbers is exact in fp32 (8 + 8, or 11 + 11, significant bits fit in
+    24), so a narrow matmul that accumulates and writes fp32 computes the same exact products as an fp32 matmul
+    of upcast copies, and the same bound gamma_n covers its fp32 sums in any order. On CUDA it is cuBLAS' bf16
+    kernel (`out_dtype=torch.float32`: tensor cores, no fp32 copies of the activations and gradients; the
+    reduced-precision reduction is turned off for it); elsewhere, where no such kernel exists, the inputs are
+    upcast. fp32 / fp64 inputs multiply as they are."""
+    wide = torch.promote_types(torch.promote_types(x.dtype, y.dtype), torch.float32)
+    if x.is_cuda and x.dtype == y.dtype and narrow(x.dtype):
+        with _full_precision_reduction():
+            return torch.bmm(x, y, out_dtype=torch.float32)
+    return torch.bmm(x.to(wide), y.to(wide))
+
+
+@contextlib.contextmanager
+def _full_precision_reduction() -> Iterator[None]:
+    """cuBLAS may reduce a split-K bf16 / fp16 matmul's partial sums in the narrow dtype unless told not to:
+    the bound assumes fp32 accumulation throughout."""
+    flags = torch.backends.cuda.matmul
+    kept = flags.allow_bf16_reduced_precision_reduction, flags.allow_fp16_reduced_precision_reduction
+    flags.allow_bf16_reduced_precision_reduction = flags.allow_fp16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        flags.allow_bf16_reduced_precision_reduction, flags.allow_fp16_reduced_precision_reduction = kept
+
+
 def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool
               ) -> tuple[torch.Tensor, ClippedSum, torch.Tensor | None]:
     """Per-sample squared norms of G_i = g_i^T a_i, the book-keeping clipped sum sum_i c_i G_i (d x p), and,
@@ -112,8 +142,8 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool
 
     `a` is (B, T, p), `g` is (B, T, d). Ghost: the Gram identity above, and the clipped sum as one matmul
     of the rescaled output gradients with the activations. Instantiated: G by batched matmul, kept.
-    Under mixed precision the norms (Gram matrices, instantiated G) are computed in fp32 from the bf16 /
-    fp16 activations and gradients, and the clipped-sum matmul runs in the narrow dtype.
+    Under mixed precision the norms (Gram matrices, instantiated G) are bf16 / fp16 products accumulated in
+    fp32 (`wide_bmm`), and the clipped-sum matmul runs in the narrow dtype.
     """
     batch, positions, fan_in = a.shape
     fan_out = g.shape[-1]
@@ -132,19 +162,18 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool
         up = inflate(norm2, rel) if certify else None
         return norm2, lambda c: (g1 * c.to(low).unsqueeze(1)).t().matmul(a1), up
     if ghost:
-        aw, gw = a.to(wide), g.to(wide)  # no copy in fp32
-        gram_a = torch.bmm(aw, aw.transpose(1, 2))
-        gram_g = torch.bmm(gw, gw.transpose(1, 2))
+        gram_a = wide_bmm(a, a.transpose(1, 2))
+        gram_g = wide_bmm(g, g.transpose(1, 2))
         norm2 = torch.bmm(gram_a.view(batch, 1, -1), gram_g.view(batch, -1, 1)).view(batch)  # <A, G>_F
         del gram_a, gram_g
         up = None
         if certify:  # S_i = sum_t |a_it| |g_it| bounds every cancellation the Gram identity hides
-            s_i = inflate((torch.linalg.vector_norm(aw, dim=2) * torch.linalg.vector_norm(gw, dim=2)).sum(1),
+            s_i = inflate((torch.linalg.vector_norm(a, dim=2, dtype=wide)
+                           * torch.linalg.vector_norm(g, dim=2, dtype=wide)).sum(1),
                           2 * gamma(fan_in + fan_out + positions + 4, wide))
             err = inflate(s_i.square(), 0) * (2 * matmul_gamma(fan_in + fan_out + positions * positions + 4, wide))
             up = inflate(inflate(norm2.clamp_min(0) + err, 0).sqrt() + u * s_i, 0).square() * ((1 + u) ** 2)
             up = inflate(up, 0)
-        del aw, gw
 
         def ghost_sum(c: torch.Tensor) -> torch.Tensor:
             c3 = c.to(low).view(-1, 1, 1)
@@ -153,7 +182,7 @@ def outer_sum(a: torch.Tensor, g: torch.Tensor, ghost: bool
             return g.reshape(-1, fan_out).t().matmul((a * c3).reshape(-1, fan_in))
 
         return norm2, ghost_sum, up
-    per_sample = torch.bmm(g.to(wide).transpose(1, 2), a.to(wide))  # (B, d, p)
+    per_sample = wide_bmm(g.transpose(1, 2), a)  # (B, d, p)
     norm2 = sq_norms(per_sample)
     # the sum runs over this stored fp32 tensor with fp32 factors: only its norm's own rounding is left
     up = inflate(norm2, 2 * gamma(fan_in * fan_out + 2, wide)) if certify else None  # sq_norms, no matmul

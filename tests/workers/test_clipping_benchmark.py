@@ -66,14 +66,15 @@ def gpu_check(tmp_path: Path, *parts: str) -> tuple[dict, str]:
 def test_gpu_check_runs_green_on_the_cpu(tmp_path):
     """Every part but the two sweeps, the quickstart's and the 20-trial grid's busy fraction (the `slow` test below
     runs them: about a minute, a sweep's driver and Ray each): one JSON and one Markdown table, the device named,
-    0 host syncs per step, and every quickstart trial placed by `gpus: auto`."""
-    out, table = gpu_check(tmp_path, "engine", "syncs", "packing")
+    0 host syncs per step, every quickstart trial placed by `gpus: auto`, and the bf16 margin held."""
+    out, table = gpu_check(tmp_path, "engine", "syncs", "packing", "margin")
     assert out["device"].startswith("CPU") and out["small"]
     assert {(r["model"], r["precision"]) for r in out["engine"]} == {("mlp", "fp32"), ("mlp", "bf16")}
     assert all(r["ratio"] > 0 for r in out["engine"])
     assert [(r["dp_syncs"], r["nonprivate_syncs"]) for r in out["syncs"]] == [(0, 0)]
     assert out["packing"] and all(r["share"] is None and r["need_mb"] >= 0 for r in out["packing"])  # no GPU here
-    assert "| mlp | 256 | fp32 |" in table and "host syncs / DP step" in table
+    assert out["margin"]["certified"] <= 1.0 < out["margin"]["plain"]
+    assert "| mlp | 256 | fp32 |" in table and "host syncs / DP step" in table and "bf16 rounding margin" in table
 
 
 @pytest.mark.slow
