@@ -53,6 +53,7 @@ from workers.audit import (
 )
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
+from workers.measure import freeze_long_lived
 from workers.overhead import affordable, overhead_budget, paired_overhead
 from workers.result import TrialResult
 from workers.timing import Stopwatch
@@ -256,6 +257,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
     t0, started = time.perf_counter(), time.time()
     watch = Stopwatch()
     with watch.part("prepare_s"):  # the settings and the record of where it runs (a Ray call, the versions)
+        freeze_long_lived()  # before the trial makes anything: later full collections skip the imports
         _prepare(config)
         gpus, cpus = config.resources.gpus, max(1, int(config.resources.cpus))
         torch.set_num_threads(cpus)

@@ -25,10 +25,12 @@ def _measure(*workloads: str) -> list[float]:
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="the CPU figure needs Linux /proc")
 def test_peak_memory_is_independent_of_what_ran_before():
-    first, big, after_big = _measure("step", "big", "step")
+    # the process's first steps also make one-time allocations (55-67 MB against 35-46 MB after, measured), so the
+    # steps compared are the second and the one after the temporary (their ratio read 0.88-1.19 over 8 runs)
+    _, warm, big, after_big = _measure("step", "step", "big", "step")
     assert big > 200  # the temporary was seen
-    assert min(first, after_big) > 20  # the steps hold per-example activations and gradients: tens of MB
-    assert 0.6 < after_big / first < 1.7, (first, after_big)
+    assert min(warm, after_big) > 20  # the steps hold per-example activations and gradients: tens of MB
+    assert 0.6 < after_big / warm < 1.7, (warm, after_big)
 
 
 def test_step_timer_on_the_cpu_reads_the_host_clock_around_each_step_as_before(monkeypatch):
@@ -88,3 +90,25 @@ def test_a_trial_too_short_for_the_fewest_rounds_is_not_measured():
     assert affordable(overhead_budget(10 * fewest * step), step)  # 160 steps: just enough
     assert not affordable(overhead_budget(10 * fewest * step - 0.01), step)
     assert not affordable(1.0, None)
+
+
+def test_a_trial_after_the_freeze_still_has_its_garbage_collected():
+    """`freeze_long_lived` (once per process, at a trial's start) keeps the imports out of later full collections;
+    a cycle made after it, as a trial's model and hooks may make, is still freed by the memory baseline's collection."""
+    import gc
+    import weakref
+
+    from workers.measure import freeze_long_lived, release_free_memory
+
+    freeze_long_lived()
+    assert gc.get_freeze_count() > 0
+
+    class Node:
+        pass
+
+    node = Node()
+    node.self = node  # a cycle: reference counting alone never frees it
+    ref = weakref.ref(node)
+    del node
+    release_free_memory()
+    assert ref() is None
