@@ -42,6 +42,17 @@ SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's paren
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view(TRIAL_KEY_TAG)}
 SWEEP_SECONDS_TAG = "privbench.sweep_seconds"  # on the sweep's run: the seconds its completed attempts took
 SUMMARY_FILE = "summary.md"  # a sweep file that is also the experiment's description (the sweep's summary)
+
+
+def fitted(text: str, limit: int) -> str:
+    """`text` within MLflow's `limit` characters for a tag: cut at a line's end, with a last line saying where
+    the whole of it is. Why: MLflow cuts a longer tag mid-line itself, and warns on the driver's terminal (a
+    114-trial sweep's summary is 9,165 characters, a run tag holds 8,000)."""
+    if len(text) <= limit:
+        return text
+    tail = f"\n\n(cut to MLflow's {limit:,}-character limit: the whole summary is this run's `{SUMMARY_FILE}`)\n"
+    head = text[: limit - len(tail)]
+    return head[: head.rfind("\n") + 1 or len(head)].rstrip("\n") + tail
 MAX_PARAM_LEN = 6000
 
 
@@ -197,10 +208,12 @@ class MlflowSink:
         run_id = self.sweep_run(sweep, experiment_id)
         self.put_artifacts(run_id, files)
         if SUMMARY_FILE in files:
+            from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_LENGTH
+
             summary = files[SUMMARY_FILE]
             text = summary.decode() if isinstance(summary, bytes) else summary
-            self.client.set_experiment_tag(experiment_id, NOTE_TAG, text)
-            self.client.set_tag(run_id, NOTE_TAG, text)
+            self.client.set_experiment_tag(experiment_id, NOTE_TAG, fitted(text, MAX_EXPERIMENT_TAG_VAL_LENGTH))
+            self.client.set_tag(run_id, NOTE_TAG, fitted(text, MAX_TAG_VAL_LENGTH))
         run = self.client.get_run(run_id)
         attempt = max(0.0, time.time() - self._attempts.pop(sweep, time.time()))
         spent = float(run.data.tags.get(SWEEP_SECONDS_TAG) or 0.0) + attempt

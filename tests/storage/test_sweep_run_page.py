@@ -35,3 +35,27 @@ def test_sweep_run_shows_the_summary_and_counts_completed_attempts_only(tmp_path
         duration - float(run.data.tags[SWEEP_SECONDS_TAG])) < 0.002
     assert duration < KILLED_AFTER_S  # only the second attempt (open to files logged), not the killed one
     assert run.info.status == "FINISHED" and duration <= took + 1.0
+
+
+def test_a_long_summary_is_cut_at_a_line_to_fit_mlflow_and_says_where_the_rest_is(tmp_path, caplog):
+    """A 114-trial sweep's summary (9,165 characters) is over MLflow's 8,000 for a run tag: MLflow cut it mid-line
+    and warned on the driver's terminal. The run's description now ends at a whole line with a pointer to the
+    summary file; the experiment's (20,000 allowed) is the whole summary; MLflow warns nothing."""
+    from storage.mlflow_sink import fitted
+
+    summary = "".join(f"| row {i} | {'x' * 60} |\n" for i in range(150))
+    assert 8_000 < len(summary) < 20_000 and fitted(summary, len(summary)) == summary
+    store = Store(resolve(str(tmp_path / "store")), create=True)
+    try:
+        store.open_sweep("s1", "name: s1\n", [TRIAL])
+        run_id = store.log_sweep_files("s1", {SUMMARY_FILE: summary})
+        run = store.sink.client.get_run(run_id)
+        experiment = store.sink.client.get_experiment(run.info.experiment_id)
+    finally:
+        store.close()
+    note = run.data.tags[NOTE_TAG]
+    assert len(note) <= 8_000 and note.endswith(f"the whole summary is this run's `{SUMMARY_FILE}`)\n")
+    kept = note.split("\n\n(cut to")[0]
+    assert summary.startswith(kept + "\n") and kept.endswith("|")  # whole lines only
+    assert experiment.tags[NOTE_TAG] == summary
+    assert not [r for r in caplog.records if "truncated" in r.getMessage()]
