@@ -46,14 +46,14 @@ SCORES = ("lr", "sum")
 CEILING_FLAG_NOISES = 4.0  # an audited epsilon this many ceiling noises above the ceiling is flagged
 CEILING_DRAWS = 8  # simulated runs of the certified mechanism the ceiling is the median of (fewer for long runs)
 CEILING_WORK = 4_000_000  # canaries x steps those runs may share (at least 2 runs): a deterministic cost cap
+SEARCH_DISCRETIZATION = 1e-3  # the PLD grid of the curve search's profiles and of a first epsilon pass
+MAD_TO_STD = 1.482602218505602  # 1 / Phi^-1(3/4): the median absolute deviation of N(0, 1) is 1 / this
 
 
 def ceiling_draws(m: int, steps: int) -> int:
     """How many simulated runs the ceiling takes: `CEILING_DRAWS`, fewer where m x steps makes each one long (a
     function of the run's shape, never of the clock, so that every machine finds the same ceiling)."""
     return max(2, min(CEILING_DRAWS, CEILING_WORK // max(1, m * steps)))
-SEARCH_DISCRETIZATION = 1e-3  # the PLD grid of the curve search's profiles and of a first epsilon pass
-MAD_TO_STD = 1.482602218505602  # 1 / Phi^-1(3/4): the median absolute deviation of N(0, 1) is 1 / this
 
 
 def robust_sigma(residuals: np.ndarray, at_most: int = 4096) -> float:
