@@ -49,7 +49,8 @@ def wait_for_a_finished_trial(child: pexpect.spawn, ledger: Path) -> str:
     seen, deadline, before = [], time.monotonic() + 300, finished_count(ledger)
     while finished_count(ledger) <= before:
         assert child.isalive(), "".join(seen)[-3000:]
-        assert time.monotonic() < deadline, "no trial finished within 300 s"
+        assert time.monotonic() < deadline, "no trial finished within 300 s; the terminal showed:\n" + "".join(
+            seen)[-3000:]
         try:
             seen.append(child.read_nonblocking(100_000, timeout=0.2))
         except pexpect.TIMEOUT:
