@@ -41,7 +41,7 @@ sys.path.insert(0, {root!r})
 from orchestrator import grid
 from workers.trial import run_trial
 spec = grid.load({grid!r})
-ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
 task = ray.remote(num_cpus=1)(run_trial)
 configs = [t.to_dict() | {{"resources": {{"cpus": 1, "gpus": 0}}}} for t in spec.trials]
 records = ray.get([task.remote(c) for c in configs])
@@ -57,7 +57,7 @@ from orchestrator import grid
 from workers.trial import run_trial
 spec = grid.load({grid!r})
 configs = {{t.seed: t.to_dict() | {{"resources": {{"cpus": 1, "gpus": 0}}}} for t in spec.trials}}
-ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
 
 def trainable(cfg):
     record = run_trial(configs[cfg["seed"]])

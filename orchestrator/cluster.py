@@ -156,7 +156,7 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
             kwargs["runtime_env"] = runtime_env(plugins)
         with _signals_deferred() as noted:
             try:
-                ray.init(address=address, **kwargs)
+                ray.init(address=address if address is not None else _local(), **kwargs)
             except Exception as e:  # noqa: BLE001 - any connection failure is a usage problem here
                 said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ClusterError(f"cannot connect to Ray at {address or 'a new local instance'}: "
@@ -167,6 +167,15 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
                 ray.shutdown()
                 raise StoppedWhileStarting(noted[0])
     return dict(ray.cluster_resources())
+
+
+def _local() -> str | None:
+    """What "no --address" asks Ray for: a new local instance ("local"). Why not Ray's default: without an
+    address, `ray.init` joins the latest cluster a `ray start` made on this machine (`/tmp/ray/ray_current_cluster`),
+    so a sweep joined whatever cluster another user or process had started there (seen: tests on two workers, a
+    sweep's driver joining another test's two-node cluster and waiting on it). Inside `ray job submit` (RAY_ADDRESS
+    set by the job) the job's cluster is the one meant: None lets Ray read it."""
+    return None if os.environ.get("RAY_ADDRESS") else "local"
 
 
 MIN_TEMP_MB = 64  # below this, a new local Ray cannot write its session files

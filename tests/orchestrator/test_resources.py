@@ -10,7 +10,8 @@ from ray.cluster_utils import Cluster
 
 def test_gpu_granted_by_ray_but_absent_runs_on_cpu(cli, write_grid, store):
     ray.shutdown()
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)  # "local": never another test's `ray start` cluster
     try:
         grid = write_grid({"name": "gpu", "grid": {"dataset": ["digits"], "model": ["mlp"], "mechanism": ["dpsgd"]},
                            "audit": {"mode": "off"}, "resources": {"cpus": 1, "gpus": "auto"}})  # the device only
@@ -45,3 +46,14 @@ def test_sweep_on_a_two_node_cluster_uses_both_nodes(cli, write_grid, store):
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_no_address_means_a_new_local_ray_unless_a_job_names_its_cluster(monkeypatch):
+    """Ray's own default without an address joins the latest `ray start` cluster on the machine; privbench asks for
+    a new local instance ("local"), and inside `ray job submit` (RAY_ADDRESS set) leaves the address to Ray."""
+    from orchestrator.cluster import _local
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _local() == "local"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert _local() is None
