@@ -78,7 +78,13 @@ class _Search:
         return self.gap_of(e)
 
     def gap_of(self, e: float) -> float:
-        return -math.inf if e <= 0 else math.log(e) - math.log(self.target)
+        """log(e / target), with the sign of e - target: the logs can round a hair above the target to a gap of
+        0 (Hypothesis found epsilon 0.010000000000000002 returned for a target of 0.01), and a calibrator must
+        never return an epsilon above its target."""
+        if e <= 0:
+            return -math.inf
+        g = math.log(e) - math.log(self.target)
+        return max(g, 5e-324) if e > self.target else min(g, 0.0)
 
     def nearest(self, lo: int, hi: int) -> list[tuple[float, float]]:
         """lo, hi and the evaluated point closest to the root (smallest |gap|), in current grid units."""
