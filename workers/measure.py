@@ -40,9 +40,6 @@ def release_free_memory(collect: bool = True) -> bool:
         return False
 
 
-_FROZEN = [False]
-
-
 def freeze_long_lived() -> None:
     """Once per process, before a trial makes anything: collect garbage, then move every object alive now (the
     imported modules, the worker's caches) to the collector's permanent generation (`gc.freeze`). Why: every
@@ -50,10 +47,9 @@ def freeze_long_lived() -> None:
     privbench's imports each time (0.19 CPU s per trial in a reused worker); after the freeze it walks only what
     later work made. Objects made after the freeze, a trial's model and batches among them, are collected as
     before, so memory a trial frees is still handed back before the next one is measured."""
-    if not _FROZEN[0]:
+    if gc.get_freeze_count() == 0:  # the collector itself says whether this process froze already
         gc.collect()
         gc.freeze()
-        _FROZEN[0] = True
 
 
 def reset_peak_rss() -> bool:
