@@ -118,7 +118,7 @@ def wide_bmm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if x.is_cuda and x.dtype == y.dtype and narrow(x.dtype):
         with _full_precision_reduction():
             return torch.bmm(x, y, out_dtype=torch.float32)
-    return torch.bmm(x.to(wide), y.to(wide))
+    return torch.bmm(x if x.dtype == wide else x.to(wide), y if y.dtype == wide else y.to(wide))  # no op in fp32
 
 
 @contextlib.contextmanager
