@@ -8,10 +8,15 @@ shortened to one epoch of `--examples` examples (the fixed costs do not depend o
 audits are kept. What is timed is this process's CPU time (`time.process_time`), not the wall clock: a shared,
 loaded machine gives the cores to others at random moments, which the CPU time does not count.
 
-Columns (CPU seconds): `imports` (torch, privbench), `plan` (the plan phase: data, model, calibration; 0 when the
-trial needs no plan task), `accelerator` (its phase) of which `steps` (the training steps), `overhead` (the paired
-overhead measurement) and `fixed` (the rest: data, model, setup, evaluation, forward passes for the audits), and
-`analysis` (audits and the record). The trial's fixed cost is `plan + accelerator - steps + analysis - audits`.
+Columns (CPU seconds): `imports` (torch, privbench), `plan` (the shortened trial's plan phase: data, model,
+calibration; 0 when the trial needs no plan task), `grid plan` (the plan phase at the grid's own geometry, its
+sample rate and steps, calibrated afresh: what a first sweep's plan task pays, once per geometry and shared by
+the seeds; shortening the training changes the geometry, and with it what accounting costs), `accelerator` (its
+phase) of which `steps` (the training steps), `overhead` (the paired overhead measurement) and `fixed` (the rest:
+setup, evaluation, forward passes for the audits), and `analysis` (audits and the record).
+`fixed` = accelerator - steps - overhead + analysis - audits: a trial's fixed cost when its plan is read from
+the store (a second sweep of the geometry); `first` = fixed + grid plan: a first sweep's, with the whole plan
+charged to this trial.
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ from workers import trial as T
 imports = time.process_time() - t0
 spec = grids.load({grid!r})
 rows = []
+from mechanisms.accounting import calibration
 for rnd in ("cold", "warm"):
-    for config in spec.trials:
-        config = dataclasses.replace(config, train=dataclasses.replace(
-            config.train, epochs=1, max_train_examples={examples}), resources=dataclasses.replace(
-            config.resources, cpus=1, gpus=0))
+    for grid_config in spec.trials:
+        config = dataclasses.replace(grid_config, train=dataclasses.replace(
+            grid_config.train, epochs=1, max_train_examples={examples}), resources=dataclasses.replace(
+            grid_config.resources, cpus=1, gpus=0))
         c0 = time.process_time()
         planned = T.plan_phase(config) if getattr(T, 'needs_plan_task', lambda c: True)(config) else None
         c1 = time.process_time()
@@ -49,11 +55,19 @@ for rnd in ("cold", "warm"):
         step = T.step_phase(config, planned)
         record = T.analysis_phase(config, planned, out, step)
         c3 = time.process_time()
+        plan_grid = 0.0
+        if getattr(T, 'needs_plan_task', lambda c: True)(grid_config):  # the first sweep's plan of this geometry
+            calibration.calibrate_sigma.cache_clear()
+            g0 = time.process_time()
+            T.plan_phase(grid_config)
+            plan_grid = time.process_time() - g0
+            calibration.calibrate_sigma.cache_clear()
         cpu = (getattr(out, 'timing', None) or {{}}).get("cpu", {{}})
         m = record["metrics"]
         rows.append({{"round": rnd, "mechanism": config.mechanism, "epsilon": config.epsilon, "seed": config.seed,
                      "imports": imports if rnd == "cold" and not rows else 0.0,
-                     "plan": c1 - c0, "accelerator": c2 - c1, "steps": cpu.get("training_s", m.get("train_s")),
+                     "plan": c1 - c0, "plan_grid": plan_grid, "accelerator": c2 - c1,
+                     "steps": cpu.get("training_s", m.get("train_s")),
                      "overhead": cpu.get("overhead_s", 0.0), "analysis": c3 - c2,
                      "audits": (record.get("timing") or {{}}).get("cpu", {{}}).get("audits_s", 0.0)}})
 print(json.dumps(rows))
@@ -71,16 +85,18 @@ def main() -> None:
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     rows = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{'round':5} {'trial':22} {'imports':>7} {'plan':>6} {'accel':>6} {'steps':>6} {'ovhd':>6} "
-          f"{'analys':>6} {'audits':>6} {'fixed':>6}")
+    print(f"{'round':5} {'trial':22} {'imports':>7} {'plan':>6} {'grid':>6} {'accel':>6} {'steps':>6} {'ovhd':>6} "
+          f"{'analys':>6} {'audits':>6} {'fixed':>6} {'first':>6}")
     for r in rows:
         steps = r["steps"] or 0.0
-        r["fixed"] = r["plan"] + r["accelerator"] - steps - r["overhead"] + r["analysis"] - r["audits"]
+        r["fixed"] = r["accelerator"] - steps - r["overhead"] + r["analysis"] - r["audits"]
+        r["first"] = r["fixed"] + r["plan_grid"]
         name = f"{r['mechanism']} e={r['epsilon']} s={r['seed']}"
-        print(f"{r['round']:5} {name:22} {r['imports']:7.2f} {r['plan']:6.2f} {r['accelerator']:6.2f} {steps:6.2f} "
-              f"{r['overhead']:6.2f} {r['analysis']:6.2f} {r['audits']:6.2f} {r['fixed']:6.2f}")
-    print("CPU seconds (time.process_time) of one process, one thread; fixed = plan + accelerator - steps - overhead "
-          "+ analysis - audits")
+        print(f"{r['round']:5} {name:22} {r['imports']:7.2f} {r['plan']:6.2f} {r['plan_grid']:6.2f} "
+              f"{r['accelerator']:6.2f} {steps:6.2f} {r['overhead']:6.2f} {r['analysis']:6.2f} {r['audits']:6.2f} "
+              f"{r['fixed']:6.2f} {r['first']:6.2f}")
+    print("CPU seconds (time.process_time) of one process, one thread; fixed = accelerator - steps - overhead "
+          "+ analysis - audits (the plan read from the store); first = fixed + grid plan (a first sweep)")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
