@@ -111,6 +111,23 @@ def test_image_scaling_is_fixed_unit_or_symmetric(name):
     assert datasets.option_problems(name, {"scaling": "standard"})  # a fixed list, checked by the grid
 
 
+@pytest.mark.parametrize("scaling", ["unit", "symmetric"])
+def test_as_images_gives_the_bits_of_the_plain_formula_and_leaves_its_input(scaling):
+    """The in-place scaling is an optimisation only: every pixel value of every dtype the loaders pass gives the
+    bits of (x / scale - 0.5) / 0.5, so a trial's data did not change with it; the caller's array is untouched."""
+    from workers.datasets.images import as_images
+
+    for pixels, scale in ((np.arange(256, dtype=np.uint8).reshape(4, 8, 8), 255.0),
+                          (np.linspace(0, 16, 4 * 64, dtype=np.float32).reshape(4, 8, 8), 16.0)):
+        kept = pixels.copy()
+        x = pixels.astype(np.float32)[:, None] / scale
+        expected = x if scaling == "unit" else (x - 0.5) / 0.5
+        got = as_images(pixels, scale, scaling)
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+        assert np.array_equal(pixels, kept)
+
+
 def test_breast_cancer_is_tabular_and_scaled_without_reading_the_data(loaded):
     from sklearn.datasets import load_breast_cancer
 

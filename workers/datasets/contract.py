@@ -155,8 +155,10 @@ def split_off(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     """Deterministically split `split` into (rest, held) with `fraction` of it held out."""
     if not 0 <= fraction < 1:
         raise ValueError(f"validation fraction must lie in [0, 1), got {fraction}")
-    order = np.random.default_rng(seed).permutation(len(split))
     n_held = int(round(len(split) * fraction))
+    if n_held == 0:  # the rest is the whole split in its order: itself, not a copy (Fashion-MNIST's cost 0.56 s)
+        return split, split.subset(np.zeros(0, dtype=np.int64))
+    order = np.random.default_rng(seed).permutation(len(split))
     return split.subset(np.sort(order[n_held:])), split.subset(np.sort(order[:n_held]))
 
 

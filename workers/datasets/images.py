@@ -26,9 +26,16 @@ Scaling = Literal["symmetric", "unit"]
 
 def as_images(pixels: np.ndarray, scale: float, scaling: Scaling = "symmetric") -> np.ndarray:
     """uint8 (N, H, W) -> float32 (N, 1, H, W), scaled with fixed constants (no data peeking): `symmetric`
-    to [-1, 1], `unit` to [0, 1] (torchvision's `ToTensor`, what published MNIST code usually feeds)."""
-    x = pixels.astype(np.float32)[:, None] / scale
-    return x if scaling == "unit" else (x - 0.5) / 0.5
+    to [-1, 1], `unit` to [0, 1] (torchvision's `ToTensor`, what published MNIST code usually feeds).
+    In place on one float32 copy: the same operations in the same order, so the same bits, without three more
+    temporaries of the whole set (their first-touch page faults cost Fashion-MNIST's 60k images 0.5-1.4 CPU s,
+    paid by every fresh worker's plan and training phases)."""
+    x = pixels.astype(np.float32)[:, None]  # a copy: the caller's array is left as it was
+    x /= scale
+    if scaling != "unit":
+        x -= 0.5
+        x /= 0.5
+    return x
 
 
 @dataset("fashion-mnist", "image", "Zalando Fashion-MNIST, 60k train / 10k test, 28x28 grey, 10 classes "
