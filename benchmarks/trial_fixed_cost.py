@@ -37,10 +37,10 @@ import torch
 torch.set_num_threads(1)
 from orchestrator import grid as grids
 from workers import trial as T
+from mechanisms.accounting import calibration
 imports = time.process_time() - t0
 spec = grids.load({grid!r})
 rows = []
-from mechanisms.accounting import calibration
 for rnd in ("cold", "warm"):
     for grid_config in spec.trials:
         config = dataclasses.replace(grid_config, train=dataclasses.replace(
