@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from orchestrator.console import err, error, fail, out, styled, visible
 from orchestrator.runner import Callback, SweepSummary, trial_rows
@@ -216,8 +216,14 @@ class RichProgress(Callback):
                          todo=len(todo), limit=max_concurrent, store=store))
         if not todo:
             return
-        columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn())
+        # The bar gives way first: on 80 columns a trial's label, its fixed 40-wide bar, its steps, epoch, loss and
+        # time did not fit, and rich cut the numbers ("585/…", "0:00:…"). Now the bar takes what is left, up to 40.
+        kept = Column(no_wrap=True)
+        columns = (TextColumn("{task.description}", markup=False, table_column=Column(no_wrap=True)),
+                   BarColumn(bar_width=None, table_column=Column(ratio=1, max_width=40)),
+                   MofNCompleteColumn(table_column=kept.copy()),
+                   TextColumn("{task.fields[info]}", markup=False, table_column=kept.copy()),
+                   TimeElapsedColumn(table_column=kept.copy()))
         self.progress = Progress(*columns, console=err, transient=False)
         self.progress.start()
         self.total = len(todo)
