@@ -5,8 +5,9 @@
 
 Each trial of the grid runs its phases in one fresh process, as a fresh Ray worker would (`cold`, imports
 included), then again `--warm` times in the same process (`warm`, as a reused worker, whose caches hold the data);
-the summary is each trial's median over the warm rounds, since one round moves by 0.1-0.3 s on a shared machine. Training is
-shortened to one epoch of `--examples` examples (the fixed costs do not depend on the training's length) and the
+the summary is each trial's median over the warm rounds, since one round moves by 0.1-0.3 s on a shared machine.
+Training is shortened to one epoch of `--examples` examples (the fixed costs do not depend on the training's
+length, but the plan's accounting does: hence `grid plan` below) and the
 audits are kept. What is timed is this process's CPU time (`time.process_time`), not the wall clock: a shared,
 loaded machine gives the cores to others at random moments, which the CPU time does not count.
 

@@ -218,12 +218,12 @@ class RichProgress(Callback):
             return
         # The bar gives way first: on 80 columns a trial's label, its fixed 40-wide bar, its steps, epoch, loss and
         # time did not fit, and rich cut the numbers ("585/…", "0:00:…"). Now the bar takes what is left, up to 40.
-        kept = Column(no_wrap=True)
-        columns = (TextColumn("{task.description}", markup=False, table_column=Column(no_wrap=True)),
+        kept = Column(no_wrap=True)  # rich copies a column's settings into each table it draws
+        columns = (TextColumn("{task.description}", markup=False, table_column=kept),
                    BarColumn(bar_width=None, table_column=Column(ratio=1, max_width=40)),
-                   MofNCompleteColumn(table_column=kept.copy()),
-                   TextColumn("{task.fields[info]}", markup=False, table_column=kept.copy()),
-                   TimeElapsedColumn(table_column=kept.copy()))
+                   MofNCompleteColumn(table_column=kept),
+                   TextColumn("{task.fields[info]}", markup=False, table_column=kept),
+                   TimeElapsedColumn(table_column=kept))
         self.progress = Progress(*columns, console=err, transient=False)
         self.progress.start()
         self.total = len(todo)
