@@ -1,6 +1,6 @@
 """The state replay's own process: `python -m workers.replay` reads (sys.path, trial config, plan, trace) as a
 pickle on stdin, loads the trial's plugins and its mechanism fresh, replays the state from the recorded
-releases alone (`mechanisms.framework.integrity.replay_state`) and writes the `Finding` as a pickle on stdout.
+releases alone (`mechanisms.framework.integrity.verdict.replay_state`) and writes the `Finding` as a pickle on stdout.
 
 A process of its own, started from nothing (not forked), so that nothing the training process kept in memory
 (a plugin's module global, a cached trajectory) can reach the replay.
@@ -41,7 +41,7 @@ def main() -> None:
     path, config, plan, trace = pickle.loads(sys.stdin.buffer.read())
     sys.path[:] = path
     import mechanisms
-    from mechanisms.framework.integrity import replay_state
+    from mechanisms.framework.integrity.verdict import replay_state
     from workers.trial import _prepare, as_config
 
     trial = as_config(config)

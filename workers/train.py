@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mechanisms.framework.integrity import runs_own_step, step_findings
+from mechanisms.framework.integrity.verdict import step_findings
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
 from workers.datasets.contract import Split
@@ -212,7 +212,7 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
           integrity: bool = True) -> Setup:
     """The model on `device`, its optimizer, the mechanism's private objects (batches, clipping, noise) from the
     plan, the precision and the (compiled) step module, and what the record says about them. `integrity` False
-    skips the check that the private step is privbench's (`step_integrity`): for a copy of a step already checked."""
+    skips the check that the private step is privbench's (`step_findings`): for a copy of a step already checked."""
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
@@ -225,9 +225,10 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
                                       generator=generator, grad_sample_mode=mode.name, noise_generator=noise_generator,
                                       secure_mode=secure_mode, pad_to=PAD_TO if cfg.compile else None)
-    # the trainer's step (an override is its own: the contract check flags a plugin's); `integrity` False: a copy of a
-    # step already checked (the paired overhead measurement)
-    if integrity and private and runs_own_step(mechanism):
+    # the step that runs is checked whoever wrote it: privbench's private step, a built-in's forward-noise step (what
+    # is checked instead: `step_findings`), or a plugin's own, which fails; `integrity` False: a copy of a step already
+    # checked (the paired overhead measurement)
+    if integrity and private:
         info["integrity"] = [step_findings(training).to_dict()]
     precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode.name)
     step_module = compiled(training.module, mode.name, private) if cfg.compile else training.module
@@ -308,13 +309,14 @@ def train(
             stack.close()
             taken = getattr(optimizer, "steps_taken", done)
             guard = getattr(optimizer, "guard", None)
-            if "integrity" in info and guard is not None:  # every step's checks, read once; the step's code again
-                info["integrity"] += [f.to_dict() for f in guard.findings()]
+            if "integrity" in info:  # every step's checks, read once; the step's code again
+                if guard is not None:
+                    info["integrity"] += [f.to_dict() for f in guard.findings()]
+                    if guard.trace is not None:
+                        info["state_trace"] = guard.trace.to_dict()
                 after = step_findings(s.training, "after the last step")
                 if not after.passed:
                     info["integrity"].append(after.to_dict())
-                if guard.trace is not None:
-                    info["state_trace"] = guard.trace.to_dict()
     if done != plan.steps or taken != plan.steps:
         raise RuntimeError(f"the trial ran {done} batches and {taken} updates, the plan accounted for {plan.steps}")
     metrics: dict[str, float | None] = {

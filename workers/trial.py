@@ -36,8 +36,9 @@ import torch
 import mechanisms
 from mechanisms.framework import integrity
 from mechanisms.framework.claims import claim_status
-from mechanisms.framework.integrity import Finding, runs_own_step
-from mechanisms.framework.mechanism import plan_for, uncertified
+from mechanisms.framework.integrity import Finding
+from mechanisms.framework.integrity.verdict import contract_findings, plan_for, runs_own_step, verify
+from mechanisms.framework.mechanism import uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import cache, datasets, models, plugins
 from workers.audit import (
@@ -341,9 +342,10 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     _prepare(config)
     plan, train_s = planned.plan, output.metrics.get("train_s")
     findings = integrity_findings(config, planned, output)
-    known = planned.plan.uncertified_reason or ""  # the plan's own reason survives; a finding it names is not repeated
-    if (reason := integrity.certify(f for f in findings if f.reason not in known)) and config.private:
-        plan = uncertified(plan, "; ".join(r for r in (known, reason) if r))  # what ran is not what was accounted
+    # what planning found is in the plan's own reason already (`plan_for`): only later findings join it
+    known = set(contract_findings(mechanisms.get(config.mechanism), plan)) if config.private else set()
+    if (reason := integrity.certify(f for f in findings if f not in known)) and config.private:
+        plan = uncertified(plan, "; ".join(r for r in (plan.uncertified_reason, reason) if r))  # not what was accounted
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
         audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
@@ -389,14 +391,13 @@ def integrity_findings(config: TrialConfig, planned: Planned, output: Accelerato
     process of its own (analysis)."""
     if not config.private:
         return []
-    mechanism = mechanisms.get(config.mechanism)
-    findings = integrity.contract_findings(mechanism, planned.plan)
-    findings += [Finding.from_dict(f) for f in output.info.get("integrity", ())]
+    replayed = None
     if (trace := output.info.get("state_trace")) is not None:
         from workers.replay import replay_apart
 
-        findings.append(replay_apart(config.to_dict(), planned.plan, trace))
-    return findings
+        replayed = replay_apart(config.to_dict(), planned.plan, trace)
+    return verify(mechanisms.get(config.mechanism), planned.plan,
+                  [Finding.from_dict(f) for f in output.info.get("integrity", ())], replayed)
 
 
 def step_memory(config: TrialConfig) -> tuple[float, float | None]:

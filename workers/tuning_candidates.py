@@ -23,7 +23,7 @@ from mechanisms.accounting.tuning_cost import (
     TuneSpec,
     account,
 )
-from mechanisms.framework.mechanism import plan_for
+from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 
 PRIVACY_SETTINGS = ("batch_size", "epochs")  # training settings that change the run's privacy event

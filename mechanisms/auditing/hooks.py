@@ -3,16 +3,14 @@
 `claimed_step_tradeoff` (the claim for one un-subsampled step), `audit_cases` (worst-case neighbours beyond
 the Dirac canary), `audit_coordinatewise` and `privatize_step` are `Mechanism` methods with their
 guarantees stated there (mechanisms/framework/mechanism.py). This module adds what the auditor derives from them:
-the mechanism's own plan for one step (cached), and `claimed_profile`: a claim rebuilt from that plan (the
-envelope of f_{eps(delta_i), delta_i} over a grid of deltas, a sound inner approximation of its privacy
-profile), for a mechanism whose `claimed_step_tradeoff` has no closed form.
+the mechanism's own plan for one step (cached, through the contract check: `integrity.verdict.plan_for`); the
+claim rebuilt from a plan (`claimed_profile`) lives in `auditing.profile`, below the mechanism contract.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,25 +18,12 @@ import numpy as np
 
 from mechanisms.auditing import tradeoff
 from mechanisms.auditing.cases import AuditCase, dirac_case
+from mechanisms.auditing.profile import step_spec
+from mechanisms.framework.integrity.verdict import plan_for
 
 if TYPE_CHECKING:
     from mechanisms.framework.mechanism import Mechanism
-    from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
-
-# deltas at which the fallback reads the claimed privacy profile from plan(...)
-PROFILE_DELTAS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 1e-2, 5e-3, 2e-3, *(10.0 ** -k for k in range(3, 13)))
-
-
-def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None, clip: float = 1.0,
-              options: Mapping[str, Any] | None = None, batch_size: int | None = None) -> PrivacySpec:
-    """ONE un-subsampled step (sample_rate 1, steps 1) on a batch of the trial's expected size (1 by default):
-    the scope of every mechanism-level number."""
-    from mechanisms.parts.plan import PrivacySpec
-
-    batch = int(batch_size or 1)
-    return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=batch, batch_size=batch, epochs=1, clip=clip,
-                       sigma=sigma, options=dict(options or {}))
-
+    from mechanisms.parts.plan import Parts, PrivacyPlan
 
 def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilon: float | None = None,
               clip: float = 1.0, options: Mapping[str, Any] | None = None) -> PrivacyPlan:
@@ -50,8 +35,6 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
     Cached per (mechanism, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
-    from mechanisms.framework.mechanism import plan_for
-
     batch = (options or {}).get("batch_size")
     options = mechanism.audit_options(dict(options or {}))
     items = tuple(sorted(options.items()))
@@ -66,8 +49,6 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
 @functools.lru_cache(maxsize=256)
 def _cached_plan(mechanism: Mechanism, sigma: float | None, delta: float, epsilon: float | None, clip: float,
                  items: tuple[tuple[str, Any], ...], batch_size: int | None = None) -> PrivacyPlan:
-    from mechanisms.framework.mechanism import plan_for
-
     return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=dict(items),
                                          batch_size=batch_size))
 
@@ -76,20 +57,6 @@ def claimed_step_tradeoff(mechanism: Mechanism, sigma: float, *, clip: float = 1
                           options: Mapping[str, Any] | None = None) -> tradeoff.TradeOff | None:
     """The curve the mechanism claims for one step (its `claimed_step_tradeoff` hook)."""
     return mechanism.claimed_step_tradeoff(sigma, **dict(options or {}))
-
-
-def claimed_profile(mechanism: Mechanism, sigma: float, *, clip: float = 1.0,
-                    options: Mapping[str, Any] | None = None) -> tradeoff.TradeOff | None:
-    """The claim for one step rebuilt from the mechanism's own plan: the envelope of f_{eps(delta), delta}
-    over PROFILE_DELTAS (for a mechanism whose `claimed_step_tradeoff` returns this)."""
-    curves: list[tradeoff.TradeOff] = []
-    for delta in PROFILE_DELTAS:
-        eps = step_plan(mechanism, sigma, delta, clip=clip, options=options).epsilon_claimed
-        if eps is None:
-            return None
-        if math.isfinite(eps):
-            curves.append(tradeoff.ApproxDP(eps, delta))
-    return tradeoff.Envelope(tuple(curves)) if curves else None
 
 
 def audit_cases(mechanism: Mechanism, dim: int, clip: float, seed: int,

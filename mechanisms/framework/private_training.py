@@ -27,6 +27,7 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping, DPPe
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from mechanisms.framework.integrity.guard import StepGuard, apply_state, copied
 from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
 from mechanisms.parts.releases import ExampleView, Release, Released
@@ -149,8 +150,6 @@ class PrivateOptimizerMixin:
         return torch.stack(per_param, dim=1).norm(2, dim=1)
 
     def add_noise(self) -> None:
-        from mechanisms.framework.integrity import copied
-
         params, guard = self.params, self.guard  # type: ignore[attr-defined]
         if guard is not None:
             guard.before_release()
@@ -194,8 +193,6 @@ class PrivateOptimizerMixin:
             if guard is not None:
                 guard.apply_state(self.mechanism_state, new)
             else:
-                from mechanisms.framework.integrity import apply_state
-
                 apply_state(self.mechanism_state, new, None, (0.0, math.inf))
         if trace is not None:
             trace.add(self.last_released, self.mechanism_state)
@@ -470,7 +467,6 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         dp_optimizer.engine = engine
         criterion = BookkeepingLoss(engine, criterion)
     if guard:
-        from mechanisms.framework.integrity import StepGuard
 
         dp_optimizer.guard = StepGuard(dp_optimizer, plan, engine=engine, generator=noise_generator,
                                        trace=update_state is not None)
@@ -478,17 +474,7 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
                            criterion)
 
 
-def step_integrity(training: PrivateTraining) -> list[str]:
-    """What replaces privbench's private step in `training`, one line each (empty: the step is privbench's);
-    `integrity.step_findings` decides."""
-    from mechanisms.framework.integrity import step_findings
-
-    finding = step_findings(training)
-    return [] if finding.passed else [finding.reason]
-
-
 __all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "PlanViolation", "PrivateBookkeepingOptimizer",
            "PrivateDPOptimizer", "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer",
            "PrivateTraining", "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches",
-           "make_private",
-           "optimizer_class", "plan_loader", "resident", "step_integrity"]
+           "make_private", "optimizer_class", "plan_loader", "resident"]

@@ -257,7 +257,6 @@ class PoissonRate:
                 "neighboring_relation": relation_name(self.neighboring_relation)}
 
 
-OWN_SAMPLERS = (*SAMPLERS.values(), PoissonRate)  # privbench's samplers (exact types)
 
 
 def batch_selection(name: str, dataset_size: int, batch_size: int, epochs: int) -> BatchSelection:
@@ -309,6 +308,6 @@ class EpochBatches:
         return (step.index.tolist() for step in self.selection.epoch(self.generator))
 
 
-__all__ = ["OWN_SAMPLERS", "SAMPLERS", "BatchSelection", "EpochBatches", "FixedOrderSampling", "FixedSizeSampling",
+__all__ = ["SAMPLERS", "BatchSelection", "EpochBatches", "FixedOrderSampling", "FixedSizeSampling",
            "PoissonRate",
            "PoissonSampling", "ShuffleSampling", "StepIndices", "batch_selection", "relation_name"]

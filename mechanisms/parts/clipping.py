@@ -183,10 +183,9 @@ class AdaptiveClipping(Clipping):
 # The clipping rules a mechanism option may name (grid name -> class); the per-sample-gradient engines
 # (Opacus, mechanisms/clipping_engine) take the same rules under `opacus_clipping`.
 CLIPPINGS: dict[str, type[Clipping]] = {c.name: c for c in (FlatClipping, PerLayerClipping)}
-OWN_CLIPPERS = (FlatClipping, PerLayerClipping, AdaptiveClipping)  # privbench's clippers (exact types)
 # How the per-sample gradients are clipped: the book-keeping engine (mechanisms/clipping_engine) or an Opacus
 # grad-sample mode (`mechanisms.framework.private_training` runs them; a grid's `train.grad_sample_mode` names one).
 GRAD_SAMPLE_MODES = ("bk", "hooks", "ghost", "functorch", "ew")
 
-__all__ = ["CLIPPINGS", "GRAD_SAMPLE_MODES", "OWN_CLIPPERS", "AdaptiveClipping", "Clipping", "FlatClipping",
+__all__ = ["CLIPPINGS", "GRAD_SAMPLE_MODES", "AdaptiveClipping", "Clipping", "FlatClipping",
            "PerLayerClipping", "relation_factor"]

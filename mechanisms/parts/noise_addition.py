@@ -227,7 +227,6 @@ class FrequencyNoise(NoiseAddition):
         return sigma * min(abs(self.parts[0]), abs(self.parts[1])) / (relation_factor(relation) * math.sqrt(layers))
 
 
-OWN_NOISES = (GaussianNoise, BatchClippedGaussian, FrequencyNoise)  # privbench's noise parts (exact types)
 
-__all__ = ["OWN_NOISES", "BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian",
+__all__ = ["BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian",
            "gaussian_like"]

@@ -231,20 +231,15 @@ def correlated_gaps(parts: Parts) -> list[str]:
 
 
 def foreign_parts(parts: Parts) -> list[str]:
-    """The parts of `parts` that are not privbench's own classes (exact types: a subclass may change what
-    is released while keeping the declaration)."""
-    from mechanisms.parts.batch_selection import OWN_SAMPLERS
-    from mechanisms.parts.clipping import OWN_CLIPPERS
-    from mechanisms.parts.correlated_noise import CorrelatedNoise
-    from mechanisms.parts.noise_addition import OWN_NOISES
-    from mechanisms.parts.releases import RELEASES, DatasetStatistic
+    """The parts of `parts` that are not privbench's own classes (`integrity.trust.own_part`: a plugin's subclass
+    of a privbench part is not, since it may change what is released while keeping the declaration)."""
+    from mechanisms.framework.integrity.trust import own_part  # the one trust definition (a leaf module)
 
     found = []
-    for role, part, own in (("sampler", parts.sampler, OWN_SAMPLERS), ("clipper", parts.clipper, OWN_CLIPPERS),
-                            ("noise", parts.noise, (*OWN_NOISES, CorrelatedNoise)),
-                            *(("release", r, tuple(RELEASES.values())) for r in parts.releases),
-                            *(("dataset release", r, (DatasetStatistic,)) for r in parts.dataset_releases)):
-        if type(part) not in own:
+    for role, part in (("sampler", parts.sampler), ("clipper", parts.clipper), ("noise", parts.noise),
+                       *(("release", r) for r in parts.releases),
+                       *(("dataset release", r) for r in parts.dataset_releases)):
+        if not own_part(part):
             kind = type(part)
             found.append(f"the {role} {kind.__module__}.{kind.__qualname__} is not one of privbench's parts, so "
                          "what it releases is not verified")

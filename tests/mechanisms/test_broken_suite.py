@@ -53,7 +53,7 @@ CERTIFIED_BEFORE = {"dpsgd": 1.9989271503165622, "dpsgd-adaclip": 1.999963517985
 def test_each_verdict_from_the_plan_and_the_step_audit(monkeypatch):
     import mechanisms
     from mechanisms.framework.claims import claim_status
-    from mechanisms.framework.mechanism import plan_for
+    from mechanisms.framework.integrity.verdict import plan_for
     from mechanisms.parts.plan import PrivacySpec
     from workers import plugins
     from workers.audit import step_audit

@@ -24,7 +24,8 @@ from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.framework import integrity
-from mechanisms.framework.mechanism import plan_for
+from mechanisms.framework.integrity import guard, verdict
+from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacySpec
 
 PLUGINS = Path(__file__).parents[1] / "plugins" / "broken_mechs"
@@ -96,7 +97,7 @@ def guarded_run(name: str, seed: int = 0, optimizer: str = "sgd", epochs: int = 
     training = mechanism.make_private(module, optimizer_for(optimizer, module), data, plan,
                                       criterion=nn.CrossEntropyLoss(), generator=generator, grad_sample_mode="bk",
                                       noise_generator=torch.Generator().manual_seed(seed + 1))
-    findings = [integrity.step_findings(training)]
+    findings = [verdict.step_findings(training)]
     opt = training.optimizer
     for _ in range(epochs):
         for batch in training.loader:
@@ -107,7 +108,7 @@ def guarded_run(name: str, seed: int = 0, optimizer: str = "sgd", epochs: int = 
             opt.step()
     findings += opt.guard.findings()
     if opt.guard.trace is not None:
-        findings.append(integrity.replay_state(mechanism, plan, opt.guard.trace.to_dict()))
+        findings.append(verdict.replay_state(mechanism, plan, opt.guard.trace.to_dict()))
     return findings
 
 
@@ -171,7 +172,7 @@ def test_the_shadow_counts_every_mismatched_step_across_its_blocks():
     """The shadow keeps each step's excess in blocks of SHADOW_BLOCK rows and counts a block when it fills: a
     nudge after every third update, over more steps than two blocks, is counted once per nudged step."""
     mechanism = mechanisms.get("dpsgd")
-    steps = 2 * integrity.SHADOW_BLOCK + 10
+    steps = 2 * guard.SHADOW_BLOCK + 10
     x = torch.randn(steps * 4, 4, generator=torch.Generator().manual_seed(0))
     module = nn.Linear(4, 2)
     spec = PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=len(x), batch_size=4, epochs=1, clip=1.0)
@@ -189,14 +190,14 @@ def test_the_shadow_counts_every_mismatched_step_across_its_blocks():
             with torch.no_grad():
                 module.bias.add_(1e-2)
     failed = {f.check: f.reason for f in opt.guard.findings() if not f.passed}
-    assert opt.steps_taken > 2 * integrity.SHADOW_BLOCK and nudged > 40
+    assert opt.steps_taken > 2 * guard.SHADOW_BLOCK and nudged > 40
     assert set(failed) == {"model_update"} and f"in {nudged} step(s)" in failed["model_update"], failed
 
 
 def test_the_shadows_coordinate_views_follow_any_layout():
     """The one-element views the shadow gathers with one `cat` sit at the flat (row-major) positions drawn, for a
     contiguous tensor and a transposed one alike, and follow in-place updates."""
-    from mechanisms.framework.integrity import _coordinate_views
+    from mechanisms.framework.integrity.guard import _coordinate_views
 
     base = torch.arange(24.0).reshape(4, 6)
     for tensor in (base, base.t(), base[:, 1::2]):
@@ -278,7 +279,7 @@ def test_the_state_trace_keeps_every_step_and_stops_on_another_layout():
 
     trace = integrity.StateTrace(n_params=4)
     state = {"clip": torch.tensor(1.0)}
-    steps = integrity.TRACE_CHUNK + 44
+    steps = guard.TRACE_CHUNK + 44
     for t in range(steps):
         state["clip"].copy_(torch.tensor(1.0 + t))  # in place, as the trainer updates the state
         trace.add(Released((), {"unclipped": torch.tensor([0.5 * t]), "other": torch.tensor(-t)}), state)
@@ -291,5 +292,5 @@ def test_the_state_trace_keeps_every_step_and_stops_on_another_layout():
     trace.add(Released((), {"unclipped": torch.tensor([1.0, 2.0]), "other": torch.tensor(0)}), state)
     record = trace.to_dict()
     assert record["steps"] == steps and "released" in record["broken"]
-    finding = integrity.replay_state(mechanisms.get("dpsgd-adaclip"), planned("dpsgd-adaclip", 1), record)
+    finding = verdict.replay_state(mechanisms.get("dpsgd-adaclip"), planned("dpsgd-adaclip", 1), record)
     assert not finding.passed and f"step {steps + 1}" in finding.reason, finding

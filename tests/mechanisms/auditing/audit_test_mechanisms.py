@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.auditing import AuditCase, Gaussian, hooks
+from mechanisms.auditing import AuditCase, Gaussian, profile
 from mechanisms.catalog.dpsgd import DpSgd
 
 
@@ -23,13 +23,13 @@ class HalfNoise(DpSgd):
 
 
 class HalfNoiseBare(HalfNoise):
-    """The same bug; its claim read from its own plan (`hooks.claimed_profile`), whole rows audited."""
+    """The same bug; its claim read from its own plan (`profile.claimed_profile`), whole rows audited."""
 
     ID = "half-noise-bare"
     audit_coordinatewise = False
 
     def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
-        return hooks.claimed_profile(self, sigma, options=options)
+        return profile.claimed_profile(self, sigma, options=options)
 
 
 class DpSgdBare(DpSgd):
@@ -39,7 +39,7 @@ class DpSgdBare(DpSgd):
     audit_coordinatewise = False
 
     def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
-        return hooks.claimed_profile(self, sigma, options=options)
+        return profile.claimed_profile(self, sigma, options=options)
 
 
 def _claim(sigma: float, **_: Any) -> Gaussian:

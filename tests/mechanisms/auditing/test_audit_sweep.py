@@ -32,7 +32,7 @@ def test_the_step_audits_canary_layer_runs_the_mechanisms_own_step(monkeypatch, 
     """The one-step audit's canary layer (`step_probe`): the mechanism's own make_private and post-processing on a
     linear layer, its canaries measured in the plan's units."""
     import mechanisms
-    from mechanisms.framework.mechanism import plan_for
+    from mechanisms.framework.integrity.verdict import plan_for
     from mechanisms.parts.plan import PrivacySpec
     from workers import plugins
     from workers.audit import step_probe

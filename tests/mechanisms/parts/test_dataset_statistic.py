@@ -14,7 +14,7 @@ import torch
 
 import mechanisms
 from mechanisms.accounting.moments_accountant import TF_PRIVACY_ORDERS
-from mechanisms.framework.mechanism import plan_for
+from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacySpec
 from mechanisms.parts.releases import DatasetStatistic
 

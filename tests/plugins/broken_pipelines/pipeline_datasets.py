@@ -1,10 +1,11 @@
 """Datasets that leak around the mechanism, written as a researcher's plugin would be.
 
-| dataset | what leaks | route |
-|---|---|---|
-| digits-shifted9 | each training image and its 8 one-pixel shifts, stored as 9 rows: one person in 9 rows | several rows from one record |
-| digits-standardised | pixels standardised with the training split's mean and std: one record moves every row | data-derived normalisation |
-| digits-pairs | each row the average of two training images: one record in two rows | rows derived from several records |
+- digits-shifted9: each training image and its 8 one-pixel shifts, stored as 9 rows: one person in 9 rows (several
+  rows from one record).
+- digits-standardised: pixels standardised with the training split's mean and std: one record moves every row (data-
+  derived normalisation).
+- digits-pairs: each row the average of two training images: one record in two rows (rows derived from several
+  records).
 """
 
 from __future__ import annotations

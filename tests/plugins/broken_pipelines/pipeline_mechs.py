@@ -1,9 +1,9 @@
 """Mechanisms whose plan-time hooks read the private training set, written through the public contract.
 
-| mechanism | what leaks | route |
-|---|---|---|
-| median-clip | `parts()` sets the clip to the median per-example input norm of the training set | data-dependent plan parameter |
-| claim-extras | `claim()` writes the class counts and the mean image into `Claim.extra` | private values written into the record |
+- median-clip: `parts()` sets the clip to the median per-example input norm of the training set (data-dependent plan
+  parameter).
+- claim-extras: `claim()` writes the class counts and the mean image into `Claim.extra` (private values written into
+  the record).
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 researcher's plugin would be (`plugins:` in a grid). privbench must never call a trial of a leaking one `ok`
 (tests/mechanisms/test_broken_pipelines.py; the table in docs/auditing.md).
 
-| model | what leaks | route |
-|---|---|---|
-| bn-mlp | BatchNorm1d(affine=False) on the input, in train mode: rows mix, running statistics of the private rows | layer that mixes examples; model state |
-| batch-softmax-mlp | log_softmax over the batch (dim 0): one example changes every row's loss | batch-coupled loss |
-| mean-centre-mlp | a layer without parameters that subtracts the batch mean | layer that mixes examples |
-| train-stats-mlp | the builder standardises with the training split's mean and std, kept as buffers | constant computed from the training set |
-| data-init-mlp | the first layer's weights start as the class means of the training images | data-dependent initialisation |
-| layernorm-mlp, groupnorm-cnn | correct: per-example normalisation | - |
+- bn-mlp: BatchNorm1d(affine=False) on the input, in train mode: rows mix, running statistics of the private rows
+  (layer that mixes examples; model state).
+- batch-softmax-mlp: log_softmax over the batch (dim 0): one example changes every row's loss (batch-coupled loss).
+- mean-centre-mlp: a layer without parameters that subtracts the batch mean (layer that mixes examples).
+- train-stats-mlp: the builder standardises with the training split's mean and std, kept as buffers (constant
+  computed from the training set).
+- data-init-mlp: the first layer's weights start as the class means of the training images (data-dependent
+  initialisation).
+- layernorm-mlp, groupnorm-cnn: correct: per-example normalisation.
 """
 
 from __future__ import annotations

@@ -1,59 +1,23 @@
-"""Integrity: whether what ran is what privbench planned, accounted and audits, checked from the outside.
-
-privbench trusts nothing a mechanism's code says about itself. Python cannot be sandboxed, so the contract
-narrows what a mechanism's hooks can reach (they get copies of the released values, the state and the plan:
-never the optimizer, the clipping engine, the model, the noise generator or the clipped sums), and the checks
-here catch what gets past it. This module is the one place that answers "is this privbench's own, trusted
-code?" and "what stops this run from being certified?": planning (`contract_findings`), training (`StepGuard`,
-`step_findings`) and analysis (`replay_state`, `certify`) all call it, and nothing else decides.
-
-A check's outcome is a `Finding` (check, passed, reason in words). `certify(findings)` is the reason a run is
-not certified (None: every check passed); a failed check makes the trial `uncertified`, never `ok`, and the
-record lists every check and every failure (`record_fields`: `integrity_checks`, `integrity_failed`). The
-audits (canaries, noise-scale and independence tests) add their findings through the same type.
-
-The checks, what each measures, and how (docs/plugins.md, "What privbench enforces"):
-"""
+"""What the integrity checks measure while the private step runs, on the device and without waiting on the host:
+the step's guard (`StepGuard`: the plan's objects, the bound's range, the noise stream, the observers), the
+model-update shadow (`ModelShadow`), the state trajectory the analysis replays (`StateTrace`), and the copies
+hooks get (`copied`). privbench's private optimizer runs them; `verdict` turns what they saw into findings."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import itertools
 import math
 import operator
-import os
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from mechanisms.framework.integrity.findings import Finding
+from mechanisms.framework.integrity.trust import own_class
 
 if TYPE_CHECKING:
     import torch
 
-    from mechanisms.framework.mechanism import Mechanism
     from mechanisms.parts.plan import PrivacyPlan
-
-# check name -> what it verifies (the record's `integrity_checks` keys; docs/plugins.md shows this table)
-CHECKS: dict[str, str] = {
-    "contract": "the mechanism runs privbench's template methods on privbench's Parts (no override of a method "
-                "privbench runs itself)",
-    "step_code": "the private step's code (optimizer, clipping engine, noise and release parts) is privbench's, "
-                 "Opacus' or torch's, before the first step and after the last",
-    "hooks": "the mechanism's hooks keep their contract (after_step returns nothing; update_state returns only "
-             "entries of the state)",
-    "clip_range": "the clip bound in force stays in the clipper's declared range at every step (a state that "
-                  "leaves it is clamped, and the clamp recorded)",
-    "plan_parameters": "the clipping engine's and the optimizer's bounds, the noise part, sigma and the batch "
-                       "normalisation stay the plan's at every step",
-    "noise_stream": "the noise comes from privbench's generator and its stream continues from step to step "
-                    "(no reseed, no rewind, no other draw in between)",
-    "observers": "only privbench's own release observers see the releases",
-    "model_update": "the parameters change only by the optimizer's update from the released (noised) gradient: "
-                    "a shadow recomputes it on random coordinates of every tensor",
-    "state_replay": "the state trajectory, recomputed from the recorded releases alone by a fresh mechanism in "
-                    "another process, equals the one training used",
-}
-__doc__ += "\n".join(f"- `{name}`: {what}." for name, what in CHECKS.items()) + "\n"
 
 SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
@@ -61,203 +25,6 @@ SHADOW_BLOCK = 64  # steps the model-update shadow records on the device before 
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
 TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """The outcome of one check: its name (a key of CHECKS, or an audit's), whether it passed, and, when it
-    failed (or could not run), why, in words a researcher understands."""
-
-    check: str
-    passed: bool
-    reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "passed": self.passed, "reason": self.reason}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        return cls(str(data["check"]), bool(data["passed"]), str(data.get("reason") or ""))
-
-
-def certify(findings: Iterable[Finding]) -> str | None:
-    """What stops the run from being certified, in words (None: nothing; every check passed)."""
-    failed = [f"{f.check}: {f.reason}" for f in findings if not f.passed]
-    return "; ".join(failed) if failed else None
-
-
-def record_fields(findings: Iterable[Finding]) -> dict[str, Any]:
-    """The record's integrity fields (storage/schema.py declares them): every check run and whether it passed,
-    and each failure's reason."""
-    findings = list(findings)
-    checks: dict[str, bool] = {}
-    for f in findings:
-        checks[f.check] = checks.get(f.check, True) and f.passed
-    return {"integrity_checks": checks, "integrity_failed": [f"{f.check}: {f.reason}" for f in findings
-                                                              if not f.passed]}
-
-
-# ---- own code -----------------------------------------------------------------------------------------------
-# privbench's own packages (by folder): what is loaded from them is privbench's code, versioned and tested with it
-OWN_PACKAGES = ("mechanisms", "workers", "orchestrator", "storage", "dashboards")
-HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project root
-
-
-def _inside(path: str, folder: str) -> bool:
-    return os.path.commonpath([folder, path]) == folder
-
-
-def own_path(path: str | None) -> bool:
-    """Whether a source file is inside one of privbench's packages."""
-    if path is None:
-        return False
-    path = os.path.abspath(path)
-    return any(_inside(path, os.path.join(HOME, p)) for p in OWN_PACKAGES)
-
-
-def own_module(module_name: str) -> bool:
-    """Whether a module is privbench's own (its file, not its name: a plugin could borrow a name)."""
-    import importlib.util
-
-    module = sys.modules.get(module_name)
-    if module is not None:
-        return own_path(getattr(module, "__file__", None))
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        return False
-    return spec is not None and spec.has_location and own_path(spec.origin)
-
-
-@functools.cache
-def own_class(cls: type) -> bool:
-    """Whether a class is defined in privbench's own packages."""
-    return own_module(cls.__module__)
-
-
-@functools.cache
-def _trusted_roots() -> tuple[list[str], list[str]]:
-    """(folders whose code the private step may run: privbench's packages, Opacus, torch, the standard library;
-    folders excluded from them: installed packages inside the standard library's folder)."""
-    import site
-    import sysconfig
-
-    import opacus
-    import torch
-
-    roots = [os.path.join(HOME, p) for p in OWN_PACKAGES]
-    roots += [os.path.dirname(os.path.abspath(opacus.__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
-              os.path.abspath(sysconfig.get_paths()["stdlib"])]
-    excluded = [os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
-    return roots, excluded
-
-
-def foreign_code(value: Any) -> str | None:
-    """The file a function or class comes from when its code is not privbench's, Opacus', torch's or the
-    standard library's (None: trusted, or not Python code)."""
-    import types
-
-    fn = getattr(value, "__func__", value)
-    fn = getattr(fn, "func", fn)  # functools.partial
-    if isinstance(fn, type):
-        module = sys.modules.get(fn.__module__)
-        path = getattr(module, "__file__", None)
-    elif isinstance(fn, types.FunctionType):
-        path = fn.__code__.co_filename
-    else:
-        return None
-    return None if path is None else _foreign_file(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _foreign_file(path: str) -> str | None:
-    """`foreign_code` for one source file, cached: the trusted folders are fixed for the process, and a trial's
-    setup asks about the same few files hundreds of times (0.06 CPU s of `commonpath` per trial uncached)."""
-    path = os.path.abspath(path)
-    roots, excluded = _trusted_roots()
-    inside = [r for r in roots if _inside(path, r)]
-    if inside and not any(_inside(path, e) and len(e) > max(map(len, inside)) for e in excluded):
-        return None
-    return path
-
-
-# ---- planning -----------------------------------------------------------------------------------------------
-def contract_findings(mechanism: Mechanism, plan: PrivacyPlan | None = None) -> list[Finding]:
-    """Whether a mechanism stays inside the contract: a mechanism from outside privbench that overrides a
-    template method (`FINAL`) decides itself what is planned, trained or released, so privbench's certificate
-    and audit would no longer describe what runs; and a plan's parts must be privbench's `Parts`. privbench's
-    own mechanisms may specialise template methods (their code is privbench's, tested with it)."""
-    from mechanisms.framework.mechanism import FINAL
-    from mechanisms.framework.mechanism import Mechanism as Base
-    from mechanisms.parts.plan import Parts
-
-    problems = []
-    cls = type(mechanism)
-    if not own_class(cls):
-        problems += [f"{cls.__module__}.{cls.__qualname__} overrides Mechanism.{name}, which privbench runs itself "
-                     "(the accounted process would no longer be the executed one)"
-                     for name in FINAL if getattr(cls, name, None) is not getattr(Base, name)]
-    if plan is not None and plan.parts is not None and type(plan.parts) is not Parts:
-        problems.append(f"its parts are a {type(plan.parts).__qualname__}, not privbench's Parts")
-    return [Finding("contract", not problems, "; ".join(problems))]
-
-
-def runs_own_step(mechanism: Mechanism) -> bool:
-    """Whether a trial trains with privbench's private step (the template's `make_private`): an override is the
-    mechanism's own, which `contract_findings` flags for a plugin."""
-    from mechanisms.framework.mechanism import Mechanism as Base
-
-    return type(mechanism).make_private is Base.make_private
-
-
-# ---- training: the step's code ------------------------------------------------------------------------------
-STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.framework.integrity",
-                "mechanisms.clipping_engine.engine", "mechanisms.clipping_engine.norms",
-                "mechanisms.clipping_engine.rules", "mechanisms.parts.noise_addition", "mechanisms.parts.releases",
-                "mechanisms.parts.correlated_noise", "mechanisms.parts.clipping", "opacus.optimizers.optimizer",
-                "opacus.optimizers.ddpoptimizer")
-STEP_METHODS = ("step", "pre_step", "add_noise", "clip_and_accumulate", "accumulate", "scale_grad", "zero_grad",
-                "backward", "contribute", "_finish", "release", "example_norms", "clipped_norm", "attach_probe",
-                "next", "_draw")
-
-
-def step_findings(training: Any, when: str = "before the first step") -> Finding:
-    """Whether the private step in `training` is privbench's: a mechanism that patches the optimizer, the
-    clipping engine or the parts (at class level, on the instance, or in the modules the step calls) would run
-    something else than the plan accounts. The trainer checks before the first step and after the last."""
-    from mechanisms.framework.private_training import PrivateOptimizerMixin
-
-    optimizer = training.optimizer
-    if not isinstance(optimizer, PrivateOptimizerMixin):
-        return Finding("step_code", False, f"{when}, the optimizer is a {type(optimizer).__module__}."
-                       f"{type(optimizer).__qualname__}, not privbench's private optimizer")
-    problems = []
-    objects = [optimizer, optimizer.noise, *optimizer.releases]
-    stream = getattr(optimizer, "noise_stream", None)
-    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
-        objects += [stream, stream.strategy]
-    engine = getattr(optimizer, "engine", None)
-    if engine is not None:
-        objects.append(engine)
-    for obj in objects:
-        cls = type(obj)
-        if source := foreign_code(cls):
-            problems.append(f"the step runs {cls.__qualname__}, code from {source}, not privbench's")
-            continue
-        for klass in cls.__mro__:
-            for name in set(STEP_METHODS) & set(vars(klass)):
-                if source := foreign_code(vars(klass)[name]):
-                    problems.append(f"{klass.__qualname__}.{name} runs code from {source}, not privbench's")
-        for name in set(STEP_METHODS) & set(vars(obj)):
-            if source := foreign_code(vars(obj)[name]):
-                problems.append(f"{cls.__qualname__}.{name} was replaced on the instance by code from {source}")
-    for name in STEP_MODULES:
-        module = sys.modules.get(name)
-        for attr, value in vars(module).items() if module is not None else ():
-            if not attr.startswith("__") and (source := foreign_code(value)):
-                problems.append(f"{name}.{attr} was replaced by {source}")
-    return Finding("step_code", not problems, f"{when}: " + "; ".join(problems) if problems else "")
-
 
 # ---- training: every step ------------------------------------------------------------------------------------
 def copied(released: Any, *, lazy: bool = False, on_read: Any = None) -> Any:
@@ -873,49 +640,5 @@ def decode(data: Mapping[str, Any]) -> Any:
     return np.frombuffer(base64.b64decode(data["b64"]), dtype=np.dtype(data["dtype"])).reshape(data["shape"]).copy()
 
 
-def replay_state(mechanism: Mechanism, plan: PrivacyPlan, trace: Mapping[str, Any]) -> Finding:
-    """The state trajectory recomputed from the recorded releases alone (`trace`, `StateTrace.to_dict`) by
-    `mechanism`'s hooks, compared with the one training recorded. Run it in a process of its own with a fresh
-    mechanism object (the worker's analysis phase does), so nothing training kept in memory reaches it."""
-    import numpy as np
-    import torch
-
-    from mechanisms.parts.releases import Released
-
-    if trace.get("broken"):
-        return Finding("state_replay", False, f"the state trajectory could not be recorded: {trace['broken']}")
-    steps = int(trace["steps"])
-    values = {n: decode(a) for n, a in trace["values"].items()}
-    recorded = {n: decode(a) for n, a in trace["states"].items()}
-    kept = trace.get("gradients") or {"steps": [], "shapes": [], "tensors": []}
-    rows = {t: i for i, t in enumerate(kept["steps"])}
-    tensors = [decode(a) for a in kept["tensors"]]
-    options = mechanism.options(plan.extra.get("options", {}))
-    clipper = plan.parts.clipper
-    bounds = (float(getattr(clipper, "min_bound", clipper.bound)), float(clipper.max_bound))
-    state = {n: torch.tensor(float(v), dtype=torch.float32) for n, v in mechanism.initial_state(plan, options).items()}
-    for t in range(steps):
-        grad = tuple(torch.from_numpy(g[rows[t]]).float().reshape(s) for g, s in zip(tensors, kept["shapes"],
-                                                                                      strict=True)) \
-            if t in rows else ()  # the gradient of a step whose update did not read it is not kept
-        released = Released(grad, {n: torch.from_numpy(v[t]).float() for n, v in values.items()})
-        try:
-            new = mechanism.update_state({k: v.clone() for k, v in state.items()}, released, plan, options)
-            apply_state(state, {k: v for k, v in new.items() if k in state}, clipper.state_key, bounds)
-        except Exception as exc:  # noqa: BLE001 - a hook that cannot run on the releases alone is the finding
-            more = " (some released gradients were too large to keep for the replay)" if trace.get(
-                "gradient_dropped") else ""
-            return Finding("state_replay", False, f"the state update failed at step {t + 1} when given only the "
-                                                  f"recorded releases{more}: {type(exc).__name__}: {exc}")
-        for name, series in recorded.items():
-            got, want = state[name].double().reshape(-1).numpy(), series[t]
-            if not np.allclose(got, want, rtol=REPLAY_RTOL, atol=REPLAY_ATOL):
-                return Finding("state_replay", False, f"the state {name!r} recomputed from the releases alone is "
-                                                      f"{got.tolist()} at step {t + 1}, training used {want.tolist()}: "
-                                                      "the state used more than what the steps released")
-    return Finding("state_replay", True)
-
-
-__all__ = ["CHECKS", "OWN_PACKAGES", "Finding", "ModelShadow", "StateTrace", "StepGuard", "apply_state", "certify",
-           "contract_findings", "copied", "foreign_code", "own_class", "own_module", "own_path", "record_fields",
-           "replay_state", "runs_own_step", "step_findings"]
+__all__ = ["SHADOW_COORDINATES", "ModelShadow", "StateTrace", "StepGuard", "apply_state", "copied", "decode",
+           "encode"]
