@@ -364,7 +364,7 @@ def ui(
         fail(f"{location.display} is already an MLflow server: open it in a browser")
     if not location.exists():
         fail(f"no privbench store at {location.display}")
-    st = _open_store(location)
+    st = _open_store(location, mirror=True)
     with store_errors(st.where):
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
         found = st.experiments()

@@ -142,6 +142,11 @@ def error(message: str) -> None:
     err.print(styled("[bold red]error:[/] {message}", message=one_line(message)), soft_wrap=True)
 
 
+def warning(message: str) -> None:
+    """One `warning:` line on stderr: the command goes on."""
+    err.print(styled("[yellow]warning:[/] {message}", message=one_line(message)), soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """One clear line on stderr, then exit (2: invalid input, nothing written)."""
     error(message)
