@@ -129,6 +129,17 @@ def fold_log(path: Path) -> bool:
     return True
 
 
+def write_locked(path: Path) -> bool:
+    """Whether another process holds SQLite's write lock on the file right now (asked without waiting)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+    except sqlite3.OperationalError as e:
+        return "locked" in str(e) or "busy" in str(e)
+    return False
+
+
 def stamp_name(path: Path, why: str) -> Path:
     """`<name>.<why>-<UTC stamp>` beside `path`, not yet taken."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

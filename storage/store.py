@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from storage.errors import WRITE_ACCESS, Conflict, Damaged, StoreError, StoreLost, translated
+from storage.errors import WRITE_ACCESS, Conflict, Damaged, Locked, StoreError, StoreLost, translated
 from storage.faults import fault
 from storage.ledger import DONE, Ledger, lease_seconds, new_owner, owner_dead
 from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
@@ -115,10 +115,27 @@ def _translating(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
-        with translated(self.where):
-            return method(self, *args, **kwargs)
+        started = time.monotonic()
+        try:
+            with translated(self.where):
+                return method(self, *args, **kwargs)
+        except Locked:
+            raise locked(self.location, time.monotonic() - started) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def locked(location: StoreLocation, waited: float) -> Locked:
+    """The one line for a store file another process kept locked while a command waited: which file (the one
+    still locked when asked; SQLite's error does not say), how long it waited, and that a rerun resumes."""
+    from storage import files
+
+    paths = [p for p in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))) if p]
+    held = [p for p in paths if files.write_locked(p)] or paths
+    which = " or ".join(str(p) for p in held) or location.display
+    return Locked(f"store file {which} is locked by another process (an open transaction, a backup tool; waited "
+                  f"{waited:.0f} s for it); what was recorded is kept: end that process and run the command again "
+                  "(a sweep resumes where it stopped)")
 
 
 def damaged(location: StoreLocation, path: Path, problem: str, consequence: str = "nothing was written") -> Damaged:
