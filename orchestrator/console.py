@@ -182,7 +182,8 @@ class _Guarded:
         return self._do("write", text)
 
     def flush(self) -> None:
-        self._do("flush")
+        if self.wrapped is not None:  # no stream holds nothing to flush
+            self._do("flush")
 
     def isatty(self) -> bool:
         try:

@@ -209,8 +209,8 @@ def _short_file(path: Path) -> str | None:
     """A SQLite file shorter than SQLite reads it: a page of the database that is neither in the file nor in
     its write-ahead log (a file cut short reads its lost pages as zeros).
 
-    The database's size is the one its log's last commit records, else the header's (valid when its
-    "version valid for" equals its change counter). A WAL-mode database may be shorter than that on disk: its
+    The database's size is the larger of its header's (valid when its "version valid for" equals its change
+    counter) and the one its log's last commit records. A WAL-mode database may be shorter than that on disk: its
     newest pages sit in the log until a checkpoint copies them in, and a disk that fills during a checkpoint
     leaves the header copied and the file not yet grown. Such a file is sound; SQLite reads it whole."""
     try:
@@ -225,12 +225,12 @@ def _short_file(path: Path) -> str | None:
     page = 65536 if page == 1 else page
     pages = int.from_bytes(header[28:32], "big") if header[24:28] == header[92:96] else 0
     logged, in_log = _wal_pages(path, page)
-    pages = logged or pages
+    said = "its write-ahead log says" if logged > pages else "its header says"
+    pages = max(pages, logged)  # privbench's stores never shrink: a log that says fewer lost the rest
     lost = [p for p in range(size // page + 1, pages + 1) if p not in in_log]
     if lost:
-        said = "its write-ahead log says" if logged else "its header says"
         return (f"cut short: {size} bytes where {said} {pages} pages of {page} bytes ({pages * page})"
-                + (f", {len(lost)} of them not in the log either" if logged else ""))
+                + (f", {len(lost)} of them not in the log either" if in_log else ""))
     if page >= 512 and size % page and (size // page + 1) not in in_log:
         return f"cut short: {size} bytes is not a whole number of {page}-byte pages"
     return None

@@ -10,9 +10,9 @@ The mirror never rewrites the truth: reconciling MLflow with the ledger changes 
 deleted, a missing run written again from the ledger's record) and never a recorded result of the
 ledger. The one thing MLflow can add to the ledger is a complete, recorded run of a trial the ledger
 holds no result for (a ledger restored from a backup, a driver killed between the run and the ledger
-row): that run is adopted, not deleted and trained again. Both files are integrity-checked when a
-driver opens them, and the ledger when a read command does (`PRAGMA integrity_check` for the ledger,
-`quick_check` for MLflow's larger file).
+row): that run is adopted, not deleted and trained again. Every command opens a store after the verdict
+`store check` gives (`check_files`, `storage.recovery.problem_of`): a driver on both files, a read command
+on the ledger (and it warns about MLflow's file, which it does not read: `mirror_damage`).
 """
 
 from __future__ import annotations
@@ -741,7 +741,7 @@ class Store:
 
 def finished_already(location: StoreLocation, sweep: str, grid_yaml: str, keys: Iterable[str]) -> int | None:
     """How many trials the sweep has when the ledger alone shows every one of `keys` finished under this
-    very grid text (read-only, without MLflow); None when there may be work (or the ledger cannot say:
+    very grid text (read-only, MLflow's file only checked); None when there may be work (or a file is damaged:
     opening the store properly reports why). The ledger's counts are read first and `keys` (a large grid's are
     made as they are read) only when they could all be finished; of its rows only keys and statuses."""
     try:
