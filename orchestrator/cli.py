@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
-from orchestrator.console import error, fail, out, use_ascii_spelling
+from orchestrator.console import OutputLost, error, fail, guard_streams, out, output_lost, use_ascii_spelling
 from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
 
 
@@ -29,8 +29,12 @@ class _Cli(typer.Typer):
 
         kwargs.setdefault("prog_name", "privbench")
         command = typer.main.get_command(self)
+        streams = guard_streams()
         try:
             code = command.main(*args, standalone_mode=False, **kwargs)
+            sys.stdout.flush()
+        except OutputLost as e:
+            sys.exit(output_lost(e))
         except click.NoArgsIsHelpError:
             return command(*args, **kwargs)  # no arguments: the help, as Typer shows it
         except click.UsageError as e:
@@ -43,6 +47,8 @@ class _Cli(typer.Typer):
         except (typer.Abort, KeyboardInterrupt):
             error("interrupted")
             sys.exit(130)
+        finally:
+            sys.stdout, sys.stderr = streams
         sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -364,7 +370,7 @@ def ui(
         fail(f"{location.display} is already an MLflow server: open it in a browser")
     if not location.exists():
         fail(f"no privbench store at {location.display}")
-    st = _open_store(location)
+    st = _open_store(location, mirror=True)
     with store_errors(st.where):
         # the runs view (storage/mlflow_view.py) is on every experiment a sweep run or resume has touched since
         found = st.experiments()

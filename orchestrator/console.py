@@ -17,6 +17,8 @@ values are user text, escaped once there.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import errno
 import io
 import os
 import re
@@ -50,6 +52,7 @@ def use_ascii_spelling() -> None:
     except LookupError:
         codecs.register_error(ERRORS, _spell)
     for stream in (sys.stdout, sys.stderr):
+        stream = getattr(stream, "wrapped", stream)  # through `guard_streams`
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors=ERRORS)
 
@@ -78,6 +81,8 @@ class _TrimmedLines(io.TextIOBase):
 
     def write(self, text: str) -> int:
         stream = self._stream
+        if stream is None:  # closed before privbench started (`>&-`): said by `guard_streams`'s stream
+            raise OSError(errno.EBADF, "closed")
         if stream.isatty():
             return stream.write(text)
         *lines, last = (self._held + text).split("\n")
@@ -87,10 +92,11 @@ class _TrimmedLines(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
-        self._stream.flush()
+        if self._stream is not None:
+            self._stream.flush()
 
     def isatty(self) -> bool:
-        return self._stream.isatty()
+        return self._stream is not None and self._stream.isatty()
 
     def fileno(self) -> int:
         return self._stream.fileno()
@@ -140,6 +146,78 @@ def one_line(text: str) -> str:
 def error(message: str) -> None:
     """One `error:` line on stderr."""
     err.print(styled("[bold red]error:[/] {message}", message=one_line(message)), soft_wrap=True)
+
+
+PIPE_GONE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left (`| head`)
+OUTPUT_LOST = 1
+
+
+class OutputLost(Exception):  # noqa: N818 - not an OSError: the store's error translation must not read it as the store's
+    """stdout cannot be written (closed, a full disk, its reader gone): the command's output is lost."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.errno = error.errno
+
+
+class _Guarded:
+    """`sys.stdout` or `sys.stderr` as the CLI writes them. A write to stdout that fails (or to no stdout at
+    all: `>&-` leaves Python none) raises `OutputLost`, which the CLI's entry turns into one line and its exit
+    code; a write to stderr that fails is dropped, for nothing could say so: the command's own exit code stands."""
+
+    def __init__(self, name: str, stream: Any) -> None:
+        self.name, self.wrapped = name, stream
+
+    def _do(self, what: str, *args: Any) -> Any:
+        try:
+            if self.wrapped is None:
+                raise OSError(errno.EBADF, "it is closed")
+            return getattr(self.wrapped, what)(*args)
+        except OSError as e:
+            if self.name == "stdout":
+                raise OutputLost(e) from None
+            return len(args[0]) if args else None
+
+    def write(self, text: str) -> int:
+        return self._do("write", text)
+
+    def flush(self) -> None:
+        if self.wrapped is not None:  # no stream holds nothing to flush
+            self._do("flush")
+
+    def isatty(self) -> bool:
+        try:
+            return self.wrapped is not None and self.wrapped.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+def guard_streams() -> tuple[Any, Any]:
+    """Put `_Guarded` streams in place of `sys.stdout` and `sys.stderr`; returns the streams they replace."""
+    before = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Guarded("stdout", sys.stdout), _Guarded("stderr", sys.stderr)
+    return before
+
+
+def output_lost(e: OutputLost) -> int:
+    """What the CLI does when stdout failed: one line on stderr (none for a reader that left: `| head` is not an
+    error), the standard output made harmless for the interpreter's last flush, and the exit code."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # Python flushes stdout as it exits: that flush must not fail again
+    if e.errno == errno.EPIPE:
+        return PIPE_GONE
+    error(f"the output could not be written to stdout ({e}); run it again with stdout on a terminal or a file "
+          "with space")
+    return OUTPUT_LOST
+
+
+def warning(message: str) -> None:
+    """One `warning:` line on stderr: the command goes on."""
+    err.print(styled("[yellow]warning:[/] {message}", message=one_line(message)), soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -184,8 +184,11 @@ def code_changes(rows: Iterable[Any], trials: Iterable[TrialConfig]) -> list[str
 
 
 def _store_error(e: Exception, code: int = 2) -> SweepError:
-    """A store problem: 2 before anything was written, 1 mid-sweep (what was recorded is kept)."""
-    return SweepError(str(e), code=code)
+    """A store problem: 2 before anything was written, 1 mid-sweep (what was recorded is kept), 2 for a store
+    file another process kept locked, whenever it was (`storage.errors.Locked`)."""
+    from storage.errors import Locked
+
+    return SweepError(str(e), code=2 if isinstance(e, Locked) else code)
 
 
 def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = None, *,

@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from orchestrator.console import err, error, fail, out, styled, visible
+from orchestrator.console import err, error, fail, out, styled, visible, warning
 from orchestrator.runner import Callback, SweepSummary, trial_rows
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
@@ -322,14 +322,21 @@ def not_into_store(out_file: Path | None, st: Any) -> None:
         fail(f"--out {out_file} is a file of the store itself; write the output elsewhere")
 
 
-def _open_store(store: Any, ledger: str | None = None) -> Any:
-    """Open a store for reading: read-only, nothing created or changed (MLflow is not even opened)."""
-    from storage.location import StoreLocation
-    from storage.store import Store
+def _open_store(store: Any, ledger: str | None = None, *, mirror: bool = False) -> Any:
+    """Open a store for reading: read-only, nothing created or changed, after the verdict `store check` gives.
+    A damaged ledger is refused; a damaged MLflow file too when the command reads it (`mirror`: the UI), and
+    otherwise said in one warning line before the command goes on with the ledger alone."""
+    from storage.location import StoreLocation, sqlite_path
+    from storage.store import Store, check_files, mirror_damage
 
     location = store if isinstance(store, StoreLocation) else locate(store, ledger)
     with store_errors(location.display):
-        return Store(location)
+        st = Store(location)
+        if mirror:
+            check_files(location, sqlite_path(location.tracking_uri))
+        elif (line := mirror_damage(location)) is not None:
+            warning(line)
+        return st
 
 
 @app.command("list")

@@ -1002,6 +1002,140 @@ def _(p):
     return one_line(r, 143) and not left, f"{said(r)}; {len(left)} processes left"
 
 
+# issue 50: every command agrees with `store check` --------------------------------------------------------------
+def _unindexed_run(path: Path) -> None:
+    """One run id changed in `runs`' row, not in its index: found by integrity_check, not quick_check."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        root = db.execute("select rootpage from sqlite_master where name = 'runs'").fetchone()[0]
+        run_id = db.execute("select run_uuid from runs limit 1").fetchone()[0]
+        size = db.execute("pragma page_size").fetchone()[0]
+    data = bytearray(path.read_bytes())
+    data[data.index(run_id.encode(), (root - 1) * size, root * size)] = ord("x")
+    path.write_bytes(bytes(data))
+
+
+def _foreign(path: Path) -> None:
+    path.unlink()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("create table notes (body text)")
+        db.commit()
+
+
+MIRROR_DAMAGE = {
+    "a torn runs page of mlflow.db": lambda f: zero(f / "mlflow.db", "runs", 0.5, 1.0),
+    "a run row its index lacks": lambda f: _unindexed_run(f / "mlflow.db"),
+    "mlflow.db cut by one page": lambda f: os.truncate(f / "mlflow.db", (f / "mlflow.db").stat().st_size - 4096),
+    "another program's SQLite file as mlflow.db": lambda f: _foreign(f / "mlflow.db"),
+}
+
+
+def _bytes_of(folder: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file() and f.suffix != ".lock"}
+
+
+def _verdict_case(name: str, make: Callable[[Path], None], ledger: bool) -> None:
+    @case("verdict", f"every command gives store check's verdict on {name}, and its advice mends it")
+    def _(p):
+        import re
+        import shlex
+
+        store = recovery_store(p, "v-" + "".join(ch for ch in name if ch.isalnum())[:20])
+        make(store)
+        grid = grid_file(p, "v-grid-" + store.parent.name, GRID.replace("name: probe", "name: s1") + TINY_TRAIN)
+        before = _bytes_of(store)
+        check = p.cli("store", "check", "--store", store)
+        line = next((x for x in check.stderr.splitlines() if x.startswith("error:")), "")
+        run = p.cli("sweep", "run", grid, "--store", store, timeout=600)
+        wrong = [] if one_line(run) and run.stderr.strip() == line else ["sweep run"]
+        wrong += [] if _bytes_of(store) == before else ["bytes written"]
+        for args in (("sweep", "status", "s1"), ("leaderboard", "s1"), ("export", "s1", "--out", store.parent / "x")):
+            r = p.cli(*args, "--store", store)
+            warned = [x for x in r.stderr.splitlines() if x.startswith("warning:")]
+            agrees = (one_line(r) and r.stderr.strip() == line if ledger else
+                      r.returncode == 0 and len(warned) == 1 and line.split("`")[1:2] == warned[0].split("`")[1:2])
+            wrong += [] if agrees else [args[0] + (" " + args[1] if args[0] == "sweep" else "")]
+        named = re.findall(r"`privbench (store [^`]+)`", line)
+        mend = p.cli(*shlex.split(named[0])) if len(named) == 1 else check
+        after = p.cli("store", "check", "--store", store)
+        ok = check.returncode == 2 and not wrong and mend.returncode == 0 and after.returncode == 0
+        return ok, f"check: {said(check)}; disagree: {', '.join(wrong) or 'none'}; advice: {said(mend)}"
+
+
+for _name, _make in LEDGER_DAMAGE.items():
+    _verdict_case(_name, _make, ledger=True)
+for _name, _make in MIRROR_DAMAGE.items():
+    _verdict_case(_name, _make, ledger=False)
+
+
+for _redirect, _code in [(">&-", 1), (">/dev/full", 1), ("2>&-", 0), ("2>/dev/full", 0)]:
+    @case("verdict", f"sweep list {_redirect}")
+    def _(p, _redirect=_redirect, _code=_code):
+        store = recovery_store(p, "v-out")
+        prog = f"{sys.executable} -m orchestrator sweep list --store {store} {_redirect}"
+        r = subprocess.run(["bash", "-c", prog], env=p.env, cwd=p.tree, capture_output=True, text=True, timeout=300)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        return r.returncode == _code and len(lines) <= 1 and "Traceback" not in r.stderr, said(r)
+
+
+def _mid_sweep(p: Probe, trouble: str) -> tuple[bool, str]:
+    """The driver paused after its first ledger record, the store's disk filled or mlflow.db locked, the driver
+    resumed; then space freed or the lock ended, and the same command run again with no hand step."""
+    folder = p.folder("v-mid-" + trouble)
+    disk = folder / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(disk)], capture_output=True).returncode:
+        return False, "cannot mount a tmpfs here (needs root)"
+    try:
+        store = disk / "store"
+        grid = grid_file(p, "v-mid-grid", GRID.replace("name: probe", "name: s1") + TINY_TRAIN)
+        cmd = [sys.executable, "-m", "orchestrator", "sweep", "run", str(grid), "--store", str(store)]
+        child = subprocess.Popen(cmd, env=p.env | {"PRIVBENCH_FAULT": "after_ledger_record:1:stop"}, cwd=p.tree,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            if child.poll() is not None or time.monotonic() > deadline:
+                return False, "the driver never reached its first record"
+            time.sleep(0.05)
+        holder = None
+        if trouble == "full":
+            with open(disk / "filler", "wb") as fh, contextlib.suppress(OSError):
+                while True:
+                    fh.write(bytes(65536))
+                    fh.flush()
+        else:
+            code = ("import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
+                    "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(600)")
+            holder = subprocess.Popen([sys.executable, "-c", code, str(store / "mlflow.db")], stdout=subprocess.PIPE,
+                                      text=True)
+            holder.stdout.readline()
+        os.kill(child.pid, signal.SIGCONT)
+        out, err = child.communicate(timeout=600)
+        first = subprocess.CompletedProcess(cmd, child.returncode, out, err)
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        (disk / "filler").unlink(missing_ok=True)
+        check = p.cli("store", "check", "--store", store)
+        rerun = p.cli("sweep", "run", grid, "--store", store, timeout=600)
+        after = ledger_state(store)
+        whole = after.get("statuses") == {"finished": 4} and after.get("max_rows_per_key") == 1
+        ok = (one_line(first, 1 if trouble == "full" else 2) and check.returncode == 0 and rerun.returncode == 0
+              and whole and mlflow_state(store).get("max_per_key") == 1)
+        return ok, f"first: {said(first)}; check: {said(check)}; rerun: {said(rerun)}; ledger {after.get('statuses')}"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@case("verdict-ray", "disk full after the first result, then freed: check, and the rerun with no hand step")
+def _(p):
+    return _mid_sweep(p, "full")
+
+
+@case("verdict-ray", "mlflow.db locked after the first result, then released: the rerun")
+def _(p):
+    return _mid_sweep(p, "lock")
+
+
 def _cell(st: dict[str, Any]) -> str:
     led, mlf = st.get("ledger", {}), st.get("mlflow", {})
     if not led and not mlf:

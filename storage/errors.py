@@ -28,6 +28,12 @@ class StoreLost(StoreError):
     with the command)."""
 
 
+class Locked(StoreError):
+    """Another process held a store file's write lock longer than SQLite waits (an open transaction, a backup
+    tool): nothing more was written, what was recorded is kept, and the command exits 2 (run it again once the
+    other process is done; a sweep resumes)."""
+
+
 class Damaged(StoreError):
     """A store file that SQLite's integrity check finds damaged: nothing is written until it is mended."""
 
@@ -45,6 +51,8 @@ _HINTS = (
     ("read-only", f"is read-only: `sweep run` {WRITE_ACCESS}"),
     ("database or disk is full", DISK_FULL),
     ("no space left on device", DISK_FULL),
+    ("database is locked", "is locked by another process (an open transaction, a backup tool); what was recorded "
+                           "is kept: end that process and run the command again"),
     ("max retries exceeded", "stopped answering (server down or unreachable); what was recorded is kept: "
                              "rerun the sweep once it is back to resume"),
     ("no such table", "is missing privbench or MLflow tables (truncated or not a privbench store)"),
@@ -101,4 +109,5 @@ def translated(where: str) -> Iterator[None]:
     except Exception as exc:
         if not _is_store_error(exc):
             raise
-        raise StoreError(describe(exc, where)) from exc
+        kind = Locked if "database is locked" in str(exc).lower() else StoreError
+        raise kind(describe(exc, where)) from exc

@@ -111,6 +111,35 @@ def sqlite_locked(path: Path, where: str) -> None:
             raise
 
 
+def fold_log(path: Path) -> bool:
+    """Copy the file's write-ahead log into it as far as no reader holds it back (`PRAGMA wal_checkpoint` in
+    PASSIVE mode: it never waits, and the log stays valid, so a busy store loses nothing). False: the disk is
+    full. Nothing to do without a log, or for a file this user cannot write (read commands read both)."""
+    log = path.with_name(path.name + "-wal")
+    if not log.is_file() or log.stat().st_size == 0 or not os.access(path, os.W_OK):
+        return True
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as db:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    except sqlite3.OperationalError as e:
+        if "full" in str(e):
+            return False
+        if "locked" not in str(e) and "busy" not in str(e):
+            raise
+    return True
+
+
+def write_locked(path: Path) -> bool:
+    """Whether another process holds SQLite's write lock on the file right now (asked without waiting)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+    except sqlite3.OperationalError as e:
+        return "locked" in str(e) or "busy" in str(e)
+    return False
+
+
 def stamp_name(path: Path, why: str) -> Path:
     """`<name>.<why>-<UTC stamp>` beside `path`, not yet taken."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import sqlite3
+import struct
 import time
 import urllib.parse
 import uuid
@@ -205,8 +206,13 @@ def sqlite_damage(path: Path, *, full: bool = False) -> str | None:
 
 
 def _short_file(path: Path) -> str | None:
-    """A SQLite file shorter than its header says (its size in pages is valid when the header's "version
-    valid for" equals its change counter), or not a whole number of pages."""
+    """A SQLite file shorter than SQLite reads it: a page of the database that is neither in the file nor in
+    its write-ahead log (a file cut short reads its lost pages as zeros).
+
+    The database's size is the larger of its header's (valid when its "version valid for" equals its change
+    counter) and the one its log's last commit records. A WAL-mode database may be shorter than that on disk: its
+    newest pages sit in the log until a checkpoint copies them in, and a disk that fills during a checkpoint
+    leaves the header copied and the file not yet grown. Such a file is sound; SQLite reads it whole."""
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
@@ -217,10 +223,15 @@ def _short_file(path: Path) -> str | None:
         return None
     page = int.from_bytes(header[16:18], "big")
     page = 65536 if page == 1 else page
-    pages = int.from_bytes(header[28:32], "big")
-    if header[24:28] == header[92:96] and pages and size < pages * page:
-        return f"cut short: {size} bytes where its header says {pages} pages of {page} bytes ({pages * page})"
-    if page >= 512 and size % page:
+    pages = int.from_bytes(header[28:32], "big") if header[24:28] == header[92:96] else 0
+    logged, in_log = _wal_pages(path, page)
+    said = "its write-ahead log says" if logged > pages else "its header says"
+    pages = max(pages, logged)  # privbench's stores never shrink: a log that says fewer lost the rest
+    lost = [p for p in range(size // page + 1, pages + 1) if p not in in_log]
+    if lost:
+        return (f"cut short: {size} bytes where {said} {pages} pages of {page} bytes ({pages * page})"
+                + (f", {len(lost)} of them not in the log either" if in_log else ""))
+    if page >= 512 and size % page and (size // page + 1) not in in_log:
         return f"cut short: {size} bytes is not a whole number of {page}-byte pages"
     return None
 
@@ -228,9 +239,18 @@ def _short_file(path: Path) -> str | None:
 WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 
-def _torn_wal(path: Path) -> str | None:
-    """A write-ahead log beside the file whose header is torn (a driver killed while writing it): SQLite
-    would silently drop every commit in it."""
+def _wal_checksum(data: bytes, order: str, s0: int, s1: int) -> tuple[int, int]:
+    """SQLite's WAL checksum of `data` (a multiple of 8 bytes), continued from (s0, s1)."""
+    words = struct.unpack(f"{'>' if order == 'big' else '<'}{len(data) // 4}I", data)
+    for i in range(0, len(words), 2):
+        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def _wal_header(path: Path) -> tuple[bytes, str] | str | None:
+    """The write-ahead log's 32-byte header and byte order; a problem when the header is torn (SQLite would
+    silently drop every commit in it); None without a log."""
     wal = path.with_name(path.name + "-wal")
     try:
         with open(wal, "rb") as fh:
@@ -245,13 +265,41 @@ def _torn_wal(path: Path) -> str | None:
     if magic not in WAL_MAGIC:
         return f"its write-ahead log {wal.name} has a torn header (bad magic number): its commits are lost"
     order = "big" if magic & 1 else "little"
-    s0 = s1 = 0
-    for i in range(0, 24, 8):
-        s0 = (s0 + int.from_bytes(header[i:i + 4], order) + s1) & 0xFFFFFFFF
-        s1 = (s1 + int.from_bytes(header[i + 4:i + 8], order) + s0) & 0xFFFFFFFF
-    if (s0, s1) != (int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big")):
+    if _wal_checksum(header[:24], order, 0, 0) != (int.from_bytes(header[24:28], "big"),
+                                                  int.from_bytes(header[28:32], "big")):
         return f"its write-ahead log {wal.name} has a torn header (bad checksum): its commits are lost"
-    return None
+    return header, order
+
+
+def _torn_wal(path: Path) -> str | None:
+    """A write-ahead log beside the file whose header is torn (a driver killed while writing it)."""
+    found = _wal_header(path)
+    return found if isinstance(found, str) else None
+
+
+def _wal_pages(path: Path, page: int) -> tuple[int, set[int]]:
+    """What the write-ahead log adds to the database as SQLite reads it: the size in pages its last commit
+    records (0: no commit) and the pages its frames up to that commit hold. A frame counts while its salts
+    are the header's and the running checksum holds, as SQLite's own recovery counts it."""
+    found = _wal_header(path)
+    if not isinstance(found, tuple) or int.from_bytes(found[0][8:12], "big") != page:
+        return 0, set()
+    header, order = found
+    sums = (int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big"))
+    size, held, pending = 0, set(), set()
+    with open(path.with_name(path.name + "-wal"), "rb") as fh:
+        fh.seek(32)
+        while len(frame := fh.read(24 + page)) == 24 + page:
+            if frame[8:16] != header[16:24]:
+                break
+            sums = _wal_checksum(frame[24:], order, *_wal_checksum(frame[:8], order, *sums))
+            if sums != (int.from_bytes(frame[16:20], "big"), int.from_bytes(frame[20:24], "big")):
+                break
+            pending.add(int.from_bytes(frame[:4], "big"))
+            if commit := int.from_bytes(frame[4:8], "big"):
+                size, held = commit, held | pending
+                pending = set()
+    return size, held
 
 
 def ledger_row_damage(path: Path) -> str | None:

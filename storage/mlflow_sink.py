@@ -68,8 +68,10 @@ def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
-    for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
+    for name in ("mlflow", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # It logs each database error it raises (a locked file: two tracebacks, 95 lines); the store says each in one.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     # A server that stops answering is said once, by the driver, in one line: not per retry.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 

@@ -18,6 +18,7 @@ next `sweep run` adds the grid's missing trials as pending, as for a new grid.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from storage import files
 from storage.errors import StoreError, translated
 from storage.faults import fault
-from storage.ledger import Ledger, file_lock, ledger_row_damage, sqlite_damage
+from storage.ledger import Ledger, _sqlite_ro_connect, file_lock, ledger_row_damage, sqlite_damage
 from storage.location import StoreLocation, sqlite_path
 from storage.mlflow_sink import (
     KIND_TAG,
@@ -72,7 +73,25 @@ def problem_of(location: StoreLocation, path: Path, *, quick: bool = False) -> s
     problem = sqlite_damage(path, full=not quick)
     if problem is None and path == ledger and not quick:
         problem = ledger_row_damage(path)
+    if problem is None and path != ledger:
+        problem = foreign_tables(path)
     return problem
+
+
+MLFLOW_TABLES = ("alembic_version", "experiments", "runs")
+NOT_MLFLOW = "not an MLflow database"
+
+
+def foreign_tables(path: Path) -> str | None:
+    """What another program's SQLite database in MLflow's place holds, or None: a file with tables but not
+    MLflow's would get MLflow's 66 tables created inside it by the next driver. A file with no tables yet is
+    a new one (privbench makes MLflow's schema in it). Read-only."""
+    with contextlib.closing(_sqlite_ro_connect(path)()) as conn:
+        tables = sorted(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'"))
+    if not tables or set(MLFLOW_TABLES) <= set(tables):
+        return None
+    shown = ", ".join(tables[:4]) + (f" and {len(tables) - 4} more" if len(tables) > 4 else "")
+    return f"{NOT_MLFLOW}: another program's SQLite file (its tables: {shown}), without MLflow's runs"
 
 
 def check(location: StoreLocation, *, quick: bool = False) -> dict[Path, str | None]:
@@ -108,9 +127,26 @@ def _ledger_id_of(path: Path) -> str | None:
         return None
 
 
-def _refuse_sound(location: StoreLocation, path: Path, losing: str) -> StoreError:
-    from storage.store import mend_command
+def mend_command(location: StoreLocation, path: Path, *, force: bool = False) -> str | None:
+    """The command that mends the store file at `path` by rebuilding it from the other file (None: the
+    store keeps both in one file, or on a database server, and only a backup mends it)."""
+    tracking, ledger = sqlite_path(location.tracking_uri), sqlite_path(location.ledger_uri)
+    if tracking is None or ledger is None or tracking == ledger or path not in (tracking, ledger):
+        return None
+    what = "rebuild-ledger" if path == ledger else "rebuild-mirror"
+    own = location.folder is not None and ledger == location.folder / "ledger.db"
+    ledger_opt = "" if own else f" --ledger {quote(location.ledger_uri)}"
+    return f"privbench store {what} --store {quote(location.display)}{ledger_opt}{' --force' if force else ''}"
 
+
+def quote(text: str) -> str:
+    """A path as a shell would need it typed (`'my store'`), control characters escaped."""
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _refuse_sound(location: StoreLocation, path: Path, losing: str) -> StoreError:
     return StoreError(f"{path} passes privbench's integrity check (`privbench store check`): nothing to rebuild. "
                       f"`{mend_command(location, path, force=True)}` rebuilds it anyway ({losing}; the file is "
                       "kept beside the new one as .replaced-<time>)")
@@ -214,9 +250,13 @@ def rebuild_mirror(location: StoreLocation, *, force: bool = False) -> Rebuilt:
     path, tracking = _files(location, "mirror")
     with translated(location.display), file_lock(path):
         if problem := problem_of(location, path):
+            instead = ("MLflow's file is damaged too: restore one of the two files from a backup"
+                       if not tracking.is_file() or problem_of(location, tracking, quick=True)
+                       else f"`{mend_command(location, path)}` rebuilds the ledger from the MLflow runs instead")
             raise StoreError(f"{path} is damaged or missing ({problem[:120]}): the MLflow runs cannot be rebuilt "
-                             "from it; rebuild the ledger from them instead")
-        sound = problem_of(location, tracking) is None
+                             f"from it; {instead}")
+        mirror_problem = problem_of(location, tracking)
+        sound = mirror_problem is None
         if sound and not force:
             raise _refuse_sound(location, tracking, "experiments and runs that privbench did not make are left "
                                                     "out of it")
@@ -256,7 +296,8 @@ def rebuild_mirror(location: StoreLocation, *, force: bool = False) -> Rebuilt:
             files.seal(built)
             fault("rebuild_built")
             files.mark_unfinished(tracking, built)
-            kept = files.replace_whole(tracking, built, "replaced" if sound else "damaged", sound=sound)
+            why = "replaced" if sound else "foreign" if mirror_problem.startswith(NOT_MLFLOW) else "damaged"
+            kept = files.replace_whole(tracking, built, why, sound=sound)
             _forget_store(location.tracking_uri)  # this process's MLflow still has the old file open
             ledger.repoint(experiments, runs)
             fault("rebuild_repointed")

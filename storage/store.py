@@ -10,9 +10,9 @@ The mirror never rewrites the truth: reconciling MLflow with the ledger changes 
 deleted, a missing run written again from the ledger's record) and never a recorded result of the
 ledger. The one thing MLflow can add to the ledger is a complete, recorded run of a trial the ledger
 holds no result for (a ledger restored from a backup, a driver killed between the run and the ledger
-row): that run is adopted, not deleted and trained again. Both files are integrity-checked when a
-driver opens them, and the ledger when a read command does (`PRAGMA integrity_check` for the ledger,
-`quick_check` for MLflow's larger file).
+row): that run is adopted, not deleted and trained again. Every command opens a store after the verdict
+`store check` gives (`check_files`, `storage.recovery.problem_of`): a driver on both files, a read command
+on the ledger (and it warns about MLflow's file, which it does not read: `mirror_damage`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from storage.errors import WRITE_ACCESS, Conflict, Damaged, StoreError, StoreLost, translated
+from storage.errors import WRITE_ACCESS, Conflict, Damaged, Locked, StoreError, StoreLost, translated
 from storage.faults import fault
-from storage.ledger import DONE, Ledger, lease_seconds, new_owner, owner_dead, sqlite_damage
+from storage.ledger import DONE, Ledger, lease_seconds, new_owner, owner_dead
 from storage.location import StoreLocation, data_home, mask_uri, resolve, split_credentials, sqlite_path
 from storage.mlflow_sink import (
     KIND_TAG,
@@ -43,6 +43,7 @@ from storage.mlflow_sink import (
     TRIAL_KEY_TAG,
     MlflowSink,
 )
+from storage.recovery import mend_command, problem_of
 
 
 def _default_artifacts(location: StoreLocation) -> str:
@@ -61,8 +62,9 @@ def preflight(location: StoreLocation, sweep: str) -> None:
     the server (it would belong to another ledger, and the run would be refused after creating one)."""
     lease_seconds()  # a bad PRIVBENCH_LEASE_S is said now, not when the first trial is leased
     with translated(location.display):
-        refuse_odd_files(location, locks=True)
+        refuse_odd_files(location)
         check_files(location, sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))
+        refuse_odd_files(location, locks=True)  # after the check: a lock taken on a damaged file fails otherwise
         ledger_file = sqlite_path(location.ledger_uri)
         if ledger_file is not None and ledger_file.is_file():
             ledger = Ledger(location.ledger_uri, read_only=True)
@@ -113,34 +115,32 @@ def _translating(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
-        with translated(self.where):
-            return method(self, *args, **kwargs)
+        started = time.monotonic()
+        try:
+            with translated(self.where):
+                return method(self, *args, **kwargs)
+        except Locked:
+            raise locked(self.location, time.monotonic() - started) from None
 
     return wrapper  # type: ignore[return-value]
 
 
-def mend_command(location: StoreLocation, path: Path, *, force: bool = False) -> str | None:
-    """The command that mends the store file at `path` by rebuilding it from the other file (None: the
-    store keeps both in one file, or on a database server, and only a backup mends it)."""
-    tracking, ledger = sqlite_path(location.tracking_uri), sqlite_path(location.ledger_uri)
-    if tracking is None or ledger is None or tracking == ledger or path not in (tracking, ledger):
-        return None
-    what = "rebuild-ledger" if path == ledger else "rebuild-mirror"
-    own = location.folder is not None and ledger == location.folder / "ledger.db"
-    ledger_opt = "" if own else f" --ledger {quote(location.ledger_uri)}"
-    return f"privbench store {what} --store {quote(location.display)}{ledger_opt}{' --force' if force else ''}"
+def locked(location: StoreLocation, waited: float) -> Locked:
+    """The one line for a store file another process kept locked while a command waited: which file (the one
+    still locked when asked; SQLite's error does not say), how long it waited, and that a rerun resumes."""
+    from storage import files
+
+    paths = [p for p in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))) if p]
+    held = [p for p in paths if files.write_locked(p)] or paths
+    which = " or ".join(str(p) for p in held) or location.display
+    return Locked(f"store file {which} is locked by another process (an open transaction, a backup tool; waited "
+                  f"{waited:.0f} s for it); what was recorded is kept: end that process and run the command again "
+                  "(a sweep resumes where it stopped)")
 
 
-def quote(text: str) -> str:
-    """A path as a shell would need it typed (`'my store'`), control characters escaped."""
-    import shlex
-
-    return shlex.quote(text)
-
-
-def damaged(location: StoreLocation, path: Path, problem: str) -> Damaged:
-    """The one line for a damaged store file: which file, what SQLite found, and how to recover it: the
-    command `store check` names for the same damage."""
+def damaged(location: StoreLocation, path: Path, problem: str, consequence: str = "nothing was written") -> Damaged:
+    """The one line for a damaged store file: which file, what SQLite found, what the command did about it
+    (`consequence`), and how to recover it: the command `store check` names for the same damage."""
     command = mend_command(location, path)
     if command is None:
         recovery = ("the file holds both the ledger and the MLflow runs: restore it from a backup "
@@ -151,7 +151,7 @@ def damaged(location: StoreLocation, path: Path, problem: str) -> Damaged:
     else:
         recovery = f"the ledger holds every recorded result: `{command}` rebuilds the MLflow runs from it " \
                    "(the damaged file is kept beside it)"
-    return Damaged(f"store file {path} is damaged ({problem[:160]}); nothing was written. Stop every driver of "
+    return Damaged(f"store file {path} is damaged ({problem[:160]}); {consequence}. Stop every driver of "
                    f"this store, then: {recovery}")
 
 
@@ -180,21 +180,41 @@ def refuse_odd_files(location: StoreLocation, *, reading: bool = False, locks: b
 
 
 def check_files(location: StoreLocation, *paths: Path | None) -> None:
-    """SQLite's integrity check of some of the store's SQLite files: a damaged page is said (`damaged`)
-    before anything reads fewer rows than the file holds, or writes over it. The ledger gets the full
-    `integrity_check` (it is small, and an index that disagrees with its rows passes `quick_check` while
-    every read through it is wrong); MLflow's larger file gets `quick_check`."""
-    from storage import files
-
-    ledger = sqlite_path(location.ledger_uri)
+    """The store's verdict on some of its SQLite files, the one `store check` gives (`recovery.problem_of`:
+    SQLite's full integrity check, each file's length read with its log, the ledger's rows, and MLflow's file
+    being MLflow's): a damaged file is said (`damaged`) before anything reads fewer rows than it holds, or
+    writes over it. An absent or empty file is a new store's, or is said where it is opened."""
     for path in dict.fromkeys(paths):
-        if path is not None and path != ledger and files.unfinished(path):
-            raise damaged(location, path, "an interrupted rebuild-mirror left it unfinished: the ledger does not "
-                                          "point at its runs yet")
         if path is not None and path.is_file() and path.stat().st_size > 0:
-            problem = sqlite_damage(path, full=path == ledger)
+            problem = problem_of(location, path)
             if problem is not None:
                 raise damaged(location, path, problem)
+
+
+def mirror_damage(location: StoreLocation) -> str | None:
+    """For a command that reads only the ledger: the line saying that MLflow's file is damaged and that the
+    command goes on without it (None: sound, absent, or the ledger's own file)."""
+    path, ledger = sqlite_path(location.tracking_uri), sqlite_path(location.ledger_uri)
+    if path is None or path == ledger or not path.is_file() or path.stat().st_size == 0:
+        return None
+    with translated(location.display):
+        problem = problem_of(location, path)
+    return None if problem is None else str(damaged(location, path, problem, "this command reads only the ledger, "
+                                                                             "which is sound, and goes on"))
+
+
+def fold_logs(location: StoreLocation) -> None:
+    """Copy each sound SQLite file's write-ahead log into it (a passive checkpoint, which waits for no one):
+    a driver stopped by a full disk leaves its last commits in the log, and the file shorter than its header
+    says until they are copied in. Called by a driver after the check, before it writes; a disk still full is
+    one line naming the command to run once space is freed."""
+    from storage import files
+
+    for path in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))):
+        if path is not None and not files.fold_log(path):
+            raise StoreError(f"store {location.display}: the disk is full: the last commits of {path.name} are in "
+                             f"its write-ahead log and cannot be copied into it yet (nothing is lost: SQLite reads "
+                             "both); free some space and run `privbench sweep run` again")
 
 
 def check_tracking_file(location: StoreLocation, ledger: Ledger) -> None:
@@ -206,8 +226,8 @@ def check_tracking_file(location: StoreLocation, ledger: Ledger) -> None:
     if ledger.path is not None and ledger.path.exists() and ledger.has_schema() and ledger.sweep_names():
         state = "is empty (0 bytes: truncated?)" if path.exists() else "is missing"
         raise StoreError(f"store {path} {state} but the ledger lists sweeps; nothing was written. The ledger "
-                         f"holds every recorded result: `privbench store rebuild-mirror --store {location.display}` "
-                         "rebuilds the MLflow runs from it")
+                         f"holds every recorded result: `{mend_command(location, path)}` rebuilds the MLflow runs "
+                         "from it")
 
 
 def grid_key(keys: Iterable[str]) -> str:
@@ -300,8 +320,10 @@ class Store:
         self._ledger = Ledger(loc.ledger_uri)
         self._own_damage()
         with self._ledger.lock():
-            refuse_odd_files(loc, locks=True)  # again under the lock: a rebuild may have run meanwhile
+            refuse_odd_files(loc)  # again under the lock: a rebuild may have run meanwhile
             check_files(self.location, self._ledger.path, sqlite_path(loc.tracking_uri))
+            refuse_odd_files(loc, locks=True)
+            fold_logs(loc)
             check_tracking_file(self.location, self._ledger)
             self._ledger.migrate()
             self._create_tracking_file()
@@ -719,14 +741,15 @@ class Store:
 
 def finished_already(location: StoreLocation, sweep: str, grid_yaml: str, keys: Iterable[str]) -> int | None:
     """How many trials the sweep has when the ledger alone shows every one of `keys` finished under this
-    very grid text (read-only, without MLflow); None when there may be work (or the ledger cannot say:
+    very grid text (read-only, MLflow's file only checked); None when there may be work (or a file is damaged:
     opening the store properly reports why). The ledger's counts are read first and `keys` (a large grid's are
     made as they are read) only when they could all be finished; of its rows only keys and statuses."""
     try:
         ledger = Ledger(location.ledger_uri, read_only=True)
         try:
-            if ledger.path is not None and ledger.path.is_file() and sqlite_damage(ledger.path, full=True) is not None:
-                return None
+            if any(path.is_file() and problem_of(location, path) is not None for path in
+                   {sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri)} - {None}):
+                return None  # the full path refuses it, in the line `store check` gives
             if not ledger.has_schema():
                 return None
             row = ledger.sweep(sweep)
