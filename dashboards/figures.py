@@ -33,7 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter
 
-from dashboards.leaderboard import LeaderboardRow, rows
+from dashboards.leaderboard import LeaderboardRow, honest, rows
 from dashboards.venues import DEFAULT_VENUE, WIDTHS, venue
 from storage import schema
 
@@ -98,6 +98,12 @@ def mechanism_colours(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         label = f"{mechanism} ({r.get('sweep')})" if multi else mechanism
         (private if schema.is_private(r) else public).add(label)
     return _colours(private - public) | {label: NONPRIVATE_COLOUR for label in public}
+
+
+def not_ok(members: Iterable[LeaderboardRow]) -> str:
+    """The claim statuses other than `ok` of a line's rows, in words ('' when every row is ok): a figure
+    names them beside the mechanism, as the tables do in their status column."""
+    return ", ".join(sorted({r.claim_status or "no verdict" for r in members if not honest(r)}))
 
 
 def utility_label(metric: str) -> tuple[str, float]:
@@ -200,6 +206,8 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     the run's true epsilon lies; an audited bound of 0 (no evidence of leakage) has no place on a log axis,
     so its bar starts at the axis' left edge with an arrow head there. The non-private reference is a band
     (mean +- std). Mechanisms without a sound bound (uncertified) appear at their claimed epsilon only.
+    A mechanism whose claim is not `ok` at some epsilon is drawn dashed and thinner, its statuses in words in
+    the legend (`dpsgd-shuffle-rdp (overclaimed)`): only honest rows are drawn as contenders.
     """
     board = rows(records, metric=metric)
     multi = len(_sweeps(records)) > 1
@@ -213,6 +221,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     if not groups:
         return _empty(fig, "no finished trials")
     legend: dict[str, Any] = {}
+    unranked: dict[str, str] = {}  # line label -> the statuses, in words, of its rows whose claim is not ok
     zero_audit = False
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
@@ -231,11 +240,14 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                 lines[_label(r, multi)].append(r)
         for label, members in sorted(lines.items()):
             c = colours[label]
+            words = not_ok(members)
+            if words:
+                unranked[label] = words
             cert = sorted((r for r in members if _finite(r.epsilon_certified)), key=lambda r: r.epsilon_certified)
-            if cert:
+            if cert:  # an honest line solid; a line whose claim is not ok dashed and thinner, never emphasised
                 ax.errorbar([r.epsilon_certified for r in cert], [r.utility_mean for r in cert],
-                            yerr=[r.utility_std or 0.0 for r in cert], color=c, marker="o", ms=5, lw=1.4,
-                            capsize=2.5, zorder=3)
+                            yerr=[r.utility_std or 0.0 for r in cert], color=c, marker="o", ms=4 if words else 5,
+                            lw=1.0 if words else 1.4, ls="--" if words else "-", capsize=2.5, zorder=3)
             for r in members:
                 if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
                     ax.plot([r.epsilon_claimed], [r.utility_mean], marker="o", ms=8, mfc="white", mec=c,
@@ -258,11 +270,13 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
         for label in sorted(lines):
-            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4)
+            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.0 if label in unranked else 1.4,
+                                   ls="--" if label in unranked else "-")
         if any(not r.private for r in part):
             legend["~non-private (mean ± std)"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--")
     shown = [colours[k] for k in sorted(colours) if k in legend]
-    labels = [k.lstrip("~") for k in sorted(legend)] + [f"claimed {EPS}", "audited to certified"]
+    labels = [k.lstrip("~") + (f" ({unranked[k]})" if k in unranked else "") for k in sorted(legend)] + [
+        f"claimed {EPS}", "audited to certified"]
     handles = [legend[k] for k in sorted(legend)] + [
         tuple(Line2D([], [], color=c, marker="o", mfc="white", mew=1.4, ls=":") for c in shown) or Line2D([], []),
         tuple(Line2D([], [], color=c, lw=6, alpha=0.22) for c in shown) or Line2D([], [])]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from dashboards.leaderboard import LeaderboardRow
+from dashboards.leaderboard import LeaderboardRow, honest
 from dashboards.tex_metrics import MATH, SPACE, TEXT
 from dashboards.venues import WIDTHS, Venue
 from storage import schema
@@ -307,7 +307,8 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
     if any(c.unit == "x" for c in shown):
         notes.append(r"($\times$): relative to non-private")
     if best:
-        notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} at each target $\varepsilon$")
+        notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} among rows with status ok at each "
+                     r"target $\varepsilon$")
     return "; ".join(notes) + ("." if notes else "")
 
 
@@ -332,14 +333,16 @@ def _abbreviate_statuses(cols: Sequence[Column], board: Sequence[LeaderboardRow]
 
 
 def best_utility(board: Sequence[LeaderboardRow]) -> set[int]:
-    """Indices of the rows in bold: the highest mean utility among the private rows of each (sweep,
+    """Indices of the rows in bold: the highest mean utility among the `ok` rows (`honest`) of each (sweep,
     dataset, model, target epsilon) group of two private rows or more (a lone private row is best of nothing,
-    and a table of one private mechanism would be bold throughout)."""
+    and a table of one private mechanism would be bold throughout). An overclaimed row with more utility is
+    never bold: it is shown, its status in words."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(board):
         if r.private and r.utility_mean is not None:
             groups.setdefault((r.sweep, r.dataset, r.model, r.epsilon_target), []).append(i)
-    return {max(members, key=lambda i: board[i].utility_mean) for members in groups.values() if len(members) > 1}
+    return {max(ok, key=lambda i: board[i].utility_mean) for members in groups.values() if len(members) > 1
+            for ok in [[i for i in members if honest(board[i])]] if ok}
 
 
 def resolve_width(width: str | float, venue: Venue) -> float:

@@ -3,7 +3,8 @@
 Every column, where it comes from in the record and how seeds combine is declared in `storage.schema`.
 
 Ratios compare with `nonprivate` on the same dataset / model / batch size; a value that does not
-apply is None, never a made-up number. Rows are ranked by utility at equal certified epsilon.
+apply is None, never a made-up number. Rows are ranked by utility at equal certified epsilon, and only rows
+whose claim is `ok` are ranked or highlighted (`honest`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class LeaderboardRow:
     n_finished: int
     n_failed: int
     batch_size: int | None = None
-    pareto: bool = False  # no other row has certified epsilon <= and utility >= (one strictly)
+    pareto: bool = False  # an ok row; no other ok row has epsilon <= and utility >= (one strictly)
     mu_claimed: float | None = None  # one-step GDP view of the claim (mechanism-level audit)
     mu_audited: float | None = None  # one-step GDP lower bound measured by the audit
     epsilon_audited_step: float | None = None  # one un-subsampled step; not comparable to run epsilons
@@ -198,21 +199,36 @@ def _eps_of(row: LeaderboardRow, view: str) -> float:
     return math.inf if eps is None else eps
 
 
+def honest(row: LeaderboardRow) -> bool:
+    """Whether the row may be ranked, put in bold, marked Pareto or drawn as a contender: its claim is `ok`.
+    An overclaimed, violated or uncertified row is shown, its status in words, and never highlighted: an
+    optimistic analysis must not top the board in any output."""
+    return row.private and row.claim_status == "ok"
+
+
+def tier(row: LeaderboardRow) -> int:
+    """Where a row sorts within its dataset/model: honest rows (ranked), the non-private reference, then the
+    rows whose claim is not `ok` (shown, not ranked)."""
+    return 0 if honest(row) else 1 if not row.private else 2
+
+
 def rank(board: list[LeaderboardRow], view: str = "certified") -> list[LeaderboardRow]:
-    """Within each dataset/model: by epsilon (the chosen view; no bound = inf) then utility, and mark
-    the Pareto front (most utility for the least epsilon)."""
+    """Within each dataset/model: the honest rows first, by epsilon (the chosen view; no bound = inf) then
+    utility; then the non-private reference; then the rest in the same order. The Pareto front (most utility
+    for the least epsilon) is marked among the honest rows only."""
+    contenders = [r for r in board if honest(r) and r.utility_mean is not None]
+
     def dominated(r: LeaderboardRow) -> bool:
-        u = r.utility_mean if r.utility_mean is not None else -math.inf
-        for o in board:
-            if o is r or (o.dataset, o.model) != (r.dataset, r.model) or o.utility_mean is None:
+        for o in contenders:
+            if o is r or (o.dataset, o.model) != (r.dataset, r.model):
                 continue
-            if _eps_of(o, view) <= _eps_of(r, view) and o.utility_mean >= u and (
-                    _eps_of(o, view) < _eps_of(r, view) or o.utility_mean > u):
+            if _eps_of(o, view) <= _eps_of(r, view) and o.utility_mean >= r.utility_mean and (
+                    _eps_of(o, view) < _eps_of(r, view) or o.utility_mean > r.utility_mean):
                 return True
         return False
 
-    marked = [dataclasses.replace(r, pareto=r.utility_mean is not None and not dominated(r)) for r in board]
-    return sorted(marked, key=lambda r: (r.dataset, r.model, _eps_of(r, view),
+    marked = [dataclasses.replace(r, pareto=any(r is c for c in contenders) and not dominated(r)) for r in board]
+    return sorted(marked, key=lambda r: (r.dataset, r.model, tier(r), _eps_of(r, view),
                                          -(r.utility_mean if r.utility_mean is not None else -math.inf)))
 
 

@@ -129,8 +129,9 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
     title = "privbench report: " + ", ".join(sweeps)
     parts = [f"<!doctype html><html lang='en'><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{STYLE}</style><h1>{html.escape(title)}</h1>",
-             f"<p>{len(records)} trials ({sum(r.get('status') == 'finished' for r in records)} finished). Rows are "
-             "ranked by utility at equal certified epsilon. <b>claimed</b>: the mechanism's own published analysis; "
+             f"<p>{len(records)} trials ({sum(r.get('status') == 'finished' for r in records)} finished). Rows whose "
+             "status is <b>ok</b> are ranked first, by utility at equal certified epsilon; the others follow, "
+             "their status in words, never ranked or marked. <b>claimed</b>: the mechanism's own published analysis; "
              "<b>certified</b>: a sound upper bound (PLD) on the noise the code adds; <b>audited</b>: an empirical "
              "95% lower bound from canaries; <b>curve</b> / <b>noise</b>: lower bounds that assume the run is "
              "DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: what the audit's analysis "

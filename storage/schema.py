@@ -370,8 +370,8 @@ FIELDS: tuple[Field, ...] = (
     F("n_finished", "derived", int, "finished trials", column="n_finished", header="runs", group="core", abbr="n"),
     F("n_failed", "derived", int, "failed trials", column="n_failed"),
     F("batch_size", "derived", (int, type(None)), "config.train.batch_size", column="batch_size"),
-    F("pareto", "derived", bool, "no other row has more utility for less epsilon", column="pareto", header="pareto",
-      group="privacy"),
+    F("pareto", "derived", bool, "an ok row no other ok row beats on both utility and epsilon", column="pareto",
+      header="pareto", group="privacy"),
     F("tuning", "derived", (str, type(None)), "a tuned cell's epsilon including tuning, or 'best of N, tuning "
       "unaccounted' for a cell compared at several training settings (dashboards/tuned_cells.py)", column="tuning",
       aggregate="none"),
