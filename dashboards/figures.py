@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import io
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -107,7 +107,7 @@ def not_ok(members: Iterable[LeaderboardRow]) -> str:
 
 
 def utility_label(metric: str) -> tuple[str, float]:
-    """(axis label, scale) of a utility metric as the tables show it: a percent field in % (`accuracy (%)`)."""
+    """(axis label, scale) of a utility metric as every table writes it: a percent field in % (`accuracy (%)`)."""
     f = schema.utility_field(metric)
     return (f"{metric.replace('_', ' ')} (%)", 100.0) if f.percent else (metric.replace("_", " "), 1.0)
 
@@ -182,16 +182,20 @@ def _empty(fig: Figure, message: str) -> Figure:
 
 
 def _log_ticks(ax: Any, values: Sequence[float], left: float, right: float, width_in: float) -> None:
-    """Label the epsilons that occur (at most 8), leaving out one that would crowd its neighbour's label."""
-    ticks = sorted({float(f"{x:.2g}") for x in values})
-    if not 0 < len(ticks) <= 8:
+    """Tick the epsilon upper bounds that occur, each written as the tables write it (`8.11`, rounded up, never
+    `8.1`) and placed at that value; where most rows sit first (the target, which several mechanisms share),
+    at most 8, leaving out one that would crowd a kept label."""
+    eps = schema.field("privacy", "epsilon_certified")
+    counts = Counter(schema.shown(x, eps) for x in values)
+    if not counts:
         return
     span = math.log10(right / left)
-    kept: list[float] = []
-    for t in ticks:
-        if not kept or math.log10(t / kept[-1]) / span * width_in >= 0.3:
-            kept.append(t)
-    ax.set_xticks(kept, [f"{t:g}" for t in kept])
+    kept: list[str] = []
+    for label in sorted(counts, key=lambda t: (-counts[t], float(t))):
+        if len(kept) < 8 and all(abs(math.log10(float(label) / float(k))) / span * width_in >= 0.3 for k in kept):
+            kept.append(label)
+    kept.sort(key=float)
+    ax.set_xticks([float(t) for t in kept], kept)
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -264,7 +268,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
                         ax.plot([left * 1.04], [r.utility_mean], marker="<", ms=6, color=c, ls="none", zorder=2.6)
         ax.set_xscale("log")
         ax.set_xlim(left, right)
-        _log_ticks(ax, xs + audited, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
+        _log_ticks(ax, xs, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
         ax.set_xlabel(f"{EPS} (certified; hollow: claimed)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{dataset} / {model}")
@@ -397,6 +401,7 @@ def _category_ticks(ax: Any, labels: Sequence[str], axis_in: float) -> float:
 
 
 CURVE_TITLES = {"train_loss": "training loss", "test_accuracy": "test accuracy", "val_accuracy": "validation accuracy"}
+CURVE_QUANTITY = {"test_accuracy": "accuracy"}  # the metric a curve is the history of (its format), if not its name
 
 
 @_styled
@@ -435,7 +440,7 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
             for (label, eps), runs in sorted(series.get((dataset, model, kind), {}).items(),
                                              key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
                 n = min(len(v) for v in runs)
-                scale = 100.0 if kind.endswith("accuracy") else 1.0  # in % as the tables show accuracy
+                scale = utility_label(CURVE_QUANTITY.get(kind, kind))[1]  # in % where the tables write it in %
                 runs = [[x * scale for x in v] for v in runs]
                 mean = [sum(v[i] for v in runs) / len(runs) for i in range(n)]
                 std = [(sum((v[i] - mean[i]) ** 2 for v in runs) / (len(runs) - 1)) ** 0.5 if len(runs) > 1 else 0.0
@@ -449,7 +454,8 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
                 legend.setdefault((label, -1 if eps is None else eps), line)
             last = ki == len(order) - 1
             ax.set_xlabel("epoch" if last or not narrow else "")
-            ax.set_ylabel(CURVE_TITLES.get(kind, kind) + (" (%)" if kind.endswith("accuracy") else ""))
+            percent = utility_label(CURVE_QUANTITY.get(kind, kind))[1] != 1.0
+            ax.set_ylabel(CURVE_TITLES.get(kind, kind) + (" (%)" if percent else ""))
             ax.set_title(f"{dataset} / {model}" if ki == 0 or not narrow else "")
             ax.grid(True, alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)

@@ -125,7 +125,7 @@ def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds()
     md = render(board, "markdown", columns="all").splitlines()
     header = [h.strip() for h in md[0].strip("|").split("|")]
     cells = dict(zip(header, [c.strip() for c in md[2].strip("|").split("|")], strict=True))
-    # each column with its significant digits' decimals, as the LaTeX table shows it (one value per quantity)
+    # each quantity with its decimals, as every output writes it (one format per quantity)
     assert cells["eps audited"] == "0.40" and cells["eps curve"] == "0.90" and cells["ceiling"] == "0.60"
     assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.10" and cells["eps noise"] == "0.97"
     csv = render(board, "csv").splitlines()
@@ -134,7 +134,7 @@ def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds()
         assert column in csv[0].split(",")
     tex = render(board, "latex", columns="audit")
     assert ("ceiling" in tex or "ceil.: ceiling" in tex) and "MIA" in tex and "AUC" in tex and "($\\times$)" in tex
-    assert " 1.10 " in tex and " 0.90 " in tex  # audit x, eps curve: their columns' decimals
+    assert " 1.10 " in tex and " 0.90 " in tex  # audit x, eps curve: their quantities' decimals
     page = render(board, "html", columns="all")
     assert "<th>MIA AUC</th>" in page and "<td>0.54</td>" in page
 
@@ -152,6 +152,6 @@ def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_co
     r = audited(0, epsilon_audited_noise=1.46, claim_status="violated")
     r["privacy"] |= {"epsilon_certified": 1.5}
     page = report([dict(r, sweep="s", curves={}), dict(RECORDS[0], sweep="s", curves={})], ["s"])
-    assert "the noise the run really added gives 1.4;" in page  # a lower bound rounded down, as the table shows it
+    assert "the noise the run really added gives 1.46;" in page  # a lower bound, as the table writes it
     assert "DP-SGD&#x27;s own curves" not in page  # 0.9 is below the claim of 1: not a reason
     assert "(ceiling)" in page and "AUC 0.52" in page and "1.05x the training time" in page
