@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 import math
 from collections import Counter, defaultdict
@@ -41,9 +42,18 @@ KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
 FORMATS = ("pdf", "svg", "png", "pgf")
 TUNING_KIND = "tuning"  # utility against epsilon per run and including tuning; not in KINDS (tuned sweeps only)
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+# Two colour sets that share no colour, from the Okabe-Ito and Tol palettes (distinguishable with the common
+# colour-vision deficiencies): verdicts take green, orange, vermillion and grey, and mechanisms the rest. A
+# mechanism's colour follows from its name alone, so it is the same in every figure of every sweep: the
+# built-in mechanisms have theirs (mechanisms compared in one example grid never share one), any other name
+# takes the palette's colour its name hashes to.
 STATUS_COLOURS = {"ok": "#009E73", "overclaimed": "#E69F00", "violated": "#D55E00", "uncertified": "#999999"}
+PALETTE = ["#0072B2", "#CC79A7", "#000000", "#56B4E9", "#882255", "#999933", "#332288", "#DDCC77"]
+BUILT_IN_COLOURS = {
+    "dpsgd": "#0072B2", "dpsgd-gdp": "#CC79A7", "gredp": "#000000", "dpsgd-shuffle-rdp": "#56B4E9",
+    "dpsgd-fixed-order": "#882255", "dpftrl-tree": "#999933", "dp-bandmf": "#332288", "dp-bandmf-4": "#DDCC77",
+    "shuffled-dpsgd": "#000000", "dp-forward": "#CC79A7", "dpsgd-adaclip": "#56B4E9",
+}
 STATUS_TEXT = {
     "ok": "ok: certified and audited epsilon are both at most the claim",
     "overclaimed": "overclaimed: the sound (PLD) bound exceeds the claim",
@@ -59,8 +69,8 @@ SIZES = WIDTHS  # single: one column of a two-column paper; double: both (the ve
 NARROW_IN = 4.0  # narrower figures stack their panels and put the legend below
 LINESTYLES = ["-", "--", ":", "-."]  # one per epsilon, beside the mechanism's colour
 MARKERS = ["o", "s", "^", "D", "v", "P"]  # one per target epsilon in the overhead figure
-# One meaning per colour across the figures: a mechanism keeps its colour in every figure of the same records
-# (`mechanism_colours`), non-private is grey everywhere, and epsilons are told apart by line style or marker.
+# One meaning per colour across the figures: a mechanism keeps its colour in every figure of every sweep
+# (`mechanism_colour`), non-private is grey everywhere, and epsilons are told apart by line style or marker.
 NONPRIVATE_COLOUR = "0.4"
 EPS = r"$\varepsilon$"  # the tables' symbol (LaTeX's \varepsilon), in mathtext
 
@@ -81,23 +91,30 @@ def _label(row: LeaderboardRow, multi: bool) -> str:
     return f"{row.mechanism} ({row.sweep})" if multi and row.sweep else row.mechanism
 
 
-def _colours(labels: Iterable[str]) -> dict[str, str]:
-    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
+def mechanism_colour(mechanism: str) -> str:
+    """The colour of a private mechanism, from its name alone (stable across sweeps and figures)."""
+    if mechanism in BUILT_IN_COLOURS:
+        return BUILT_IN_COLOURS[mechanism]
+    return PALETTE[int(hashlib.sha256(mechanism.encode()).hexdigest(), 16) % len(PALETTE)]
 
 
 def mechanism_colours(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Each line label (`mechanism`, or `mechanism (sweep)` with several sweeps) of the records: the private
-    ones in the palette's order of their sorted names, the non-private ones grey; the same in every figure."""
+    """Each line label (`mechanism`, or `mechanism (sweep)` with several sweeps: told apart by their markers,
+    `sweep_marker`) of the records: a private mechanism's colour, non-private grey; the same in every figure."""
     multi = len(_sweeps(records)) > 1
-    private: set[str] = set()
-    public: set[str] = set()
+    out: dict[str, str] = {}
     for r in records:
         mechanism = (r.get("config") or {}).get("mechanism")
-        if mechanism is None:
-            continue
-        label = f"{mechanism} ({r.get('sweep')})" if multi else mechanism
-        (private if schema.is_private(r) else public).add(label)
-    return _colours(private - public) | {label: NONPRIVATE_COLOUR for label in public}
+        if mechanism is not None:
+            label = f"{mechanism} ({r.get('sweep')})" if multi else mechanism
+            private = schema.is_private(r) and out.get(label) != NONPRIVATE_COLOUR
+            out[label] = mechanism_colour(mechanism) if private else NONPRIVATE_COLOUR
+    return out
+
+
+def sweep_marker(sweep: str | None, sweeps: Sequence[str]) -> str:
+    """The marker of a sweep's points where several sweeps share a figure (a mechanism has one colour in all)."""
+    return MARKERS[sweeps.index(sweep) % len(MARKERS)] if len(sweeps) > 1 and sweep in sweeps else "o"
 
 
 def not_ok(members: Iterable[LeaderboardRow]) -> str:
@@ -214,7 +231,9 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     the legend (`dpsgd-shuffle-rdp (overclaimed)`): only honest rows are drawn as contenders.
     """
     board = rows(records, metric=metric)
-    multi = len(_sweeps(records)) > 1
+    sweeps = _sweeps(records)
+    multi = len(sweeps) > 1
+    markers: dict[str, str] = {}  # line label -> its sweep's marker
     groups = _groups(board)
     colours = {k: v for k, v in mechanism_colours(records).items() if k in {_label(r, multi) for r in board
                                                                               if r.private}}
@@ -243,18 +262,19 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
             if r.private:
                 lines[_label(r, multi)].append(r)
         for label, members in sorted(lines.items()):
-            c = colours[label]
+            c, m = colours[label], sweep_marker(members[0].sweep, sweeps)
+            markers[label] = m
             words = not_ok(members)
             if words:
                 unranked[label] = words
             cert = sorted((r for r in members if _finite(r.epsilon_certified)), key=lambda r: r.epsilon_certified)
             if cert:  # an honest line solid; a line whose claim is not ok dashed and thinner, never emphasised
                 ax.errorbar([r.epsilon_certified for r in cert], [r.utility_mean for r in cert],
-                            yerr=[r.utility_std or 0.0 for r in cert], color=c, marker="o", ms=4 if words else 5,
+                            yerr=[r.utility_std or 0.0 for r in cert], color=c, marker=m, ms=4 if words else 5,
                             lw=1.0 if words else 1.4, ls="--" if words else "-", capsize=2.5, zorder=3)
             for r in members:
                 if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
-                    ax.plot([r.epsilon_claimed], [r.utility_mean], marker="o", ms=8, mfc="white", mec=c,
+                    ax.plot([r.epsilon_claimed], [r.utility_mean], marker=m, ms=8, mfc="white", mec=c,
                             mew=1.4, ls="none", zorder=2.5)  # a ring around the certified dot
                     if _finite(r.epsilon_certified):
                         ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c,
@@ -274,11 +294,12 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
         for label in sorted(lines):
-            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.0 if label in unranked else 1.4,
+            legend[label] = Line2D([], [], color=colours[label], marker=markers[label],
+                                   lw=1.0 if label in unranked else 1.4,
                                    ls="--" if label in unranked else "-")
         if any(not r.private for r in part):
             legend["~non-private (mean ± std)"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--")
-    shown = [colours[k] for k in sorted(colours) if k in legend]
+    shown = list(dict.fromkeys(colours[k] for k in sorted(colours) if k in legend))
     labels = [k.lstrip("~") + (f" ({unranked[k]})" if k in unranked else "") for k in sorted(legend)] + [
         f"claimed {EPS}", "audited to certified"]
     handles = [legend[k] for k in sorted(legend)] + [
@@ -412,8 +433,10 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
     when narrow; one line per mechanism and epsilon: colour by mechanism, line style by epsilon, in one
     legend for the figure.
     """
-    multi = len(_sweeps(records)) > 1
+    sweeps = _sweeps(records)
+    multi = len(sweeps) > 1
     series: dict[tuple, dict[tuple, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
+    marker: dict[str, str] = {}  # line label -> its sweep's marker (a mechanism has one colour in every sweep)
     kinds: set[str] = set()
     for r in records:
         if r.get("status") != "finished":
@@ -425,6 +448,7 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
                 kinds.add(kind)
                 label = f"{cfg['mechanism']} ({r.get('sweep')})" if multi else cfg["mechanism"]
                 series[(cfg["dataset"], cfg["model"], kind)][(label, cfg.get("epsilon"))].append(clean)
+                marker[label] = sweep_marker(r.get("sweep"), sweeps)
     order = [k for k in CURVE_TITLES if k in kinds] + sorted(kinds - set(CURVE_TITLES))
     groups = sorted({(d, m) for d, m, _ in series})
     entries = len({key for g in series.values() for key in g})
@@ -448,7 +472,8 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
                 epochs = list(range(1, n + 1))
                 style = LINESTYLES[eps_all.index(eps) % len(LINESTYLES)] if eps in eps_all else "-"
                 name = label + (f", {EPS} {eps:g}" if eps is not None else "")
-                line = ax.plot(epochs, mean, color=colours[label], ls=style, marker="o", ms=3, lw=1.3, label=name)[0]
+                line = ax.plot(epochs, mean, color=colours[label], ls=style, marker=marker[label], ms=3, lw=1.3,
+                               label=name)[0]
                 ax.fill_between(epochs, [m - s for m, s in zip(mean, std, strict=True)],
                                 [m + s for m, s in zip(mean, std, strict=True)], color=colours[label], alpha=0.12)
                 legend.setdefault((label, -1 if eps is None else eps), line)
@@ -528,7 +553,8 @@ class NoTunedCells(ValueError):
 def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width: float | None = None) -> Figure:
     """Utility of the selected candidates against epsilon (log x), one panel per dataset/model: a hollow
     marker at one run's certified epsilon, a filled one (with the std over cells) at the epsilon including
-    tuning, joined by a dotted line, one colour per mechanism and budget. The gap is what tuning costs."""
+    tuning, joined by a dotted line; the mechanism's colour, one marker per budget. The gap is what tuning
+    costs."""
     from dashboards import tuned_cells as tuned
 
     board = [r for r in tuned.rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
@@ -537,24 +563,25 @@ def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width
     fig, axes, narrow = _figure(len(panels), width, (3.4, 2.8), (2.0, len(labels)))
     if not panels:
         return _empty(fig, "no complete tuned cells")
-    colour = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    budgets = sorted({str(r.budget) for r in board})
+    ylabel, scale = utility_label(metric)
     for ax, (dataset, model) in zip(axes, panels, strict=True):
         mine = [r for r in board if (r.dataset, r.model) == (dataset, model)]
         for label in labels:
             line = sorted((r for r in mine if f"{r.mechanism} ({r.budget})" == label), key=lambda r: r.epsilon_tuned)
             if not line:
                 continue
-            c = colour[label]
-            ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean for r in line],
-                        yerr=[r.utility_std or 0.0 for r in line], color=c, marker="o", capsize=2, label=label)
+            c, m = mechanism_colour(line[0].mechanism), MARKERS[budgets.index(str(line[0].budget)) % len(MARKERS)]
+            ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean * scale for r in line],
+                        yerr=[(r.utility_std or 0.0) * scale for r in line], color=c, marker=m, capsize=2, label=label)
             for r in line:
                 if r.epsilon_run is not None:
-                    ax.plot([r.epsilon_run], [r.utility_mean], marker="o", color=c, markerfacecolor="white")
-                    ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean] * 2, ":", color=c, linewidth=1)
+                    ax.plot([r.epsilon_run], [r.utility_mean * scale], marker=m, color=c, markerfacecolor="white")
+                    ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean * scale] * 2, ":", color=c, linewidth=1)
         ax.set_xscale("log")
         ax.set_title(f"{dataset} / {model}")
-        ax.set_xlabel("epsilon (hollow: one run; filled: with tuning)")
-        ax.set_ylabel(f"{metric} (selected)")
+        ax.set_xlabel(f"{EPS} (hollow: one run; filled: with tuning)")
+        ax.set_ylabel(f"{ylabel} (selected)")
     _legend(fig, *axes[0].get_legend_handles_labels(), narrow)
     return fig
 

@@ -165,3 +165,38 @@ def test_the_mlflow_summary_pads_its_cells():
     for line in table[:1] + table[2:]:
         cells = line.strip("|").split(" | ")
         assert all(c.strip().startswith(PAD) and c.strip().endswith(PAD) for c in cells), line
+
+
+def test_a_mechanism_has_one_colour_in_every_sweep_and_verdicts_have_their_own():
+    """Issue 48, 3: `dpsgd` was blue in the quickstart's figures and green in a second sweep's (colours went by
+    the sorted names present), and the verdicts figure's `ok` and `overclaimed` were colours mechanisms had."""
+    from pathlib import Path
+
+    import yaml
+
+    from mechanisms.framework import registry
+
+    def sweep(mechanisms: list[str]) -> list[dict]:
+        return [record(m, None if m == "nonprivate" else 1.0, 0, 0.8, certified=1.0, claimed=1.0) for m in mechanisms]
+
+    first = figures.mechanism_colours(sweep(["nonprivate", "dpsgd", "gredp"]))
+    second = figures.mechanism_colours(sweep(["nonprivate", "dp-bandmf-4", "dpsgd", "dpsgd-gdp"]))
+    assert first["dpsgd"] == second["dpsgd"] == figures.mechanism_colour("dpsgd")
+    assert first["nonprivate"] == second["nonprivate"] == figures.NONPRIVATE_COLOUR
+    assert figures.mechanism_colour("my-plugin") == figures.mechanism_colour("my-plugin") in figures.PALETTE
+    # verdict colours: a set no mechanism has
+    mechanism_colours = set(figures.PALETTE) | set(figures.BUILT_IN_COLOURS.values()) | {figures.NONPRIVATE_COLOUR}
+    assert not set(figures.STATUS_COLOURS.values()) & mechanism_colours
+    # every built-in private mechanism has its colour; those one example grid compares never share one
+    assert {n for n in registry.names() if n != "nonprivate"} <= set(figures.BUILT_IN_COLOURS)
+    for path in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")):
+        names = [m for m in (yaml.safe_load(path.read_text()).get("grid") or {}).get("mechanism", [])
+                 if m != "nonprivate"]
+        assert len({figures.mechanism_colour(m) for m in names}) == len(names), path.name
+    # the verdicts figure's cells take verdict colours only
+    recs = store()
+    recs[2]["privacy"]["claim_status"] = "overclaimed"
+    from matplotlib.colors import to_hex
+
+    cells = {to_hex(p.get_facecolor()) for ax in figures.verdicts(recs).axes for p in ax.patches}
+    assert cells and cells <= {c.lower() for c in figures.STATUS_COLOURS.values()}
