@@ -320,8 +320,7 @@ def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         cfg, m = r["config"], r.get("metrics") or {}
         out.append({"sweep": r.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"],
                     "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"), "private": schema.is_private(r),
-                    "batch_size": (cfg.get("train") or {}).get("batch_size"),
-                    "step_time_s": m.get("step_time_s"), "peak_memory_mb": m.get("peak_memory_mb"),
+                    "peak_memory_mb": m.get("peak_memory_mb"),
                     "step_time_ratio": m.get("step_time_ratio")})
     return out
 
@@ -338,17 +337,13 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
     Each dot is one trial, in its mechanism's colour, its marker saying its target epsilon (legend); a short bar
     marks the mean step-time ratio of a mechanism at one epsilon: the leaderboard's `step x`. The ratio is each
     trial's own paired measurement (`step_time_ratio`, private and non-private steps taken in turns in the
-    trial); a record without one (older stores) is against the non-private trials of the same sweep, dataset,
-    model and batch size, as in the leaderboard. Memory is each trial's own peak in MB, with no mean or error
-    bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
+    trial); a private trial without one has no dot (never the ratio of two trials' medians, as in the
+    leaderboard), and non-private trials sit at 1, the reference. Memory is each trial's own peak in MB, with no
+    mean or error bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
     average over trials would suggest a precision the measurement does not have.
     """
     trials = _per_trial(records)
     multi = len(_sweeps(records)) > 1
-    base: dict[tuple, list[float]] = defaultdict(list)
-    for t in trials:
-        if not t["private"] and _finite(t["step_time_s"]):
-            base[(t["sweep"], t["dataset"], t["model"], t["batch_size"])].append(t["step_time_s"])
     groups = sorted({(t["dataset"], t["model"]) for t in trials})
     epsilons = sorted({t["epsilon"] for t in trials}, key=lambda e: (e is not None, e or 0))
     fig, axes, narrow = _figure(2 * max(1, len(groups)), width, (3.4, 2.2), (1.1, len(epsilons)))
@@ -365,11 +360,8 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
         memory: dict[tuple, list[float]] = defaultdict(list)
         for t in part:
             label = f"{t['mechanism']} ({t['sweep']})" if multi else t["mechanism"]
-            ref = base.get((t["sweep"], t["dataset"], t["model"], t["batch_size"]))
-            if _finite(t["step_time_ratio"]):  # the trial's own paired measurement, as the tables show it
-                step[(label, t["epsilon"])].append(t["step_time_ratio"])
-            elif ref and _finite(t["step_time_s"]):
-                step[(label, t["epsilon"])].append(t["step_time_s"] / (sum(ref) / len(ref)))
+            if _finite(t["step_time_ratio"]) or not t["private"]:  # the trial's own paired measurement, as the tables
+                step[(label, t["epsilon"])].append(t["step_time_ratio"] if t["private"] else 1.0)
             if _finite(t["peak_memory_mb"]):
                 memory[(label, t["epsilon"])].append(t["peak_memory_mb"])
         bar_width = 0.7 / max(1, len(epsilons))

@@ -111,12 +111,27 @@ def _svg(fig: Any, salt: str) -> str:
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
 
 
+NOT_MEASURED = "not measured"  # a private row with no paired step measurement (never two trials' medians)
+
+
+def step_x(r: LeaderboardRow) -> str:
+    """`step x` with its 95% interval where the spread matters (`1.64 (1.50-1.81)`), or why there is no number."""
+    if r.step_time_ratio is None:
+        return NOT_MEASURED if r.private and r.n_finished else "-"
+    low, high = r.step_time_ratio_low, r.step_time_ratio_high
+    ratio = _n(r.step_time_ratio, "step_time_ratio")
+    if low is None or high is None:
+        return ratio
+    return f"{ratio} ({_n(low, 'step_time_ratio_low')}-{_n(high, 'step_time_ratio_high')})"
+
+
 def _tables(board: list[LeaderboardRow]) -> str:
     """Every leaderboard column, in two tables so the page stays within 1280 px: privacy and audits, then
     the costs (each row named again by its sweep, dataset, model, mechanism and target)."""
     overhead = {f.header for f in schema.FIELDS if f.group == "overhead"} | {"step x", "runs"}
     names = {"sweep", "dataset", "model", "mechanism", "eps target"}
     frame = text_table(board, "all")
+    frame["step x"] = [step_x(r) for r in board]
     main = frame[[c for c in frame.columns if c not in overhead or c == "step x"]]
     cost = frame[[c for c in frame.columns if c in names or c in overhead]]
     return (main.to_html(index=False, escape=True, border=0, classes="leaderboard")
@@ -136,7 +151,9 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
              "95% lower bound from canaries; <b>curve</b> / <b>noise</b>: lower bounds that assume the run is "
              "DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: what the audit's analysis "
              "reaches on the certified mechanism simulated exactly; <b>audit x</b>: run time with the audits over "
-             "without.</p>", "<h2>Leaderboard</h2>", _tables(board), "<h2>Figures</h2>"]
+             "without; <b>step x</b>: a private step's time over a non-private one's, taken in turns in the trial, "
+             f"with its 95% interval ({NOT_MEASURED}: the trial has no such measurement).</p>",
+             "<h2>Leaderboard</h2>", _tables(board), "<h2>Figures</h2>"]
     tuned = any((r.get("config") or {}).get("tuning") for r in records)
     for kind in ("privacy-utility", *((figures.TUNING_KIND,) if tuned else ()), "verdicts", "overhead", "curves"):
         why_not = figures.uninformative(kind, records)

@@ -27,7 +27,7 @@ from typing import Any
 
 SECTIONS = ("record", "config", "metrics", "curves", "privacy", "environment", "timing", "derived")
 GROUPS = ("core", "privacy", "audit", "overhead")
-AGGREGATES = ("mean", "max", "first", "worst", "none")
+AGGREGATES = ("mean", "max", "min", "first", "worst", "none")
 ROUNDINGS = ("nearest", "up", "down")
 UTILITY_PLACES = 4  # a utility metric the schema gives no decimals (a loss: 0.4123)
 
@@ -165,8 +165,9 @@ FIELDS: tuple[Field, ...] = (
     F("train_loss", "metrics", NUM + OPT, "last epoch's mean training loss", mlflow=True),
     F("step_time_s", "metrics", NUM + OPT, "median training step time", mlflow=True, unit="s"),
     F("step_time_ratio", "metrics", NUM + OPT, "a private step's time over a non-private step's of the same model, "
-      "batch and precision, taken in turns in the trial (workers/overhead.py); records without it: over the "
-      "non-private trials' median step (same sweep, data, model, batch)", column="step_time_ratio",
+      "batch and precision, taken in turns in the trial (workers/overhead.py); a private trial without it has no "
+      "step x (never the ratio of two trials' median steps); 1 for the non-private reference",
+      column="step_time_ratio",
       header="step x", group="core", unit="x", label="step time", abbr="step", mlflow=True, places=2),
     F("peak_memory_ratio", "metrics", NUM + OPT, "a private step's peak extra memory over the non-private step's, "
       "measured the same way (null when non-private's is under 50 MB)", column="peak_memory_ratio",
@@ -176,9 +177,10 @@ FIELDS: tuple[Field, ...] = (
     F("paired_nonprivate_step_s", "metrics", NUM + OPT, "median non-private step of the same model and batch in "
       "that window", mlflow=True, unit="s"),
     F("step_time_ratio_low", "metrics", NUM + OPT, "lower end of the 95% interval of step_time_ratio (the paired "
-      "rounds' order statistics)", mlflow=True, unit="x", places=2, rounding="down"),
-    F("step_time_ratio_high", "metrics", NUM + OPT, "upper end of that interval", mlflow=True, unit="x", places=2,
-      rounding="up"),
+      "rounds' order statistics; the lowest over seeds)", column="step_time_ratio_low", aggregate="min", mlflow=True,
+      unit="x", places=2, rounding="down"),
+    F("step_time_ratio_high", "metrics", NUM + OPT, "upper end of that interval (the highest over seeds)",
+      column="step_time_ratio_high", aggregate="max", mlflow=True, unit="x", places=2, rounding="up"),
     F("paired_rounds", "metrics", NUM + OPT, "rounds the paired overhead measurement took", mlflow=True),
     F("examples_per_s", "metrics", NUM + OPT, "training throughput", column="examples_per_s", header="ex/s",
       group="overhead", mlflow=True, unit="ex/s", label="throughput", abbr="thr.", places=0),

@@ -36,7 +36,7 @@ def test_rows_aggregate_over_seeds():
     board = {r.mechanism: r for r in rows(RECORDS)}
     dp = board["dpsgd"]
     assert dp.utility_mean == pytest.approx(0.81) and dp.utility_std == pytest.approx(0.01414, rel=1e-3)
-    assert dp.step_time_ratio == pytest.approx(2.0) and dp.peak_memory_ratio == pytest.approx(3.0)
+    assert dp.step_time_ratio is None and dp.peak_memory_ratio == pytest.approx(3.0)  # no paired step measurement
     assert dp.n_finished == 2 and dp.n_failed == 0
     g = board["gredp"]
     assert g.claim_status == "violated" and g.n_failed == 1 and g.n_finished == 2
@@ -66,7 +66,7 @@ def test_memory_ratio_is_null_over_a_near_zero_baseline_but_megabytes_stay():
                                                                   mem=297.0)]
     dp = next(r for r in rows(small) if r.mechanism == "dpsgd")
     assert dp.peak_memory_ratio is None and dp.peak_memory_mb == pytest.approx(297.0)
-    assert dp.step_time_ratio == pytest.approx(1.0)
+    assert dp.step_time_ratio is None  # not measured in the trial: no step x
     table = render(rows(small), "markdown", columns="overhead")
     assert "297" in table and "297x" not in table
 
@@ -77,7 +77,7 @@ def test_several_sweeps_stay_apart_and_get_a_sweep_column():
     board = rows(a + b)
     dp = [r for r in board if r.mechanism == "dpsgd"]
     assert sorted(r.sweep for r in dp) == ["A", "B"] and all(r.n_finished == 2 for r in dp)
-    assert all(r.step_time_ratio == pytest.approx(2.0) for r in dp)  # each against its own sweep's baseline
+    assert all(r.peak_memory_ratio == pytest.approx(3.0) for r in dp)  # each against its own sweep's baseline
     header = render(board, "markdown").splitlines()[0]
     assert header.startswith("| sweep | dataset")
     assert render(rows(a), "markdown").splitlines()[0].startswith("| dataset")
@@ -155,3 +155,27 @@ def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_co
     assert "the noise the run really added gives 1.46;" in page  # a lower bound, as the table writes it
     assert "DP-SGD&#x27;s own curves" not in page  # 0.9 is below the claim of 1: not a reason
     assert "(ceiling)" in page and "AUC 0.52" in page and "1.05x the training time" in page
+
+
+def test_step_x_is_the_trials_paired_measurement_or_nothing():
+    """Issue 48, 7: `step x` is each trial's own paired measurement (mean over seeds, the widest 95% interval);
+    a private row without one shows none, never the ratio of its trials' median step to non-private's (here
+    2.0, a different quantity: before, such rows read 2.0 beside paired rows' 1.6)."""
+    paired = []
+    for seed, (ratio, low, high) in enumerate(((1.6, 1.5, 1.7), (1.7, 1.55, 1.9))):
+        r = record("dpsgd", 1.0, seed, 0.8, certified=1.0, claimed=1.0, step=0.2)
+        r["metrics"] |= {"step_time_ratio": ratio, "step_time_ratio_low": low, "step_time_ratio_high": high}
+        paired.append(r)
+    unpaired = [record("gredp", 1.0, seed, 0.8, certified=1.0, claimed=1.0, step=0.2) for seed in (0, 1)]
+    reference = [record("nonprivate", None, seed, 0.9, step=0.1) for seed in (0, 1)]
+    board = {r.mechanism: r for r in rows(paired + unpaired + reference)}
+    dp = board["dpsgd"]
+    assert dp.step_time_ratio == pytest.approx(1.65)
+    assert (dp.step_time_ratio_low, dp.step_time_ratio_high) == (1.5, 1.9)  # the widest over seeds
+    assert board["gredp"].step_time_ratio is None and board["nonprivate"].step_time_ratio == 1.0
+    cells = {line.split("|")[3].strip(): line for line in render(list(board.values()), "markdown").splitlines()[2:]}
+    assert "| 1.65 |" in cells["dpsgd"] and "2.00" not in cells["gredp"]
+    from dashboards.report import report
+
+    page = report([dict(r, sweep="s", curves={}) for r in paired + unpaired + reference], ["s"])
+    assert "<td>1.65 (1.50-1.90)</td>" in page and "<td>not measured</td>" in page
