@@ -233,7 +233,6 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     board = rows(records, metric=metric)
     sweeps = _sweeps(records)
     multi = len(sweeps) > 1
-    markers: dict[str, str] = {}  # line label -> its sweep's marker
     groups = _groups(board)
     colours = {k: v for k, v in mechanism_colours(records).items() if k in {_label(r, multi) for r in board
                                                                               if r.private}}
@@ -262,30 +261,13 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
             if r.private:
                 lines[_label(r, multi)].append(r)
         for label, members in sorted(lines.items()):
-            c, m = colours[label], sweep_marker(members[0].sweep, sweeps)
-            markers[label] = m
             words = not_ok(members)
             if words:
                 unranked[label] = words
-            cert = sorted((r for r in members if _finite(r.epsilon_certified)), key=lambda r: r.epsilon_certified)
-            if cert:  # an honest line solid; a line whose claim is not ok dashed and thinner, never emphasised
-                ax.errorbar([r.epsilon_certified for r in cert], [r.utility_mean for r in cert],
-                            yerr=[r.utility_std or 0.0 for r in cert], color=c, marker=m, ms=4 if words else 5,
-                            lw=1.0 if words else 1.4, ls="--" if words else "-", capsize=2.5, zorder=3)
-            for r in members:
-                if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
-                    ax.plot([r.epsilon_claimed], [r.utility_mean], marker=m, ms=8, mfc="white", mec=c,
-                            mew=1.4, ls="none", zorder=2.5)  # a ring around the certified dot
-                    if _finite(r.epsilon_certified):
-                        ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c,
-                                ls=":", lw=1, zorder=2)
-                if _finite(r.epsilon_certified) and _finite(r.epsilon_audited):
-                    low = r.epsilon_audited if r.epsilon_audited > 0 else left
-                    ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
-                            solid_capstyle="butt", zorder=2)
-                    if r.epsilon_audited <= 0:
-                        zero_audit = True
-                        ax.plot([left * 1.04], [r.utility_mean], marker="<", ms=6, color=c, ls="none", zorder=2.6)
+            legend[label] = _mechanism_line(ax, members, colours[label], sweep_marker(members[0].sweep, sweeps),
+                                            bool(words), left)
+            zero_audit |= any(_finite(r.epsilon_audited) and r.epsilon_audited <= 0 and _finite(r.epsilon_certified)
+                              for r in members)
         ax.set_xscale("log")
         ax.set_xlim(left, right)
         _log_ticks(ax, xs, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
@@ -293,10 +275,6 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         ax.set_ylabel(ylabel)
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
-        for label in sorted(lines):
-            legend[label] = Line2D([], [], color=colours[label], marker=markers[label],
-                                   lw=1.0 if label in unranked else 1.4,
-                                   ls="--" if label in unranked else "-")
         if any(not r.private for r in part):
             legend["~non-private (mean ± std)"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--")
     shown = list(dict.fromkeys(colours[k] for k in sorted(colours) if k in legend))
@@ -310,6 +288,31 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
         labels.append("audited bound 0")
     _legend(fig, handles, labels, narrow)
     return fig
+
+
+def _mechanism_line(ax: Any, members: Sequence[LeaderboardRow], c: str, m: str, dashed: bool, left: float) -> Line2D:
+    """One mechanism's rows in a privacy-utility panel (`privacy_utility` says what each mark means): solid when
+    every claim is ok, else dashed and thinner, never emphasised. Returns its legend handle."""
+    style = {"lw": 1.0 if dashed else 1.4, "ls": "--" if dashed else "-"}
+    cert = sorted((r for r in members if _finite(r.epsilon_certified)), key=lambda r: r.epsilon_certified)
+    if cert:
+        ax.errorbar([r.epsilon_certified for r in cert], [r.utility_mean for r in cert],
+                    yerr=[r.utility_std or 0.0 for r in cert], color=c, marker=m, ms=4 if dashed else 5, capsize=2.5,
+                    zorder=3, **style)
+    for r in members:
+        if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
+            ax.plot([r.epsilon_claimed], [r.utility_mean], marker=m, ms=8, mfc="white", mec=c,
+                    mew=1.4, ls="none", zorder=2.5)  # a ring around the certified dot
+            if _finite(r.epsilon_certified):
+                ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c, ls=":", lw=1,
+                        zorder=2)
+        if _finite(r.epsilon_certified) and _finite(r.epsilon_audited):
+            low = r.epsilon_audited if r.epsilon_audited > 0 else left
+            ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
+                    solid_capstyle="butt", zorder=2)
+            if r.epsilon_audited <= 0:
+                ax.plot([left * 1.04], [r.utility_mean], marker="<", ms=6, color=c, ls="none", zorder=2.6)
+    return Line2D([], [], color=c, marker=m, **style)
 
 
 def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -179,3 +179,17 @@ def test_step_x_is_the_trials_paired_measurement_or_nothing():
 
     page = report([dict(r, sweep="s", curves={}) for r in paired + unpaired + reference], ["s"])
     assert "<td>1.65 (1.50-1.90)</td>" in page and "<td>not measured</td>" in page
+
+
+def test_a_report_of_a_sweep_without_audits_says_nothing_about_audits():
+    """Issue 48, 5: with `audit: {mode: off}` the report said "the audited lower bound (none) are both at most"
+    and "the audits cost 1.4x the training time"."""
+    from dashboards.report import report
+
+    recs = [dict(r, sweep="s", curves={}) for r in RECORDS[:4]]
+    for r in recs:
+        r["privacy"]["audit_time_ratio"] = 1.4  # the forward passes' time, no audit result
+    page = report(recs, ["s"])
+    assert "sound bound (1.00) is at most the claimed epsilon 1.00." in page
+    for said in ("audited lower bound", "audits cost", "(none)", "<b>ceiling</b>"):
+        assert said not in page, said
