@@ -6,6 +6,7 @@ import dataclasses
 import html
 import io
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -109,6 +110,22 @@ def _table(title: str, shown: Sequence[tuple[str, list[str]]], statuses: Sequenc
     return table
 
 
+def fit_title(title: str, width: int | None) -> str:
+    """A title within `width` characters, broken between its phrases (after ` / ` and ` + `, before the
+    parenthesis, which stays whole), never inside one: a two-sweep board's title wrapped mid-phrase at 80 columns."""
+    if width is None or len(title) <= width:
+        return title
+    head, paren, tail = title.partition(" (")
+    lines = [""]
+    for piece in re.split(r"(?<=[/+] )", head) + ([paren + tail] if paren else []):
+        if lines[-1] and len((lines[-1] + piece).rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append(piece.lstrip())
+        else:
+            lines[-1] += piece
+    return "\n".join(lines)
+
+
 def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence[str] = "core",
                 width: int | None = None, ascii_only: bool = False) -> tuple[list[Table], str]:
     """One dataset/model group (named in the title: those two columns are left out) as terminal tables
@@ -141,6 +158,8 @@ def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence
             parts.append(keys + [column])
         else:
             left_out.append(column[0])
+    # Rich wraps a title at its table's width: broken between phrases at that width instead
+    title = fit_title(title, Measurement.get(console, console.options, _table("", parts[0], statuses)).maximum)
     tables = [_table(title if i == 0 else "", part, statuses) for i, part in enumerate(parts)]
     notes = []
     if len(parts) > 1:

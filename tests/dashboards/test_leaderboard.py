@@ -193,3 +193,18 @@ def test_a_report_of_a_sweep_without_audits_says_nothing_about_audits():
     assert "sound bound (1.00) is at most the claimed epsilon 1.00." in page
     for said in ("audited lower bound", "audits cost", "(none)", "<b>ceiling</b>"):
         assert said not in page, said
+
+
+def test_a_two_sweep_title_breaks_between_phrases_at_80_columns():
+    """Issue 48, 5: at 80 columns a two-sweep board's title wrapped mid-phrase at its table's width (`... / digits
+    / mlp (accuracy,` over `certified view)`)."""
+    from rich.console import Console
+
+    from dashboards.render import rich_tables
+
+    title = "quickstart + second-sweep second-sweep / digits / mlp (accuracy, certified view)"
+    tables, _ = rich_tables(rows(RECORDS), title, "core", 80)
+    console = Console(width=80, record=True)
+    console.print(tables[0])
+    lines = [ln.strip() for ln in console.export_text().splitlines()[:3]]
+    assert lines[:2] == ["quickstart + second-sweep second-sweep / digits / mlp", "(accuracy, certified view)"]

@@ -160,6 +160,7 @@ def test_the_mlflow_summary_pads_its_cells():
 
     recs = store()
     text = summary(recs, rows(recs))
+    assert not set("*`|_") & set(text.splitlines()[0])  # the line the experiments list shows raw (issue 48, 4)
     table = [ln for ln in text.splitlines() if ln.startswith("|")]
     assert table[1].startswith("|---")
     for line in table[:1] + table[2:]:
