@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import io
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -33,7 +34,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter
 
-from dashboards.leaderboard import LeaderboardRow, rows
+from dashboards.leaderboard import LeaderboardRow, honest, rows
 from dashboards.venues import DEFAULT_VENUE, WIDTHS, venue
 from storage import schema
 
@@ -41,9 +42,18 @@ KINDS = ("privacy-utility", "overhead", "curves", "verdicts")
 FORMATS = ("pdf", "svg", "png", "pgf")
 TUNING_KIND = "tuning"  # utility against epsilon per run and including tuning; not in KINDS (tuned sweeps only)
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+# Two colour sets that share no colour, from the Okabe-Ito and Tol palettes (distinguishable with the common
+# colour-vision deficiencies): verdicts take green, orange, vermillion and grey, and mechanisms the rest. A
+# mechanism's colour follows from its name alone, so it is the same in every figure of every sweep: the
+# built-in mechanisms have theirs (mechanisms compared in one example grid never share one), any other name
+# takes the palette's colour its name hashes to.
 STATUS_COLOURS = {"ok": "#009E73", "overclaimed": "#E69F00", "violated": "#D55E00", "uncertified": "#999999"}
+PALETTE = ["#0072B2", "#CC79A7", "#000000", "#56B4E9", "#882255", "#999933", "#332288", "#DDCC77"]
+BUILT_IN_COLOURS = {
+    "dpsgd": "#0072B2", "dpsgd-gdp": "#CC79A7", "gredp": "#000000", "dpsgd-shuffle-rdp": "#56B4E9",
+    "dpsgd-fixed-order": "#882255", "dpftrl-tree": "#999933", "dp-bandmf": "#332288", "dp-bandmf-4": "#DDCC77",
+    "shuffled-dpsgd": "#000000", "dp-forward": "#CC79A7", "dpsgd-adaclip": "#56B4E9",
+}
 STATUS_TEXT = {
     "ok": "ok: certified and audited epsilon are both at most the claim",
     "overclaimed": "overclaimed: the sound (PLD) bound exceeds the claim",
@@ -59,8 +69,8 @@ SIZES = WIDTHS  # single: one column of a two-column paper; double: both (the ve
 NARROW_IN = 4.0  # narrower figures stack their panels and put the legend below
 LINESTYLES = ["-", "--", ":", "-."]  # one per epsilon, beside the mechanism's colour
 MARKERS = ["o", "s", "^", "D", "v", "P"]  # one per target epsilon in the overhead figure
-# One meaning per colour across the figures: a mechanism keeps its colour in every figure of the same records
-# (`mechanism_colours`), non-private is grey everywhere, and epsilons are told apart by line style or marker.
+# One meaning per colour across the figures: a mechanism keeps its colour in every figure of every sweep
+# (`mechanism_colour`), non-private is grey everywhere, and epsilons are told apart by line style or marker.
 NONPRIVATE_COLOUR = "0.4"
 EPS = r"$\varepsilon$"  # the tables' symbol (LaTeX's \varepsilon), in mathtext
 
@@ -81,27 +91,40 @@ def _label(row: LeaderboardRow, multi: bool) -> str:
     return f"{row.mechanism} ({row.sweep})" if multi and row.sweep else row.mechanism
 
 
-def _colours(labels: Iterable[str]) -> dict[str, str]:
-    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
+def mechanism_colour(mechanism: str) -> str:
+    """The colour of a private mechanism, from its name alone (stable across sweeps and figures)."""
+    if mechanism in BUILT_IN_COLOURS:
+        return BUILT_IN_COLOURS[mechanism]
+    return PALETTE[int(hashlib.sha256(mechanism.encode()).hexdigest(), 16) % len(PALETTE)]
 
 
 def mechanism_colours(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Each line label (`mechanism`, or `mechanism (sweep)` with several sweeps) of the records: the private
-    ones in the palette's order of their sorted names, the non-private ones grey; the same in every figure."""
+    """Each line label (`mechanism`, or `mechanism (sweep)` with several sweeps: told apart by their markers,
+    `sweep_marker`) of the records: a private mechanism's colour, non-private grey; the same in every figure."""
     multi = len(_sweeps(records)) > 1
-    private: set[str] = set()
-    public: set[str] = set()
+    out: dict[str, str] = {}
     for r in records:
         mechanism = (r.get("config") or {}).get("mechanism")
-        if mechanism is None:
-            continue
-        label = f"{mechanism} ({r.get('sweep')})" if multi else mechanism
-        (private if schema.is_private(r) else public).add(label)
-    return _colours(private - public) | {label: NONPRIVATE_COLOUR for label in public}
+        if mechanism is not None:
+            label = f"{mechanism} ({r.get('sweep')})" if multi else mechanism
+            private = schema.is_private(r) and out.get(label) != NONPRIVATE_COLOUR
+            out[label] = mechanism_colour(mechanism) if private else NONPRIVATE_COLOUR
+    return out
+
+
+def sweep_marker(sweep: str | None, sweeps: Sequence[str]) -> str:
+    """The marker of a sweep's points where several sweeps share a figure (a mechanism has one colour in all)."""
+    return MARKERS[sweeps.index(sweep) % len(MARKERS)] if len(sweeps) > 1 and sweep in sweeps else "o"
+
+
+def not_ok(members: Iterable[LeaderboardRow]) -> str:
+    """The claim statuses other than `ok` of a line's rows, in words ('' when every row is ok): a figure
+    names them beside the mechanism, as the tables do in their status column."""
+    return ", ".join(sorted({r.claim_status or "no verdict" for r in members if not honest(r)}))
 
 
 def utility_label(metric: str) -> tuple[str, float]:
-    """(axis label, scale) of a utility metric as the tables show it: a percent field in % (`accuracy (%)`)."""
+    """(axis label, scale) of a utility metric as every table writes it: a percent field in % (`accuracy (%)`)."""
     f = schema.utility_field(metric)
     return (f"{metric.replace('_', ' ')} (%)", 100.0) if f.percent else (metric.replace("_", " "), 1.0)
 
@@ -176,16 +199,20 @@ def _empty(fig: Figure, message: str) -> Figure:
 
 
 def _log_ticks(ax: Any, values: Sequence[float], left: float, right: float, width_in: float) -> None:
-    """Label the epsilons that occur (at most 8), leaving out one that would crowd its neighbour's label."""
-    ticks = sorted({float(f"{x:.2g}") for x in values})
-    if not 0 < len(ticks) <= 8:
+    """Tick the epsilon upper bounds that occur, each written as the tables write it (`8.11`, rounded up, never
+    `8.1`) and placed at that value; where most rows sit first (the target, which several mechanisms share),
+    at most 8, leaving out one that would crowd a kept label."""
+    eps = schema.field("privacy", "epsilon_certified")
+    counts = Counter(schema.shown(x, eps) for x in values)
+    if not counts:
         return
     span = math.log10(right / left)
-    kept: list[float] = []
-    for t in ticks:
-        if not kept or math.log10(t / kept[-1]) / span * width_in >= 0.3:
-            kept.append(t)
-    ax.set_xticks(kept, [f"{t:g}" for t in kept])
+    kept: list[str] = []
+    for label in sorted(counts, key=lambda t: (-counts[t], float(t))):
+        if len(kept) < 8 and all(abs(math.log10(float(label) / float(k))) / span * width_in >= 0.3 for k in kept):
+            kept.append(label)
+    kept.sort(key=float)
+    ax.set_xticks([float(t) for t in kept], kept)
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -200,9 +227,12 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     the run's true epsilon lies; an audited bound of 0 (no evidence of leakage) has no place on a log axis,
     so its bar starts at the axis' left edge with an arrow head there. The non-private reference is a band
     (mean +- std). Mechanisms without a sound bound (uncertified) appear at their claimed epsilon only.
+    A mechanism whose claim is not `ok` at some epsilon is drawn dashed and thinner, its statuses in words in
+    the legend (`dpsgd-shuffle-rdp (overclaimed)`): only honest rows are drawn as contenders.
     """
     board = rows(records, metric=metric)
-    multi = len(_sweeps(records)) > 1
+    sweeps = _sweeps(records)
+    multi = len(sweeps) > 1
     groups = _groups(board)
     colours = {k: v for k, v in mechanism_colours(records).items() if k in {_label(r, multi) for r in board
                                                                               if r.private}}
@@ -213,6 +243,7 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     if not groups:
         return _empty(fig, "no finished trials")
     legend: dict[str, Any] = {}
+    unranked: dict[str, str] = {}  # line label -> the statuses, in words, of its rows whose claim is not ok
     zero_audit = False
     for ax, (dataset, model) in zip(axes, groups, strict=True):
         part = [r for r in board if (r.dataset, r.model) == (dataset, model) and r.utility_mean is not None]
@@ -230,39 +261,25 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
             if r.private:
                 lines[_label(r, multi)].append(r)
         for label, members in sorted(lines.items()):
-            c = colours[label]
-            cert = sorted((r for r in members if _finite(r.epsilon_certified)), key=lambda r: r.epsilon_certified)
-            if cert:
-                ax.errorbar([r.epsilon_certified for r in cert], [r.utility_mean for r in cert],
-                            yerr=[r.utility_std or 0.0 for r in cert], color=c, marker="o", ms=5, lw=1.4,
-                            capsize=2.5, zorder=3)
-            for r in members:
-                if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
-                    ax.plot([r.epsilon_claimed], [r.utility_mean], marker="o", ms=8, mfc="white", mec=c,
-                            mew=1.4, ls="none", zorder=2.5)  # a ring around the certified dot
-                    if _finite(r.epsilon_certified):
-                        ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c,
-                                ls=":", lw=1, zorder=2)
-                if _finite(r.epsilon_certified) and _finite(r.epsilon_audited):
-                    low = r.epsilon_audited if r.epsilon_audited > 0 else left
-                    ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
-                            solid_capstyle="butt", zorder=2)
-                    if r.epsilon_audited <= 0:
-                        zero_audit = True
-                        ax.plot([left * 1.04], [r.utility_mean], marker="<", ms=6, color=c, ls="none", zorder=2.6)
+            words = not_ok(members)
+            if words:
+                unranked[label] = words
+            legend[label] = _mechanism_line(ax, members, colours[label], sweep_marker(members[0].sweep, sweeps),
+                                            bool(words), left)
+            zero_audit |= any(_finite(r.epsilon_audited) and r.epsilon_audited <= 0 and _finite(r.epsilon_certified)
+                              for r in members)
         ax.set_xscale("log")
         ax.set_xlim(left, right)
-        _log_ticks(ax, xs + audited, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
+        _log_ticks(ax, xs, left, right, (width or 3.2) * (0.75 if narrow else 0.7 / len(groups)))
         ax.set_xlabel(f"{EPS} (certified; hollow: claimed)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{dataset} / {model}")
         ax.grid(True, which="major", alpha=0.3)
-        for label in sorted(lines):
-            legend[label] = Line2D([], [], color=colours[label], marker="o", lw=1.4)
         if any(not r.private for r in part):
             legend["~non-private (mean ± std)"] = Patch(facecolor="0.85", edgecolor="0.4", ls="--")
-    shown = [colours[k] for k in sorted(colours) if k in legend]
-    labels = [k.lstrip("~") for k in sorted(legend)] + [f"claimed {EPS}", "audited to certified"]
+    shown = list(dict.fromkeys(colours[k] for k in sorted(colours) if k in legend))
+    labels = [k.lstrip("~") + (f" ({unranked[k]})" if k in unranked else "") for k in sorted(legend)] + [
+        f"claimed {EPS}", "audited to certified"]
     handles = [legend[k] for k in sorted(legend)] + [
         tuple(Line2D([], [], color=c, marker="o", mfc="white", mew=1.4, ls=":") for c in shown) or Line2D([], []),
         tuple(Line2D([], [], color=c, lw=6, alpha=0.22) for c in shown) or Line2D([], [])]
@@ -273,6 +290,31 @@ def privacy_utility(records: Sequence[Mapping[str, Any]], metric: str = "accurac
     return fig
 
 
+def _mechanism_line(ax: Any, members: Sequence[LeaderboardRow], c: str, m: str, dashed: bool, left: float) -> Line2D:
+    """One mechanism's rows in a privacy-utility panel (`privacy_utility` says what each mark means): solid when
+    every claim is ok, else dashed and thinner, never emphasised. Returns its legend handle."""
+    style = {"lw": 1.0 if dashed else 1.4, "ls": "--" if dashed else "-"}
+    cert = sorted((r for r in members if _finite(r.epsilon_certified)), key=lambda r: r.epsilon_certified)
+    if cert:
+        ax.errorbar([r.epsilon_certified for r in cert], [r.utility_mean for r in cert],
+                    yerr=[r.utility_std or 0.0 for r in cert], color=c, marker=m, ms=4 if dashed else 5, capsize=2.5,
+                    zorder=3, **style)
+    for r in members:
+        if _finite(r.epsilon_claimed) and r.epsilon_claimed > 0:
+            ax.plot([r.epsilon_claimed], [r.utility_mean], marker=m, ms=8, mfc="white", mec=c,
+                    mew=1.4, ls="none", zorder=2.5)  # a ring around the certified dot
+            if _finite(r.epsilon_certified):
+                ax.plot([r.epsilon_claimed, r.epsilon_certified], [r.utility_mean] * 2, color=c, ls=":", lw=1,
+                        zorder=2)
+        if _finite(r.epsilon_certified) and _finite(r.epsilon_audited):
+            low = r.epsilon_audited if r.epsilon_audited > 0 else left
+            ax.plot([low, r.epsilon_certified], [r.utility_mean] * 2, color=c, lw=6, alpha=0.22,
+                    solid_capstyle="butt", zorder=2)
+            if r.epsilon_audited <= 0:
+                ax.plot([left * 1.04], [r.utility_mean], marker="<", ms=6, color=c, ls="none", zorder=2.6)
+    return Line2D([], [], color=c, marker=m, **style)
+
+
 def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in records:
@@ -281,8 +323,7 @@ def _per_trial(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         cfg, m = r["config"], r.get("metrics") or {}
         out.append({"sweep": r.get("sweep"), "dataset": cfg["dataset"], "model": cfg["model"],
                     "mechanism": cfg["mechanism"], "epsilon": cfg.get("epsilon"), "private": schema.is_private(r),
-                    "batch_size": (cfg.get("train") or {}).get("batch_size"),
-                    "step_time_s": m.get("step_time_s"), "peak_memory_mb": m.get("peak_memory_mb"),
+                    "peak_memory_mb": m.get("peak_memory_mb"),
                     "step_time_ratio": m.get("step_time_ratio")})
     return out
 
@@ -299,17 +340,13 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
     Each dot is one trial, in its mechanism's colour, its marker saying its target epsilon (legend); a short bar
     marks the mean step-time ratio of a mechanism at one epsilon: the leaderboard's `step x`. The ratio is each
     trial's own paired measurement (`step_time_ratio`, private and non-private steps taken in turns in the
-    trial); a record without one (older stores) is against the non-private trials of the same sweep, dataset,
-    model and batch size, as in the leaderboard. Memory is each trial's own peak in MB, with no mean or error
-    bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
+    trial); a private trial without one has no dot (never the ratio of two trials' medians, as in the
+    leaderboard), and non-private trials sit at 1, the reference. Memory is each trial's own peak in MB, with no
+    mean or error bar: a trial's figure depends on what its process allocated before (docs/commands.md), so an
     average over trials would suggest a precision the measurement does not have.
     """
     trials = _per_trial(records)
     multi = len(_sweeps(records)) > 1
-    base: dict[tuple, list[float]] = defaultdict(list)
-    for t in trials:
-        if not t["private"] and _finite(t["step_time_s"]):
-            base[(t["sweep"], t["dataset"], t["model"], t["batch_size"])].append(t["step_time_s"])
     groups = sorted({(t["dataset"], t["model"]) for t in trials})
     epsilons = sorted({t["epsilon"] for t in trials}, key=lambda e: (e is not None, e or 0))
     fig, axes, narrow = _figure(2 * max(1, len(groups)), width, (3.4, 2.2), (1.1, len(epsilons)))
@@ -326,11 +363,8 @@ def overhead(records: Sequence[Mapping[str, Any]], width: float | None = None) -
         memory: dict[tuple, list[float]] = defaultdict(list)
         for t in part:
             label = f"{t['mechanism']} ({t['sweep']})" if multi else t["mechanism"]
-            ref = base.get((t["sweep"], t["dataset"], t["model"], t["batch_size"]))
-            if _finite(t["step_time_ratio"]):  # the trial's own paired measurement, as the tables show it
-                step[(label, t["epsilon"])].append(t["step_time_ratio"])
-            elif ref and _finite(t["step_time_s"]):
-                step[(label, t["epsilon"])].append(t["step_time_s"] / (sum(ref) / len(ref)))
+            if _finite(t["step_time_ratio"]) or not t["private"]:  # the trial's own paired measurement, as the tables
+                step[(label, t["epsilon"])].append(t["step_time_ratio"] if t["private"] else 1.0)
             if _finite(t["peak_memory_mb"]):
                 memory[(label, t["epsilon"])].append(t["peak_memory_mb"])
         bar_width = 0.7 / max(1, len(epsilons))
@@ -383,6 +417,7 @@ def _category_ticks(ax: Any, labels: Sequence[str], axis_in: float) -> float:
 
 
 CURVE_TITLES = {"train_loss": "training loss", "test_accuracy": "test accuracy", "val_accuracy": "validation accuracy"}
+CURVE_QUANTITY = {"test_accuracy": "accuracy"}  # the metric a curve is the history of (its format), if not its name
 
 
 @_styled
@@ -393,8 +428,10 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
     when narrow; one line per mechanism and epsilon: colour by mechanism, line style by epsilon, in one
     legend for the figure.
     """
-    multi = len(_sweeps(records)) > 1
+    sweeps = _sweeps(records)
+    multi = len(sweeps) > 1
     series: dict[tuple, dict[tuple, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
+    marker: dict[str, str] = {}  # line label -> its sweep's marker (a mechanism has one colour in every sweep)
     kinds: set[str] = set()
     for r in records:
         if r.get("status") != "finished":
@@ -406,6 +443,7 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
                 kinds.add(kind)
                 label = f"{cfg['mechanism']} ({r.get('sweep')})" if multi else cfg["mechanism"]
                 series[(cfg["dataset"], cfg["model"], kind)][(label, cfg.get("epsilon"))].append(clean)
+                marker[label] = sweep_marker(r.get("sweep"), sweeps)
     order = [k for k in CURVE_TITLES if k in kinds] + sorted(kinds - set(CURVE_TITLES))
     groups = sorted({(d, m) for d, m, _ in series})
     entries = len({key for g in series.values() for key in g})
@@ -421,7 +459,7 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
             for (label, eps), runs in sorted(series.get((dataset, model, kind), {}).items(),
                                              key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
                 n = min(len(v) for v in runs)
-                scale = 100.0 if kind.endswith("accuracy") else 1.0  # in % as the tables show accuracy
+                scale = utility_label(CURVE_QUANTITY.get(kind, kind))[1]  # in % where the tables write it in %
                 runs = [[x * scale for x in v] for v in runs]
                 mean = [sum(v[i] for v in runs) / len(runs) for i in range(n)]
                 std = [(sum((v[i] - mean[i]) ** 2 for v in runs) / (len(runs) - 1)) ** 0.5 if len(runs) > 1 else 0.0
@@ -429,13 +467,15 @@ def curves(records: Sequence[Mapping[str, Any]], width: float | None = None) -> 
                 epochs = list(range(1, n + 1))
                 style = LINESTYLES[eps_all.index(eps) % len(LINESTYLES)] if eps in eps_all else "-"
                 name = label + (f", {EPS} {eps:g}" if eps is not None else "")
-                line = ax.plot(epochs, mean, color=colours[label], ls=style, marker="o", ms=3, lw=1.3, label=name)[0]
+                line = ax.plot(epochs, mean, color=colours[label], ls=style, marker=marker[label], ms=3, lw=1.3,
+                               label=name)[0]
                 ax.fill_between(epochs, [m - s for m, s in zip(mean, std, strict=True)],
                                 [m + s for m, s in zip(mean, std, strict=True)], color=colours[label], alpha=0.12)
                 legend.setdefault((label, -1 if eps is None else eps), line)
             last = ki == len(order) - 1
             ax.set_xlabel("epoch" if last or not narrow else "")
-            ax.set_ylabel(CURVE_TITLES.get(kind, kind) + (" (%)" if kind.endswith("accuracy") else ""))
+            percent = utility_label(CURVE_QUANTITY.get(kind, kind))[1] != 1.0
+            ax.set_ylabel(CURVE_TITLES.get(kind, kind) + (" (%)" if percent else ""))
             ax.set_title(f"{dataset} / {model}" if ki == 0 or not narrow else "")
             ax.grid(True, alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
@@ -508,7 +548,8 @@ class NoTunedCells(ValueError):
 def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width: float | None = None) -> Figure:
     """Utility of the selected candidates against epsilon (log x), one panel per dataset/model: a hollow
     marker at one run's certified epsilon, a filled one (with the std over cells) at the epsilon including
-    tuning, joined by a dotted line, one colour per mechanism and budget. The gap is what tuning costs."""
+    tuning, joined by a dotted line; the mechanism's colour, one marker per budget. The gap is what tuning
+    costs."""
     from dashboards import tuned_cells as tuned
 
     board = [r for r in tuned.rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
@@ -517,24 +558,25 @@ def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width
     fig, axes, narrow = _figure(len(panels), width, (3.4, 2.8), (2.0, len(labels)))
     if not panels:
         return _empty(fig, "no complete tuned cells")
-    colour = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    budgets = sorted({str(r.budget) for r in board})
+    ylabel, scale = utility_label(metric)
     for ax, (dataset, model) in zip(axes, panels, strict=True):
         mine = [r for r in board if (r.dataset, r.model) == (dataset, model)]
         for label in labels:
             line = sorted((r for r in mine if f"{r.mechanism} ({r.budget})" == label), key=lambda r: r.epsilon_tuned)
             if not line:
                 continue
-            c = colour[label]
-            ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean for r in line],
-                        yerr=[r.utility_std or 0.0 for r in line], color=c, marker="o", capsize=2, label=label)
+            c, m = mechanism_colour(line[0].mechanism), MARKERS[budgets.index(str(line[0].budget)) % len(MARKERS)]
+            ax.errorbar([r.epsilon_tuned for r in line], [r.utility_mean * scale for r in line],
+                        yerr=[(r.utility_std or 0.0) * scale for r in line], color=c, marker=m, capsize=2, label=label)
             for r in line:
                 if r.epsilon_run is not None:
-                    ax.plot([r.epsilon_run], [r.utility_mean], marker="o", color=c, markerfacecolor="white")
-                    ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean] * 2, ":", color=c, linewidth=1)
+                    ax.plot([r.epsilon_run], [r.utility_mean * scale], marker=m, color=c, markerfacecolor="white")
+                    ax.plot([r.epsilon_run, r.epsilon_tuned], [r.utility_mean * scale] * 2, ":", color=c, linewidth=1)
         ax.set_xscale("log")
         ax.set_title(f"{dataset} / {model}")
-        ax.set_xlabel("epsilon (hollow: one run; filled: with tuning)")
-        ax.set_ylabel(f"{metric} (selected)")
+        ax.set_xlabel(f"{EPS} (hollow: one run; filled: with tuning)")
+        ax.set_ylabel(f"{ylabel} (selected)")
     _legend(fig, *axes[0].get_legend_handles_labels(), narrow)
     return fig
 

@@ -7,8 +7,8 @@ smaller), full headers, else abbreviated ones explained in a legend line, normal
 tighter. When the chosen columns fit no single table, they are split into stacked tables that each repeat
 the key columns (mechanism and target epsilon).
 
-Every number column shows its numbers with one number of decimals (so that, right-aligned, they align on
-the decimal point), enough for the schema's significant digits (`storage/schema.py`), rounded up for upper
+Every number is written as every other output writes its quantity (`storage/schema.py`: one number of
+decimals per quantity, so that, right-aligned, a column aligns on the decimal point), rounded up for upper
 bounds and down for lower bounds. Units go in the headers. The output needs one package, `booktabs`, named
 in its first line; superscripts and subscripts (below 8 pt) are never used.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from dashboards.leaderboard import LeaderboardRow
+from dashboards.leaderboard import LeaderboardRow, honest
 from dashboards.tex_metrics import MATH, SPACE, TEXT
 from dashboards.venues import WIDTHS, Venue
 from storage import schema
@@ -148,19 +148,14 @@ class Column:
 
 
 def unit_tex(unit: str) -> Tex:
-    """`(MB)`, `($\times$)` for ratios, `(\\%)`."""
+    """`(MB)`, `($\\times$)` for ratios, `(\\%)`."""
     glyph = (("cmsy", "times"),) if unit == "x" else (("cmr", unit),)
     return Tex(f"({UNITS.get(unit, escape(unit))})", (("cmr", "("),) + glyph + (("cmr", ")"),))
 
 
-def _places(values: Sequence[float | None], f: schema.Field) -> int:
-    return schema.decimals([v for v in values if v is not None], f)
-
-
 def _formatted(values: Sequence[float | None], f: schema.Field) -> tuple[Tex, ...]:
-    """A column's numbers with its common decimals (`--` for none)."""
-    places = _places(values, f)
-    return tuple(NONE if v is None else number(schema.shown(v, f, places)) for v in values)
+    """A column's numbers as every output writes the quantity (`--` for none)."""
+    return tuple(NONE if v is None else number(schema.shown(v, f)) for v in values)
 
 
 def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str,
@@ -179,14 +174,11 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
             cells, align = tuple(text(r.mechanism, "cmtt") for r in board), "l"
         elif header == "utility":
             u = schema.utility_field(metric)
-            label, short = metric.replace("_", " "), (u.abbr or metric).replace("_", " ")
-            unit = "%" if u.percent else ""
-            means = [r.utility_mean for r in board]
-            places = _places(means, u)
-            cells = tuple(NONE if r.utility_mean is None else number(schema.shown(r.utility_mean, u, places), bold[i])
+            label, short, unit = metric.replace("_", " "), (u.abbr or metric).replace("_", " "), u.unit
+            cells = tuple(NONE if r.utility_mean is None else number(schema.shown(r.utility_mean, u), bold[i])
                           for i, r in enumerate(board))
             std = tuple(EMPTY if r.utility_mean is None or r.utility_std is None or r.n_finished < 2 else
-                        binary("pm") + number(schema.shown(r.utility_std, u, places), bold[i])
+                        binary("pm") + number(schema.shown(r.utility_std, u), bold[i])
                         for i, r in enumerate(board))
             align = "r@{}l"
         elif header == "status":
@@ -307,7 +299,8 @@ def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set
     if any(c.unit == "x" for c in shown):
         notes.append(r"($\times$): relative to non-private")
     if best:
-        notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} at each target $\varepsilon$")
+        notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} among rows with status ok at each "
+                     r"target $\varepsilon$")
     return "; ".join(notes) + ("." if notes else "")
 
 
@@ -332,14 +325,16 @@ def _abbreviate_statuses(cols: Sequence[Column], board: Sequence[LeaderboardRow]
 
 
 def best_utility(board: Sequence[LeaderboardRow]) -> set[int]:
-    """Indices of the rows in bold: the highest mean utility among the private rows of each (sweep,
+    """Indices of the rows in bold: the highest mean utility among the `ok` rows (`honest`) of each (sweep,
     dataset, model, target epsilon) group of two private rows or more (a lone private row is best of nothing,
-    and a table of one private mechanism would be bold throughout)."""
+    and a table of one private mechanism would be bold throughout). An overclaimed row with more utility is
+    never bold: it is shown, its status in words."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(board):
         if r.private and r.utility_mean is not None:
             groups.setdefault((r.sweep, r.dataset, r.model, r.epsilon_target), []).append(i)
-    return {max(members, key=lambda i: board[i].utility_mean) for members in groups.values() if len(members) > 1}
+    return {max(ok, key=lambda i: board[i].utility_mean) for members in groups.values() if len(members) > 1
+            for ok in [[i for i in members if honest(board[i])]] if ok}
 
 
 def resolve_width(width: str | float, venue: Venue) -> float:

@@ -2,8 +2,11 @@
 
 Every column, where it comes from in the record and how seeds combine is declared in `storage.schema`.
 
-Ratios compare with `nonprivate` on the same dataset / model / batch size; a value that does not
-apply is None, never a made-up number. Rows are ranked by utility at equal certified epsilon.
+`step x` is each private trial's own paired measurement (workers/overhead.py), mean over seeds, with the widest
+95% interval; a row without one has none (never the ratio of two trials' median steps, another quantity). The
+memory ratio of records without a paired one compares with `nonprivate` on the same dataset / model / batch size.
+A value that does not apply is None, never a made-up number. Rows are ranked by utility at equal certified
+epsilon, and only rows whose claim is `ok` are ranked or highlighted (`honest`).
 """
 
 from __future__ import annotations
@@ -44,18 +47,20 @@ class LeaderboardRow:
     sigma: float | None
     accountant: str | None
     sampler: str | None
-    step_time_ratio: float | None
+    step_time_ratio: float | None  # the trials' paired measurements (workers/overhead.py), None without one
     peak_memory_ratio: float | None
     examples_per_s: float | None
     wall_s: float | None
     n_finished: int
     n_failed: int
     batch_size: int | None = None
-    pareto: bool = False  # no other row has certified epsilon <= and utility >= (one strictly)
+    pareto: bool = False  # an ok row; no other ok row has epsilon <= and utility >= (one strictly)
     mu_claimed: float | None = None  # one-step GDP view of the claim (mechanism-level audit)
     mu_audited: float | None = None  # one-step GDP lower bound measured by the audit
     epsilon_audited_step: float | None = None  # one un-subsampled step; not comparable to run epsilons
     peak_memory_mb: float | None = None  # extra peak memory of the training loop, mean over seeds
+    step_time_ratio_low: float | None = None  # the 95% interval of step_time_ratio: the lowest low over seeds
+    step_time_ratio_high: float | None = None  # and the highest high
     sweep: str | None = None  # rows of several sweeps are kept apart (`leaderboard A B`)
     # The one-run audit (docs/auditing.md): each estimator's lower bound, max over seeds like
     # `epsilon_audited`; the ceiling (what the same analysis reaches on the certified mechanism simulated
@@ -85,7 +90,7 @@ class LeaderboardRow:
 # columns are grouping keys or derived from several fields).
 _KEYS = ("sweep", "dataset", "model", "mechanism", "epsilon_target")
 AGGREGATED = tuple(f for f in schema.columns()
-                   if f.section in ("metrics", "privacy") and f.aggregate in ("mean", "max"))
+                   if f.section in ("metrics", "privacy") and f.aggregate in ("mean", "max", "min"))
 
 
 def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
@@ -96,7 +101,7 @@ def _flat(record: Mapping[str, Any], metric: str) -> dict[str, Any]:
         "private": schema.is_private(record),
         "epsilon_target": cfg.get("epsilon"), "seed": cfg["seed"], "status": record["status"],
         "batch_size": (cfg.get("train") or {}).get("batch_size"), "utility": metrics.get(metric),
-        "step_time_s": metrics.get("step_time_s"), "claim_status": privacy.get("claim_status"),
+        "claim_status": privacy.get("claim_status"),
         "accountant": privacy.get("accountant"), "sampler": privacy.get("sampler"),
         "uncertified_reason": privacy.get("uncertified_reason"),
         "audit_violations": tuple(privacy.get("audit_violations")
@@ -134,6 +139,14 @@ def _max(values: pd.Series) -> float | None:
     return _num(v.max()) if len(v) else None
 
 
+def _min(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return _num(v.min()) if len(v) else None
+
+
+COMBINE = {"mean": _mean, "max": _max, "min": _min}
+
+
 def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
          view: str = "certified") -> list[LeaderboardRow]:
     if view not in VIEWS:
@@ -150,7 +163,7 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
     frame["epsilon_target"] = frame["epsilon_target"].astype(object).where(frame["epsilon_target"].notna(), None)
     ok = frame[frame.status == "finished"]
     base = ok[~ok.private.astype(bool)].groupby(["sweep", "dataset", "model", "batch_size"])[
-        ["step_time_s", "peak_memory_mb"]].mean()
+        ["peak_memory_mb"]].mean()
     out: list[LeaderboardRow] = []
     for key, group in frame.groupby(keys, dropna=False, sort=True):
         sweep, dataset, model, mechanism, eps = key
@@ -178,16 +191,16 @@ def rows(records: Iterable[Mapping[str, Any]], *, metric: str = "accuracy",
             sampler=next(iter(fin.sampler.dropna()), None),
             uncertified_reason=next(iter(fin.uncertified_reason.dropna()), None),
             audit_violation=", ".join(dict.fromkeys(v for seed in fin.audit_violations for v in seed)) or None,
-            # the trials' own paired measurements; records from before them: against non-private's trials
-            step_time_ratio=_first(_mean(fin.step_time_ratio), ratio("step_time_s")),
+            # the trials' own paired measurements only (never two trials' medians); the reference is 1 by definition
+            step_time_ratio=_mean(fin.step_time_ratio) if group.private.any() else (1.0 if len(fin) else None),
             peak_memory_ratio=_first(_mean(fin.peak_memory_ratio),
                                      ratio("peak_memory_mb", floor=MEMORY_RATIO_MIN_BASELINE_MB)),
             n_finished=int(len(fin)), n_failed=int((group.status == "failed").sum()),
             batch_size=int(batch) if batch is not None and batch == batch else None,
             sweep=sweep or None, private=bool(group.private.any()),
-            # max for lower bounds (never averaged away) and epsilon_certified (never under-reported)
-            **{f.column: _typed(f, (_max if f.aggregate == "max" else _mean)(fin[f.column])) for f in AGGREGATED
-               if f.column not in PAIRED},
+            # max for lower bounds (never averaged away) and epsilon_certified (never under-reported); an
+            # interval's ends: the widest over seeds
+            **{f.column: _typed(f, COMBINE[f.aggregate](fin[f.column])) for f in AGGREGATED if f.column not in PAIRED},
         ))
     out = [dataclasses.replace(r, tuning=tuned_cells.note_for(r, everything, flags)) for r in out]
     return rank(out, view)
@@ -198,21 +211,36 @@ def _eps_of(row: LeaderboardRow, view: str) -> float:
     return math.inf if eps is None else eps
 
 
+def honest(row: LeaderboardRow) -> bool:
+    """Whether the row may be ranked, put in bold, marked Pareto or drawn as a contender: its claim is `ok`.
+    An overclaimed, violated or uncertified row is shown, its status in words, and never highlighted: an
+    optimistic analysis must not top the board in any output."""
+    return row.private and row.claim_status == "ok"
+
+
+def tier(row: LeaderboardRow) -> int:
+    """Where a row sorts within its dataset/model: honest rows (ranked), the non-private reference, then the
+    rows whose claim is not `ok` (shown, not ranked)."""
+    return 0 if honest(row) else 1 if not row.private else 2
+
+
 def rank(board: list[LeaderboardRow], view: str = "certified") -> list[LeaderboardRow]:
-    """Within each dataset/model: by epsilon (the chosen view; no bound = inf) then utility, and mark
-    the Pareto front (most utility for the least epsilon)."""
+    """Within each dataset/model: the honest rows first, by epsilon (the chosen view; no bound = inf) then
+    utility; then the non-private reference; then the rest in the same order. The Pareto front (most utility
+    for the least epsilon) is marked among the honest rows only."""
+    contenders = [r for r in board if honest(r) and r.utility_mean is not None]
+
     def dominated(r: LeaderboardRow) -> bool:
-        u = r.utility_mean if r.utility_mean is not None else -math.inf
-        for o in board:
-            if o is r or (o.dataset, o.model) != (r.dataset, r.model) or o.utility_mean is None:
+        for o in contenders:
+            if o is r or (o.dataset, o.model) != (r.dataset, r.model):
                 continue
-            if _eps_of(o, view) <= _eps_of(r, view) and o.utility_mean >= u and (
-                    _eps_of(o, view) < _eps_of(r, view) or o.utility_mean > u):
+            if _eps_of(o, view) <= _eps_of(r, view) and o.utility_mean >= r.utility_mean and (
+                    _eps_of(o, view) < _eps_of(r, view) or o.utility_mean > r.utility_mean):
                 return True
         return False
 
-    marked = [dataclasses.replace(r, pareto=r.utility_mean is not None and not dominated(r)) for r in board]
-    return sorted(marked, key=lambda r: (r.dataset, r.model, _eps_of(r, view),
+    marked = [dataclasses.replace(r, pareto=any(r is c for c in contenders) and not dominated(r)) for r in board]
+    return sorted(marked, key=lambda r: (r.dataset, r.model, tier(r), _eps_of(r, view),
                                          -(r.utility_mean if r.utility_mean is not None else -math.inf)))
 
 

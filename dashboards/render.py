@@ -6,6 +6,7 @@ import dataclasses
 import html
 import io
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,48 +26,35 @@ FLOATS = tex.FLOATS
 FORMATS = ("table", "csv", "markdown", "latex", "json", "html")
 
 
-def _fmt(x: Any, f: schema.Field, places: int | None = None) -> str:
-    """A number as the schema shows it: rounded up for upper bounds and down for lower bounds, with the
-    column's `places` decimals (the LaTeX table's rule: `schema.decimals` of the column's numbers, so every
-    output shows one value per quantity), else its significant digits; large numbers whole (15900, not
-    1.59e+04); `-` for none."""
+def _fmt(x: Any, f: schema.Field) -> str:
+    """A number as every output writes its quantity (`schema.shown`: the field's decimals and rounding, up
+    for upper bounds and down for lower bounds); `-` for none."""
     if x is None:
         return "-"
-    return schema.shown(x, f, places) if isinstance(x, float) else str(x)
-
-
-def _places(board: Sequence[LeaderboardRow], f: schema.Field) -> int | None:
-    values = [getattr(r, f.column) for r in board]
-    numbers = [v for v in values if isinstance(v, float)]
-    return schema.decimals(numbers, f) if numbers else None
+    return schema.shown(x, f) if isinstance(x, float) else str(x)
 
 
 def _utility(r: LeaderboardRow) -> str:
     if r.utility_mean is None:
         return "-"
+    u = schema.utility_field(r.metric)
     one_run = r.utility_std is None or r.n_finished < 2  # no spread to show: `0.4568`, never `0.4568 ± 0.0000`
-    return f"{r.utility_mean:.4f}" if one_run else f"{r.utility_mean:.4f} ± {r.utility_std:.4f}"
+    mean = schema.shown(r.utility_mean, u)
+    return mean if one_run else f"{mean} ± {schema.shown(r.utility_std, u)}"
 
 
-def _mu(board: Sequence[LeaderboardRow]) -> Callable[[LeaderboardRow], str]:
-    """`claimed/audited` with each part's column decimals (over the rows that have an audited mu), as LaTeX."""
-    claimed, audited = schema.field("privacy", "mu_claimed"), schema.field("privacy", "mu_audited")
-    shown = [r for r in board if r.mu_audited is not None]
-    c_places = schema.decimals([r.mu_claimed for r in shown], claimed)
-    a_places = schema.decimals([r.mu_audited for r in shown], audited)
-
-    def cell(r: LeaderboardRow) -> str:
-        if r.mu_audited is None:
-            return "-"
-        return f"{_fmt(r.mu_claimed, claimed, c_places)}/{_fmt(r.mu_audited, audited, a_places)}"
-
-    return cell
+def _mu(r: LeaderboardRow) -> str:
+    """`claimed/audited`, each part as its quantity is written."""
+    if r.mu_audited is None:
+        return "-"
+    return (f"{_fmt(r.mu_claimed, schema.field('privacy', 'mu_claimed'))}/"
+            f"{_fmt(r.mu_audited, schema.field('privacy', 'mu_audited'))}")
 
 
 # Cells that are not one number of the row's schema column (every other column: `_fmt` of its value).
 CELLS: dict[str, Callable[[LeaderboardRow], str]] = {
     "dataset": lambda r: r.dataset, "model": lambda r: r.model, "mechanism": lambda r: r.mechanism,
-    "utility": _utility,
+    "utility": _utility, "mu claimed/audited": _mu,
     "status": lambda r: r.claim_status or "-",
     "violation": lambda r: r.audit_violation or "-",  # why, in words (e.g. "above ceiling")
     "> ceiling": lambda r: {True: "yes", False: "no"}.get(r.audit_above_ceiling, "-"),
@@ -75,14 +63,11 @@ CELLS: dict[str, Callable[[LeaderboardRow], str]] = {
 }
 
 
-def _cell(f: schema.Field, scope: Sequence[LeaderboardRow]) -> Callable[[LeaderboardRow], str]:
-    """The cell of field `f`; numbers with the decimals of the column over `scope` (the whole leaderboard)."""
-    if f.header == "mu claimed/audited":
-        return _mu(scope)
+def _cell(f: schema.Field) -> Callable[[LeaderboardRow], str]:
+    """The cell of field `f`."""
     if f.header in CELLS:
         return CELLS[f.header]
-    places = _places(scope, f)
-    return lambda r: _fmt(getattr(r, f.column), f, places)
+    return lambda r: _fmt(getattr(r, f.column), f)
 
 
 def groups_of(columns: str | Sequence[str]) -> tuple[str, ...]:
@@ -92,14 +77,11 @@ def groups_of(columns: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def display(board: Sequence[LeaderboardRow], columns: str | Sequence[str] = "core",
-            leave_out: Sequence[str] = (), scope: Sequence[LeaderboardRow] | None = None
-            ) -> list[tuple[str, Callable[[LeaderboardRow], str]]]:
+            leave_out: Sequence[str] = ()) -> list[tuple[str, Callable[[LeaderboardRow], str]]]:
     """(header, cell) of the text tables' columns: the schema's displayed fields of the chosen groups, in
-    its display order; a sparse field (newer than most stores) only when some row has it. `scope`: the rows
-    whose numbers set each column's decimals (default `board`; the terminal's per-dataset tables pass the whole
-    leaderboard, so that each number reads as in the LaTeX table and the report)."""
+    its display order; a sparse field (newer than most stores) only when some row has it."""
     chosen = groups_of(columns)  # groups and single columns' headers
-    return [(f.header, _cell(f, board if scope is None else scope)) for f in schema.displayed()
+    return [(f.header, _cell(f)) for f in schema.displayed()
             if (f.group in chosen or f.header in chosen or f.header in schema.IDENTITY) and f.header not in leave_out
             and not (f.sparse and all(getattr(r, f.column) is None for r in board))]
 
@@ -128,9 +110,24 @@ def _table(title: str, shown: Sequence[tuple[str, list[str]]], statuses: Sequenc
     return table
 
 
+def fit_title(title: str, width: int | None) -> str:
+    """A title within `width` characters, broken between its phrases (after ` / ` and ` + `, before the
+    parenthesis, which stays whole), never inside one: a two-sweep board's title wrapped mid-phrase at 80 columns."""
+    if width is None or len(title) <= width:
+        return title
+    head, paren, tail = title.partition(" (")
+    lines = [""]
+    for piece in re.split(r"(?<=[/+] )", head) + ([paren + tail] if paren else []):
+        if lines[-1] and len((lines[-1] + piece).rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append(piece.lstrip())
+        else:
+            lines[-1] += piece
+    return "\n".join(lines)
+
+
 def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence[str] = "core",
-                width: int | None = None, ascii_only: bool = False,
-                scope: Sequence[LeaderboardRow] | None = None) -> tuple[list[Table], str]:
+                width: int | None = None, ascii_only: bool = False) -> tuple[list[Table], str]:
     """One dataset/model group (named in the title: those two columns are left out) as terminal tables
     that fit `width` characters (None: one table at its natural width). A selection wider than the
     terminal folds into stacked tables, each repeating mechanism and eps target; a column too wide for
@@ -140,7 +137,7 @@ def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence
     from rich.measure import Measurement
 
     shown = [(h, [cell(r).replace("±", "+-") if ascii_only else cell(r) for r in board])
-             for h, cell in display(board, columns, leave_out=("dataset", "model"), scope=scope)]
+             for h, cell in display(board, columns, leave_out=("dataset", "model"))]
     statuses = [r.claim_status for r in board]
     if width is None:
         return [_table(title, shown, statuses)], ""
@@ -161,6 +158,8 @@ def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence
             parts.append(keys + [column])
         else:
             left_out.append(column[0])
+    # Rich wraps a title at its table's width: broken between phrases at that width instead
+    title = fit_title(title, Measurement.get(console, console.options, _table("", parts[0], statuses)).maximum)
     tables = [_table(title if i == 0 else "", part, statuses) for i, part in enumerate(parts)]
     notes = []
     if len(parts) > 1:

@@ -20,10 +20,11 @@ from dashboards.leaderboard import LeaderboardRow, rows
 from dashboards.render import text_table
 from storage import schema
 
+AUDIT_BARS = " Shaded bars: from the audited lower bound to the certified upper bound."  # when audits ran
 CAPTIONS = {
     "privacy-utility": "Utility against certified epsilon (log scale), mean and std over seeds. Hollow markers: "
-                       "the claimed epsilon of the same runs, joined to the certified one; shaded bars: from the "
-                       "audited lower bound to the certified upper bound; grey band: non-private mean ± std.",
+                       "the claimed epsilon of the same runs, joined to the certified one; grey band: non-private "
+                       "mean ± std; dashed: a mechanism whose claim is not ok.",
     "verdicts": "Claim verdict per mechanism and target epsilon (cells: claimed / certified epsilon).",
     "overhead": "Cost per training step against non-private, each trial's own paired measurement (left; bars: "
                 "the mean, the leaderboard's step x) and each trial's extra peak memory in MB (right); dots are "
@@ -62,7 +63,9 @@ def verdict_sentence(r: LeaderboardRow) -> str:
     where = f"{r.mechanism}{target} ({r.dataset} / {r.model}{', ' + r.sweep if r.sweep else ''})"
     claimed, certified = _e(r.epsilon_claimed, "epsilon_claimed"), _e(r.epsilon_certified)
     audited = _e(r.epsilon_audited, "epsilon_audited")
-    if r.claim_status == "ok":
+    if r.claim_status == "ok":  # an audit that did not run is not mentioned
+        if r.epsilon_audited is None:
+            return f"{where}: ok. The sound bound ({certified}) is at most the claimed epsilon {claimed}."
         return (f"{where}: ok. The sound bound ({certified}) and the audited lower bound ({audited}) are both "
                 f"at most the claimed epsilon {claimed}.")
     if r.claim_status == "overclaimed":
@@ -79,11 +82,13 @@ def verdict_sentence(r: LeaderboardRow) -> str:
                   if value is not None and r.epsilon_claimed is not None and value > r.epsilon_claimed]
         run = f"; within the certified family, {' and '.join(family)}" if family else ""
         found = f"; the run's audits found: {r.audit_violation}" if r.audit_violation else ""
-        return (f"{where}: violated. An experiment refutes the claim of epsilon {claimed}: the audited lower "
-                f"bound is {audited}{run}{found}{step}; the sound bound is {certified}.")
+        bound = f"the audited lower bound is {audited}" if r.epsilon_audited is not None else "it was audited"
+        return (f"{where}: violated. An experiment refutes the claim of epsilon {claimed}: {bound}{run}{found}{step}; "
+                f"the sound bound is {certified}.")
     if r.claim_status == "uncertified":
+        lower = f"; the audited lower bound is {audited}" if r.epsilon_audited is not None else ""
         return (f"{where}: uncertified. No sound analysis of what the code does is known, so only the claim "
-                f"({claimed}) is reported; the audited lower bound is {audited}.")
+                f"({claimed}) is reported{lower}.")
     return f"{where}: no verdict (no finished private trial)."
 
 
@@ -97,7 +102,7 @@ def audit_sentence(r: LeaderboardRow) -> str:
         tpr = ("" if r.mia_tpr_at_0_1pct_fpr is None else
                f", TPR {_n(r.mia_tpr_at_0_1pct_fpr, 'mia_tpr_at_0_1pct_fpr')} at 0.1% FPR")
         parts.append(f"a loss-threshold membership-inference attack has AUC {_n(r.mia_auc, 'mia_auc')}{tpr}")
-    if r.audit_time_ratio is not None:
+    if r.audit_time_ratio is not None and (parts or r.epsilon_audited is not None):  # only for audits that ran
         parts.append(f"the audits cost {_n(r.audit_time_ratio, 'audit_time_ratio')}x the training time")
     return (" Audit: " + "; ".join(parts) + ".") if parts else ""
 
@@ -111,12 +116,27 @@ def _svg(fig: Any, salt: str) -> str:
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
 
 
+NOT_MEASURED = "not measured"  # a private row with no paired step measurement (never two trials' medians)
+
+
+def step_x(r: LeaderboardRow) -> str:
+    """`step x` with its 95% interval where the spread matters (`1.64 (1.50-1.81)`), or why there is no number."""
+    if r.step_time_ratio is None:
+        return NOT_MEASURED if r.private and r.n_finished else "-"
+    low, high = r.step_time_ratio_low, r.step_time_ratio_high
+    ratio = _n(r.step_time_ratio, "step_time_ratio")
+    if low is None or high is None:
+        return ratio
+    return f"{ratio} ({_n(low, 'step_time_ratio_low')}-{_n(high, 'step_time_ratio_high')})"
+
+
 def _tables(board: list[LeaderboardRow]) -> str:
     """Every leaderboard column, in two tables so the page stays within 1280 px: privacy and audits, then
     the costs (each row named again by its sweep, dataset, model, mechanism and target)."""
     overhead = {f.header for f in schema.FIELDS if f.group == "overhead"} | {"step x", "runs"}
     names = {"sweep", "dataset", "model", "mechanism", "eps target"}
     frame = text_table(board, "all")
+    frame["step x"] = [step_x(r) for r in board]
     main = frame[[c for c in frame.columns if c not in overhead or c == "step x"]]
     cost = frame[[c for c in frame.columns if c in names or c in overhead]]
     return (main.to_html(index=False, escape=True, border=0, classes="leaderboard")
@@ -127,15 +147,20 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
            *, metric: str = "accuracy") -> str:
     board = rows(records, metric=metric)
     title = "privbench report: " + ", ".join(sweeps)
+    audited = any(r.epsilon_audited is not None or r.audit_ceiling is not None for r in board)
+    audits = ("<b>audited</b>: an empirical 95% lower bound from canaries; <b>curve</b> / <b>noise</b>: lower "
+              "bounds that assume the run is DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: "
+              "what the audit's analysis reaches on the certified mechanism simulated exactly; <b>audit x</b>: run "
+              "time with the audits over without; " if audited else "")  # nothing about audits that did not run
     parts = [f"<!doctype html><html lang='en'><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{STYLE}</style><h1>{html.escape(title)}</h1>",
-             f"<p>{len(records)} trials ({sum(r.get('status') == 'finished' for r in records)} finished). Rows are "
-             "ranked by utility at equal certified epsilon. <b>claimed</b>: the mechanism's own published analysis; "
-             "<b>certified</b>: a sound upper bound (PLD) on the noise the code adds; <b>audited</b>: an empirical "
-             "95% lower bound from canaries; <b>curve</b> / <b>noise</b>: lower bounds that assume the run is "
-             "DP-SGD-shaped as certified (noise multiplier unknown); <b>ceiling</b>: what the audit's analysis "
-             "reaches on the certified mechanism simulated exactly; <b>audit x</b>: run time with the audits over "
-             "without.</p>", "<h2>Leaderboard</h2>", _tables(board), "<h2>Figures</h2>"]
+             f"<p>{len(records)} trials ({sum(r.get('status') == 'finished' for r in records)} finished). Rows whose "
+             "status is <b>ok</b> are ranked first, by utility at equal certified epsilon; the others follow, "
+             "their status in words, never ranked or marked. <b>claimed</b>: the mechanism's own published analysis; "
+             f"<b>certified</b>: a sound upper bound (PLD) on the noise the code adds; {audits}<b>step x</b>: a "
+             "private step's time over a non-private one's, taken in turns in the trial, with its 95% interval "
+             f"({NOT_MEASURED}: the trial has no such measurement).</p>",
+             "<h2>Leaderboard</h2>", _tables(board), "<h2>Figures</h2>"]
     tuned = any((r.get("config") or {}).get("tuning") for r in records)
     for kind in ("privacy-utility", *((figures.TUNING_KIND,) if tuned else ()), "verdicts", "overhead", "curves"):
         why_not = figures.uninformative(kind, records)
@@ -143,8 +168,9 @@ def report(records: Sequence[Mapping[str, Any]], sweeps: Sequence[str], grids: M
             parts.append(f"<p class='skipped' id='fig-{kind}-skipped'>{html.escape(why_not)}</p>")
             continue
         fig = figures.build(kind, records, metric)
+        caption = CAPTIONS[kind] + (AUDIT_BARS if audited and kind == "privacy-utility" else "")
         parts.append(f"<figure id='fig-{kind}' class='figure'>{_svg(fig, 'privbench-' + kind)}"
-                     f"<figcaption>{html.escape(CAPTIONS[kind])}</figcaption></figure>")
+                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     parts += ["<h2>Verdicts</h2><ul class='verdicts'>"]
     for r in board:
         if r.private:

@@ -31,12 +31,14 @@ def sweep_files(records: Sequence[Mapping[str, Any]], metric: str = "accuracy") 
 
 
 def summary(records: Sequence[Mapping[str, Any]], board: list) -> str:
-    """One line that MLflow shows collapsed, then the compact leaderboard."""
+    """One line that MLflow shows collapsed, then the compact leaderboard (its `ok` rows first). The line is plain
+    text: MLflow's experiments list shows a description as it is written (`**quickstart**: ...` read with its
+    asterisks), its experiment page renders the Markdown below it."""
     sweeps = sorted({str(r.get("sweep")) for r in records if r.get("sweep")})
     name = ", ".join(sweeps) or "sweep"
     finished = sum(r.get("status") == "finished" for r in records)
-    return (f"**{name}**: {len(records)} trials, {finished} finished. Grid, leaderboard and figures: the run "
-            f"`{name} (sweep)`, left out of this list.\n\n" + padded(render(board, "markdown")))
+    return (f"{name}: {len(records)} trials, {finished} finished. Grid, leaderboard and figures: the run "
+            f"\"{name} (sweep)\", left out of this list.\n\n" + padded(render(board, "markdown")))
 
 
 PAD = "&ensp;"  # MLflow's Markdown tables have no cell padding: `0.8357 ± 0.0008` beside `1` read `0.00081`

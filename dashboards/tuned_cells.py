@@ -20,6 +20,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from storage import schema
+
 TUNED_VIEW = "tuned"
 SELECT_ON = "val_accuracy"
 # = mechanisms.accounting.tuning_cost.TUNABLE (a test keeps them equal)
@@ -134,8 +136,15 @@ def _params(record: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(params.items()))
 
 
-def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
+def _fmt(x: Any, f: schema.Field | None = None) -> str:
+    """A number as every output writes quantity `f` (an epsilon: as a certified one, rounded up), else to
+    three significant digits."""
+    if not isinstance(x, float):
+        return "-" if x is None else str(x)
+    return schema.shown(x, f) if f is not None else f"{x:.3g}"
+
+
+EPSILON = schema.field("privacy", "epsilon_certified")  # an epsilon including tuning is an upper bound
 
 
 HEADERS = ("dataset", "model", "mechanism", "eps target", "utility (selected)", "eps incl. tuning", "eps per run",
@@ -145,8 +154,10 @@ HEADERS = ("dataset", "model", "mechanism", "eps target", "utility (selected)", 
 def table(board: list[TunedRow]) -> list[list[str]]:
     """The tuned view's cells, one list per row (HEADERS' order)."""
     return [[r.dataset, r.model, r.mechanism, _fmt(r.epsilon_target),
-             "-" if r.utility_mean is None else f"{r.utility_mean:.4f} ± {r.utility_std:.4f}",
-             _fmt(r.epsilon_tuned), _fmt(r.epsilon_run), r.budget or "-", r.distribution or "-", _fmt(r.runs_mean),
+             "-" if r.utility_mean is None else (f"{_fmt(r.utility_mean, schema.utility_field(r.metric))} ± "
+                                                 f"{_fmt(r.utility_std, schema.utility_field(r.metric))}"),
+             _fmt(r.epsilon_tuned, EPSILON), _fmt(r.epsilon_run, EPSILON), r.budget or "-", r.distribution or "-",
+             _fmt(r.runs_mean),
              f"{r.cells - r.incomplete}" + (f" ({r.incomplete} incomplete)" if r.incomplete else ""),
              r.selected_params or "-"] for r in board]
 
@@ -249,7 +260,7 @@ def note_for(row: Any, records: list[Mapping[str, Any]], flags: Mapping[tuple[An
     privacy = [r.get("privacy") or {} for r in tuned]
     eps = _most(p.get("epsilon_certified_tuned") for p in privacy)
     return (f"tuned ({privacy[0].get('tuning_distribution')}, budget {privacy[0].get('tuning_budget')}): "
-            f"eps incl. tuning {_fmt(eps)}")
+            f"eps incl. tuning {_fmt(eps, EPSILON)}")
 
 
 __all__ = ["Selection", "TunedRow", "Unaccounted", "event_from_repr", "for_default_view", "markdown", "note_for",

@@ -179,8 +179,7 @@ def leaderboard(
         for key in keys or [()]:
             part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
             tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"),
-                                       scope=board)
+                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
             for i, table in enumerate(tables):
                 if i:
                     out.print()

@@ -19,7 +19,6 @@ builds the link and the browser's defaults.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -33,8 +32,7 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's description of a run or an experime
 UTILITY = "accuracy"  # the utility a trial run's display params show (the leaderboard's default metric)
 # The core leaderboard columns a single trial has (its runs count and step ratio are the sweep's).
 DISPLAY_HEADERS = ("eps target", "utility", "eps certified", "eps audited", "status")
-# The utility as the terminal leaderboard shows it: a fraction, four decimals.
-UTILITY_FIELD = dataclasses.replace(schema.utility_field(UTILITY), percent=False)
+UTILITY_FIELD = schema.utility_field(UTILITY)  # written as every output writes it (a fraction, 0.8357)
 
 
 def _display_name(header: str) -> str:
@@ -68,8 +66,7 @@ def _shown(value: Any, f: schema.Field) -> str:
         return "yes" if value else "no"
     if not isinstance(value, int | float):
         return "-" if value is None else str(value)
-    places = 4 if f is UTILITY_FIELD else None  # 0.8430, as the terminal leaderboard prints a utility
-    return "inf" if math.isinf(value) else schema.shown(float(value), f, places)
+    return "inf" if math.isinf(value) else schema.shown(float(value), f)
 
 
 def _fields(record: Mapping[str, Any]) -> dict[str, tuple[Any, schema.Field]]:
@@ -113,7 +110,7 @@ def trial_summary(record: Mapping[str, Any]) -> str:
                 continue
             value, f = values[header]
             name = UTILITY if header == "utility" else (f.label or header)
-            unit = f" {f.unit}" if f.unit and f.unit != "x" else ("x" if f.unit == "x" else "")
+            unit = f.unit if f.unit in ("x", "%") else f" {f.unit}" if f.unit else ""
             cells.append(f"{name} **{_shown(value, f)}{unit}**")
         if cells:
             lines.append(f"- {group}: " + ", ".join(cells))

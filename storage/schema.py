@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 SECTIONS = ("record", "config", "metrics", "curves", "privacy", "environment", "timing", "derived")
 GROUPS = ("core", "privacy", "audit", "overhead")
-AGGREGATES = ("mean", "max", "first", "worst", "none")
+AGGREGATES = ("mean", "max", "min", "first", "worst", "none")
 ROUNDINGS = ("nearest", "up", "down")
+UTILITY_PLACES = 4  # a utility metric the schema gives no decimals (a loss: 0.4123)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,12 +47,17 @@ class Field:
     unit: str = ""
     legacy: tuple[str, ...] = ()  # names older stores wrote for this number (read, never written)
     sparse: bool = False  # displayed only when some row has a value (fields newer than most stores)
-    # How papers and the MLflow UI show it: `label` in words ("eps" and "sigma" become Greek letters in
-    # LaTeX; default: the header), `abbr` where a table is narrow (explained under the table), `digits`
-    # significant digits, rounded `up` for upper bounds and `down` for lower bounds so that a shown
-    # epsilon never under-reports, and `percent` for a fraction shown as a percentage.
+    # How every output writes it (terminal, markdown, HTML, LaTeX, the report's sentences, figure labels and
+    # ticks, MLflow params and descriptions: one format per quantity): `label` in words ("eps" and "sigma"
+    # become Greek letters in LaTeX; default: the header), `abbr` where a table is narrow (explained under
+    # the table), `places` decimals (the same in every output and every row, so a column aligns on the
+    # decimal point; None: `digits` significant digits, for values as the grid gives them, such as the
+    # target epsilon), rounded `up` for upper bounds and `down` for lower bounds so that a shown epsilon
+    # never under-reports, and `percent` for a fraction written as a percentage in every output (accuracy:
+    # 83.6, never 0.8357 in one place and 83.6 in another; CSV and JSON keep the record's fraction).
     label: str | None = None
     abbr: str | None = None
+    places: int | None = None
     digits: int = 3
     rounding: str = "nearest"
     percent: bool = False
@@ -132,7 +138,7 @@ FIELDS: tuple[Field, ...] = (
     F("mechanism", "config", str, "mechanism registry name", column="mechanism", header="mechanism", group="core",
       aggregate="first", abbr="mech."),
     F("epsilon", "config", NUM + OPT, "target epsilon the noise is calibrated to (None: non-private or sigma given)",
-      column="epsilon_target", header="eps target", group="core", aggregate="first", abbr="eps tgt.", digits=1),
+      column="epsilon_target", header="eps target", group="core", aggregate="first", abbr="eps tgt."),
     F("delta", "config", NUM + (str,), "target delta, or '1/(2N)'"),
     F("seed", "config", int, "the trial's seed"),
     F("sigma", "config", NUM + OPT, "noise multiplier given instead of an epsilon"),
@@ -152,42 +158,48 @@ FIELDS: tuple[Field, ...] = (
 
     # metrics: what the run measured
     F("accuracy", "metrics", NUM + OPT, "test accuracy (the default utility)", mlflow=True, abbr="acc.",
-      percent=True),
+      places=1, percent=True, unit="%"),
     F("test_loss", "metrics", NUM + OPT, "test loss", mlflow=True),
-    F("val_accuracy", "metrics", NUM + OPT, "validation accuracy", mlflow=True, abbr="val. acc.", percent=True),
+    F("val_accuracy", "metrics", NUM + OPT, "validation accuracy", mlflow=True, abbr="val. acc.",
+      places=1, percent=True, unit="%"),
     F("train_loss", "metrics", NUM + OPT, "last epoch's mean training loss", mlflow=True),
     F("step_time_s", "metrics", NUM + OPT, "median training step time", mlflow=True, unit="s"),
     F("step_time_ratio", "metrics", NUM + OPT, "a private step's time over a non-private step's of the same model, "
-      "batch and precision, taken in turns in the trial (workers/overhead.py); records without it: over the "
-      "non-private trials' median step (same sweep, data, model, batch)", column="step_time_ratio",
-      header="step x", group="core", unit="x", label="step time", abbr="step", mlflow=True),
+      "batch and precision, taken in turns in the trial (workers/overhead.py); a private trial without it has no "
+      "step x (never the ratio of two trials' median steps); 1 for the non-private reference",
+      column="step_time_ratio",
+      header="step x", group="core", unit="x", label="step time", abbr="step", mlflow=True, places=2),
     F("peak_memory_ratio", "metrics", NUM + OPT, "a private step's peak extra memory over the non-private step's, "
       "measured the same way (null when non-private's is under 50 MB)", column="peak_memory_ratio",
-      header="mem x", group="overhead", unit="x", label="memory", abbr="mem.", mlflow=True),
+      header="mem x", group="overhead", unit="x", label="memory", abbr="mem.", mlflow=True, places=2),
     F("paired_private_step_s", "metrics", NUM + OPT, "median private step in the trial's paired overhead window "
       "(workers/overhead.py)", mlflow=True, unit="s"),
     F("paired_nonprivate_step_s", "metrics", NUM + OPT, "median non-private step of the same model and batch in "
       "that window", mlflow=True, unit="s"),
     F("step_time_ratio_low", "metrics", NUM + OPT, "lower end of the 95% interval of step_time_ratio (the paired "
-      "rounds' order statistics)", mlflow=True, unit="x"),
-    F("step_time_ratio_high", "metrics", NUM + OPT, "upper end of that interval", mlflow=True, unit="x"),
+      "rounds' order statistics; the lowest over seeds)", column="step_time_ratio_low", aggregate="min", mlflow=True,
+      unit="x", places=2, rounding="down"),
+    F("step_time_ratio_high", "metrics", NUM + OPT, "upper end of that interval (the highest over seeds)",
+      column="step_time_ratio_high", aggregate="max", mlflow=True, unit="x", places=2, rounding="up"),
     F("paired_rounds", "metrics", NUM + OPT, "rounds the paired overhead measurement took", mlflow=True),
     F("examples_per_s", "metrics", NUM + OPT, "training throughput", column="examples_per_s", header="ex/s",
-      group="overhead", mlflow=True, unit="ex/s", label="throughput", abbr="thr.", digits=4),
+      group="overhead", mlflow=True, unit="ex/s", label="throughput", abbr="thr.", places=0),
     F("train_s", "metrics", NUM + OPT, "training time (audit canaries left out)", mlflow=True, unit="s"),
     F("peak_memory_mb", "metrics", NUM + OPT, "extra peak memory of the training loop", column="peak_memory_mb",
-      header="peak MB", group="overhead", mlflow=True, unit="MB", label="peak memory", abbr="peak"),
+      header="peak MB", group="overhead", mlflow=True, unit="MB", label="peak memory", abbr="peak", places=1),
     F("steps_run", "metrics", NUM, "optimizer steps the run took", mlflow=True),
     F("wall_s", "metrics", NUM, "the trial's wall time: its accelerator phase's start to its analysis' end",
       column="wall_s", mlflow=True, unit="s"),
     F("calibration_s", "metrics", NUM, "time to plan and calibrate the noise", mlflow=True, unit="s"),
     F("plan_s", "metrics", NUM, "time to plan the trial (calibration and accounting)", column="plan_s",
-      header="plan s", group="overhead", mlflow=True, unit="s", sparse=True, label="plan"),
+      header="plan s", group="overhead", mlflow=True, unit="s", sparse=True, label="plan",
+      places=2),
     F("accelerator_s", "metrics", NUM, "time on the accelerator (training and evaluation)", column="accelerator_s",
-      header="accel s", group="overhead", mlflow=True, unit="s", sparse=True, label="accelerator", abbr="accel."),
+      header="accel s", group="overhead", mlflow=True, unit="s", sparse=True, label="accelerator", abbr="accel.",
+      places=2),
     F("analysis_s", "metrics", NUM, "time of the analyses after training (audits, MIA)", column="analysis_s",
       header="analysis s", group="overhead", mlflow=True, unit="s", sparse=True,
-      label="post-training analysis", abbr="post"),
+      label="post-training analysis", abbr="post", places=2),
     F("n_train", "metrics", NUM, "training examples used", mlflow=True),
 
     # curves: one value per epoch (MLflow: the metric's history, step = epoch)
@@ -197,7 +209,7 @@ FIELDS: tuple[Field, ...] = (
 
     # privacy: the plan (claimed and certified), the audits and the verdict
     F("sigma", "privacy", NUM + OPT, "noise multiplier the run used", column="sigma", header="sigma",
-      group="privacy", private_only=True, label="sigma"),
+      group="privacy", private_only=True, label="sigma", places=3),
     F("sample_rate", "privacy", NUM + OPT, "sampling rate q of a step"),
     F("steps", "privacy", int, "accounted steps"),
     F("delta", "privacy", NUM, "delta of every epsilon", column="delta"),
@@ -208,10 +220,12 @@ FIELDS: tuple[Field, ...] = (
     F("mechanism", "privacy", str, "mechanism planned (as config.mechanism)"),
     F("claimed_by", "privacy", (str, type(None)), "the analysis the mechanism's claim comes from", private_only=True),
     F("epsilon_claimed", "privacy", NUM + OPT, "the mechanism's own published analysis", column="epsilon_claimed",
-      header="eps claimed", group="privacy", private_only=True, mlflow=True, abbr="eps cl.", rounding="up"),
+      header="eps claimed", group="privacy", private_only=True, mlflow=True, abbr="eps cl.", places=2,
+      rounding="up"),
     F("epsilon_certified", "privacy", NUM + OPT, "sound upper bound (PLD) on the noise the code adds; max over "
       "seeds: never under-reported", column="epsilon_certified", header="eps certified", group="core",
-      aggregate="max", private_only=True, mlflow=True, abbr="eps cert.", rounding="up"),
+      aggregate="max", private_only=True, mlflow=True, abbr="eps cert.", places=2,
+      rounding="up"),
     F("effective_event", "privacy", str, "the dp_accounting event of what runs"),
     F("notes", "privacy", str, "the plan's notes"),
     F("extra", "privacy", dict, "the plan's extra facts"),
@@ -238,7 +252,7 @@ FIELDS: tuple[Field, ...] = (
     # the one-run audit: lower bounds (the largest over seeds), ceiling, cost
     F("epsilon_audited", "privacy", NUM + OPT, "empirical lower bound from the one-run canary audit",
       column="epsilon_audited", header="eps audited", group="core", aggregate="max", private_only=True, mlflow=True,
-      abbr="eps aud.", digits=2, rounding="down"),
+      abbr="eps aud.", places=2, rounding="down"),
     F("epsilon_audited_steinke", "privacy", NUM + OPT, "Steinke et al.'s one-run bound",
       column="epsilon_audited_steinke", aggregate="max", private_only=True, mlflow=True,
       legacy=("audit_epsilon_steinke",)),
@@ -250,13 +264,13 @@ FIELDS: tuple[Field, ...] = (
       private_only=True, legacy=("audit_epsilon_legacy",)),
     F("epsilon_audited_curve", "privacy", NUM + OPT, "lower bound within the certified event's family",
       column="epsilon_audited_curve", header="eps curve", group="audit", aggregate="max", private_only=True,
-      mlflow=True, legacy=("audit_epsilon_curve",), digits=2, rounding="down"),
+      mlflow=True, legacy=("audit_epsilon_curve",), places=2, rounding="down"),
     F("epsilon_audited_noise", "privacy", NUM + OPT, "lower bound read off the noise the run added",
       column="epsilon_audited_noise", header="eps noise", group="audit", aggregate="max", private_only=True,
-      mlflow=True, legacy=("audit_epsilon_noise",), digits=2, rounding="down"),
+      mlflow=True, legacy=("audit_epsilon_noise",), places=2, rounding="down"),
     F("audit_ceiling", "privacy", NUM + OPT, "what the same analysis reaches on the certified mechanism",
       column="audit_ceiling", header="ceiling", group="audit", private_only=True, mlflow=True, abbr="ceil.",
-      digits=2),
+      places=2),
     F("audit_ceiling_steinke", "privacy", NUM + OPT, "the ceiling of Steinke's bound", private_only=True),
     F("audit_ceiling_fdp", "privacy", NUM + OPT, "the ceiling of the f-DP bound", private_only=True),
     F("audit_ceiling_guess_counts", "privacy", list, "guess counts planned on the simulation", private_only=True),
@@ -312,7 +326,7 @@ FIELDS: tuple[Field, ...] = (
     F("audit_family_s", "privacy", NUM, "seconds of the family bounds", private_only=True, mlflow=True, unit="s"),
     # black-box membership inference (every trial, non-private included)
     F("mia_auc", "privacy", NUM + OPT, "loss-threshold membership-inference AUC", column="mia_auc",
-      header="MIA AUC", group="audit", mlflow=True, digits=2),
+      header="MIA AUC", group="audit", mlflow=True, places=2),
     F("mia_tpr_at_0_1pct_fpr", "privacy", NUM + OPT, "its true-positive rate at 0.1% false positives",
       column="mia_tpr_at_0_1pct_fpr", mlflow=True, legacy=("mia_tpr_at_0.1%_fpr", "mia_tpr_at_0.1pct_fpr")),
     F("mia_tpr_at_1pct_fpr", "privacy", NUM + OPT, "its true-positive rate at 1% false positives", mlflow=True,
@@ -322,14 +336,14 @@ FIELDS: tuple[Field, ...] = (
     F("mia_s", "privacy", NUM, "seconds of the attack", mlflow=True, unit="s"),
     F("audit_s", "privacy", NUM, "seconds of the run-level audits", column="audit_s", mlflow=True, unit="s"),
     F("audit_time_ratio", "privacy", NUM + OPT, "run time with the audits over without", column="audit_time_ratio",
-      header="audit x", group="audit", mlflow=True, unit="x", label="audit time", abbr="audit"),
+      header="audit x", group="audit", mlflow=True, unit="x", label="audit time", abbr="audit", places=2),
     # the one-step (mechanism-level) audit
     F("epsilon_audited_step", "privacy", NUM + OPT, "one un-subsampled step's audited epsilon; not comparable "
       "to run epsilons", column="epsilon_audited_step", aggregate="max", private_only=True, mlflow=True),
     F("mu_audited", "privacy", NUM + OPT, "one step's audited GDP mu (lower bound)", column="mu_audited",
-      aggregate="max", private_only=True, mlflow=True),
+      aggregate="max", private_only=True, mlflow=True, places=2, rounding="down"),
     F("mu_claimed", "privacy", NUM + OPT, "one step's claimed GDP mu", column="mu_claimed", private_only=True,
-      mlflow=True),
+      mlflow=True, places=2, rounding="up"),
     F("audit_step_violated", "privacy", bool, "the step audit refutes the claimed trade-off", private_only=True),
     F("audit_step_curve", "privacy", str, "the claimed trade-off curve", private_only=True),
     F("audit_step_s", "privacy", NUM, "seconds of the step audit", private_only=True, mlflow=True, unit="s"),
@@ -370,8 +384,8 @@ FIELDS: tuple[Field, ...] = (
     F("n_finished", "derived", int, "finished trials", column="n_finished", header="runs", group="core", abbr="n"),
     F("n_failed", "derived", int, "failed trials", column="n_failed"),
     F("batch_size", "derived", (int, type(None)), "config.train.batch_size", column="batch_size"),
-    F("pareto", "derived", bool, "no other row has more utility for less epsilon", column="pareto", header="pareto",
-      group="privacy"),
+    F("pareto", "derived", bool, "an ok row no other ok row beats on both utility and epsilon", column="pareto",
+      header="pareto", group="privacy"),
     F("tuning", "derived", (str, type(None)), "a tuned cell's epsilon including tuning, or 'best of N, tuning "
       "unaccounted' for a cell compared at several training settings (dashboards/tuned_cells.py)", column="tuning",
       aggregate="none"),
@@ -416,40 +430,30 @@ def by_header(header: str) -> Field:
 
 
 def utility_field(metric: str) -> Field:
-    """How a utility metric (a `metrics` field, e.g. accuracy) is labelled and shown; a metric the schema does
-    not declare is shown under its own name."""
+    """How a utility metric (a `metrics` field, e.g. accuracy) is labelled and shown: with UTILITY_PLACES
+    decimals unless the schema says otherwise; a metric the schema does not declare under its own name."""
     known = {f.key: f for f in FIELDS if f.section == "metrics"}
-    return known.get(metric) or Field(metric, "metrics", NUM + OPT, "a utility metric of the records")
+    f = known.get(metric) or Field(metric, "metrics", NUM + OPT, "a utility metric of the records")
+    return f if f.places is not None else dataclasses.replace(f, places=UTILITY_PLACES)
 
 
-MAX_DECIMALS = 3  # a column's numbers never show more (a bound of 0.00001 shows as 0.000)
 _ROUND = {"nearest": decimal.ROUND_HALF_EVEN, "up": decimal.ROUND_CEILING, "down": decimal.ROUND_FLOOR}
 
 
-def decimals(values: Iterable[float | None], f: Field) -> int:
-    """The decimals a column shows all its numbers with (so they align on the decimal point): enough for
-    `f.digits` significant digits of its smallest non-zero magnitude, at most MAX_DECIMALS."""
-    scale = [float(f"{abs(v) * (100 if f.percent else 1):.{f.digits}g}") for v in values
-             if v is not None and math.isfinite(v) and v != 0]  # magnitudes as shown (0.99999 shows as 1.00)
-    if not scale:
-        return 0
-    return max(0, min(MAX_DECIMALS, f.digits - 1 - math.floor(math.log10(min(scale)))))
-
-
-def shown(x: float, f: Field, places: int | None = None) -> str:
-    """`x` as text, rounded the field's way (up for upper bounds, down for lower bounds: a shown epsilon never
-    under-reports): with `places` decimals (a table's column), or `f.digits` significant digits, trailing
-    zeros dropped. Percent fields are scaled by 100 (the caller adds the unit). Large numbers stay whole
-    (15900, not 1.59e+04)."""
+def shown(x: float, f: Field) -> str:
+    """`x` as every output writes quantity `f`: with `f.places` decimals (else `f.digits` significant digits,
+    trailing zeros dropped), rounded the field's way (up for upper bounds, down for lower bounds: a shown
+    epsilon never under-reports). Percent fields are scaled by 100 (the caller adds the unit). Large numbers
+    stay whole (15900, not 1.59e+04)."""
     if math.isinf(x) or math.isnan(x):
         return str(x)
     x = x * 100 if f.percent else x
-    strip = places is None
+    places = f.places
     if places is None:
         places = max(0, f.digits - 1 - math.floor(math.log10(abs(x)))) if x else 0
     rounded = decimal.Decimal(repr(float(x))).quantize(decimal.Decimal(1).scaleb(-places), rounding=_ROUND[f.rounding])
     text = str(abs(rounded) if rounded == 0 else rounded)  # no "-0.00"
-    return text.rstrip("0").rstrip(".") if strip and "." in text else text
+    return text.rstrip("0").rstrip(".") if f.places is None and "." in text else text
 
 
 def mlflow_metrics(section: str) -> tuple[Field, ...]:

@@ -55,7 +55,7 @@ from workers.audit import (
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
 from workers.measure import freeze_long_lived
-from workers.overhead import affordable, overhead_budget, paired_overhead
+from workers.overhead import overhead_budget, paired_overhead
 from workers.result import TrialResult
 from workers.timing import Stopwatch
 from workers.train import Diverged, Progress, release_statistics, train
@@ -299,8 +299,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
     with watch.part("forward_s"):
         losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
     budget = overhead_budget(outcome.metrics.get("train_s"))
-    if pristine is not None and runs_own_step(mechanism) and \
-            affordable(budget, outcome.metrics.get("step_time_s")):  # the trainer's DP step, if it can pay for it
+    if pristine is not None and runs_own_step(mechanism):  # the trainer's DP step: at least its fewest rounds
         with watch.part("overhead_s"):
             outcome.metrics |= paired_overhead(pristine, bundle, train_split, mechanism, plan, config.train,
                                                device=device, seed=config.seed, budget_s=budget).metrics()

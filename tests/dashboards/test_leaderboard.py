@@ -36,7 +36,7 @@ def test_rows_aggregate_over_seeds():
     board = {r.mechanism: r for r in rows(RECORDS)}
     dp = board["dpsgd"]
     assert dp.utility_mean == pytest.approx(0.81) and dp.utility_std == pytest.approx(0.01414, rel=1e-3)
-    assert dp.step_time_ratio == pytest.approx(2.0) and dp.peak_memory_ratio == pytest.approx(3.0)
+    assert dp.step_time_ratio is None and dp.peak_memory_ratio == pytest.approx(3.0)  # no paired step measurement
     assert dp.n_finished == 2 and dp.n_failed == 0
     g = board["gredp"]
     assert g.claim_status == "violated" and g.n_failed == 1 and g.n_finished == 2
@@ -46,13 +46,13 @@ def test_rows_aggregate_over_seeds():
 
 def test_certified_view_ranks_by_certified_epsilon_and_marks_the_pareto_front():
     certified = [r.mechanism for r in rows(RECORDS, view="certified")]
-    assert certified == ["dpsgd", "gredp", "nonprivate"]
+    assert certified == ["dpsgd", "nonprivate", "gredp"]  # ok rows, the reference, then the rest
     claimed = rows(RECORDS, view="claimed")
-    assert [r.mechanism for r in claimed][:2] == ["gredp", "dpsgd"]  # equal claimed eps: higher utility first
+    # equal claimed eps and gredp's utility is higher, but its claim is violated: the ok row ranks first
+    assert [r.mechanism for r in claimed] == ["dpsgd", "nonprivate", "gredp"]
     front = {r.mechanism for r in rows(RECORDS) if r.pareto}
-    assert front == {"dpsgd", "gredp", "nonprivate"}
-    front_claimed = {r.mechanism for r in claimed if r.pareto}
-    assert "dpsgd" not in front_claimed  # under the claims gredp looks strictly better
+    assert front == {"dpsgd"}  # the Pareto front is drawn among ok rows only
+    assert {r.mechanism for r in claimed if r.pareto} == {"dpsgd"}
 
 
 def test_no_baseline_means_null_ratios():
@@ -66,7 +66,7 @@ def test_memory_ratio_is_null_over_a_near_zero_baseline_but_megabytes_stay():
                                                                   mem=297.0)]
     dp = next(r for r in rows(small) if r.mechanism == "dpsgd")
     assert dp.peak_memory_ratio is None and dp.peak_memory_mb == pytest.approx(297.0)
-    assert dp.step_time_ratio == pytest.approx(1.0)
+    assert dp.step_time_ratio is None  # not measured in the trial: no step x
     table = render(rows(small), "markdown", columns="overhead")
     assert "297" in table and "297x" not in table
 
@@ -77,7 +77,7 @@ def test_several_sweeps_stay_apart_and_get_a_sweep_column():
     board = rows(a + b)
     dp = [r for r in board if r.mechanism == "dpsgd"]
     assert sorted(r.sweep for r in dp) == ["A", "B"] and all(r.n_finished == 2 for r in dp)
-    assert all(r.step_time_ratio == pytest.approx(2.0) for r in dp)  # each against its own sweep's baseline
+    assert all(r.peak_memory_ratio == pytest.approx(3.0) for r in dp)  # each against its own sweep's baseline
     header = render(board, "markdown").splitlines()[0]
     assert header.startswith("| sweep | dataset")
     assert render(rows(a), "markdown").splitlines()[0].startswith("| dataset")
@@ -125,7 +125,7 @@ def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds()
     md = render(board, "markdown", columns="all").splitlines()
     header = [h.strip() for h in md[0].strip("|").split("|")]
     cells = dict(zip(header, [c.strip() for c in md[2].strip("|").split("|")], strict=True))
-    # each column with its significant digits' decimals, as the LaTeX table shows it (one value per quantity)
+    # each quantity with its decimals, as every output writes it (one format per quantity)
     assert cells["eps audited"] == "0.40" and cells["eps curve"] == "0.90" and cells["ceiling"] == "0.60"
     assert cells["MIA AUC"] == "0.54" and cells["audit x"] == "1.10" and cells["eps noise"] == "0.97"
     csv = render(board, "csv").splitlines()
@@ -134,7 +134,7 @@ def test_audit_fields_become_columns_lower_bounds_max_the_rest_mean_over_seeds()
         assert column in csv[0].split(",")
     tex = render(board, "latex", columns="audit")
     assert ("ceiling" in tex or "ceil.: ceiling" in tex) and "MIA" in tex and "AUC" in tex and "($\\times$)" in tex
-    assert " 1.10 " in tex and " 0.90 " in tex  # audit x, eps curve: their columns' decimals
+    assert " 1.10 " in tex and " 0.90 " in tex  # audit x, eps curve: their quantities' decimals
     page = render(board, "html", columns="all")
     assert "<th>MIA AUC</th>" in page and "<td>0.54</td>" in page
 
@@ -152,6 +152,59 @@ def test_report_says_why_a_run_level_family_bound_violated_and_what_the_audit_co
     r = audited(0, epsilon_audited_noise=1.46, claim_status="violated")
     r["privacy"] |= {"epsilon_certified": 1.5}
     page = report([dict(r, sweep="s", curves={}), dict(RECORDS[0], sweep="s", curves={})], ["s"])
-    assert "the noise the run really added gives 1.4;" in page  # a lower bound rounded down, as the table shows it
+    assert "the noise the run really added gives 1.46;" in page  # a lower bound, as the table writes it
     assert "DP-SGD&#x27;s own curves" not in page  # 0.9 is below the claim of 1: not a reason
     assert "(ceiling)" in page and "AUC 0.52" in page and "1.05x the training time" in page
+
+
+def test_step_x_is_the_trials_paired_measurement_or_nothing():
+    """Issue 48, 7: `step x` is each trial's own paired measurement (mean over seeds, the widest 95% interval);
+    a private row without one shows none, never the ratio of its trials' median step to non-private's (here
+    2.0, a different quantity: before, such rows read 2.0 beside paired rows' 1.6)."""
+    paired = []
+    for seed, (ratio, low, high) in enumerate(((1.6, 1.5, 1.7), (1.7, 1.55, 1.9))):
+        r = record("dpsgd", 1.0, seed, 0.8, certified=1.0, claimed=1.0, step=0.2)
+        r["metrics"] |= {"step_time_ratio": ratio, "step_time_ratio_low": low, "step_time_ratio_high": high}
+        paired.append(r)
+    unpaired = [record("gredp", 1.0, seed, 0.8, certified=1.0, claimed=1.0, step=0.2) for seed in (0, 1)]
+    reference = [record("nonprivate", None, seed, 0.9, step=0.1) for seed in (0, 1)]
+    board = {r.mechanism: r for r in rows(paired + unpaired + reference)}
+    dp = board["dpsgd"]
+    assert dp.step_time_ratio == pytest.approx(1.65)
+    assert (dp.step_time_ratio_low, dp.step_time_ratio_high) == (1.5, 1.9)  # the widest over seeds
+    assert board["gredp"].step_time_ratio is None and board["nonprivate"].step_time_ratio == 1.0
+    cells = {line.split("|")[3].strip(): line for line in render(list(board.values()), "markdown").splitlines()[2:]}
+    assert "| 1.65 |" in cells["dpsgd"] and "2.00" not in cells["gredp"]
+    from dashboards.report import report
+
+    page = report([dict(r, sweep="s", curves={}) for r in paired + unpaired + reference], ["s"])
+    assert "<td>1.65 (1.50-1.90)</td>" in page and "<td>not measured</td>" in page
+
+
+def test_a_report_of_a_sweep_without_audits_says_nothing_about_audits():
+    """Issue 48, 5: with `audit: {mode: off}` the report said "the audited lower bound (none) are both at most"
+    and "the audits cost 1.4x the training time"."""
+    from dashboards.report import report
+
+    recs = [dict(r, sweep="s", curves={}) for r in RECORDS[:4]]
+    for r in recs:
+        r["privacy"]["audit_time_ratio"] = 1.4  # the forward passes' time, no audit result
+    page = report(recs, ["s"])
+    assert "sound bound (1.00) is at most the claimed epsilon 1.00." in page
+    for said in ("audited lower bound", "audits cost", "(none)", "<b>ceiling</b>"):
+        assert said not in page, said
+
+
+def test_a_two_sweep_title_breaks_between_phrases_at_80_columns():
+    """Issue 48, 5: at 80 columns a two-sweep board's title wrapped mid-phrase at its table's width (`... / digits
+    / mlp (accuracy,` over `certified view)`)."""
+    from rich.console import Console
+
+    from dashboards.render import rich_tables
+
+    title = "quickstart + second-sweep second-sweep / digits / mlp (accuracy, certified view)"
+    tables, _ = rich_tables(rows(RECORDS), title, "core", 80)
+    console = Console(width=80, record=True)
+    console.print(tables[0])
+    lines = [ln.strip() for ln in console.export_text().splitlines()[:3]]
+    assert lines[:2] == ["quickstart + second-sweep second-sweep / digits / mlp", "(accuracy, certified view)"]

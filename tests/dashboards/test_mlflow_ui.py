@@ -75,7 +75,8 @@ def test_experiment_is_a_model_training_experiment_with_the_sweep_as_its_descrip
     tags_ = {t["key"]: t["value"] for t in exp["tags"]}
     assert tags_["mlflow.experimentKind"] == "custom_model_development"
     summary = tags_["mlflow.note.content"]  # the sweep's summary: a line, then the compact leaderboard
-    assert summary.startswith("**figs**: 10 trials, 10 finished. Grid, leaderboard and figures: the run `figs (sweep)`")
+    # plain text: the experiments list shows a description as it is written (issue 48, 4)
+    assert summary.startswith('figs: 10 trials, 10 finished. Grid, leaderboard and figures: the run "figs (sweep)"')
     assert "| &ensp;mechanism&ensp; | &ensp;eps target&ensp; |" in summary  # padded: cells never run together
 
 
@@ -93,7 +94,7 @@ def test_experiment_carries_the_runs_view_of_the_key_columns(runs):
     for column in view["selectedColumns"]:
         assert column.split(".", 1)[1].strip("`") in params, column
     metrics = {m["key"]: m["value"] for m in trial["data"]["metrics"]}
-    assert params["accuracy"] == f"{metrics['accuracy']:.4f}"
+    assert params["accuracy"] == f"{100 * metrics['accuracy']:.1f}"  # in %, as every output writes it
     assert float(params["eps certified"]) >= metrics["epsilon_certified"]  # rounded up: never under-reported
     assert len(params["eps certified"]) <= 5 and params["status"] == tags(trial)["claim_status"]
 
@@ -251,7 +252,7 @@ def test_parent_run_holds_grid_leaderboard_and_figures(api, runs):
     run_id = parent["info"]["run_id"]
     assert parent["info"]["status"] == "FINISHED"
     # its page shows the sweep's summary; its duration is its completed attempts' time
-    assert tags(parent)["mlflow.note.content"].startswith("**figs**: 10 trials, 10 finished.")
+    assert tags(parent)["mlflow.note.content"].startswith("figs: 10 trials, 10 finished.")
     assert "&ensp;" in tags(parent)["mlflow.note.content"]  # padded cells: numbers of adjacent cells stay apart
     seconds = float(tags(parent)["privbench.sweep_seconds"])
     assert abs((parent["info"]["end_time"] - parent["info"]["start_time"]) / 1000 - seconds) < 0.01
