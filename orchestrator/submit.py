@@ -125,8 +125,9 @@ class PhaseFailure:
 def _phase(name: str) -> Callable[[Callable[..., R]], Callable[..., R | PhaseFailure]]:
     """Make the decorated function a trial's phase called `name`: a failure becomes data, not an exception, so a
     failed phase is a failed trial recorded with its reason. A `PhaseFailure` among the arguments (an earlier phase
-    failed) is passed on without running the phase. The body is the phase itself, so a reader (and a tool) follows
-    a task to the function its phase runs."""
+    failed) is passed on without running the phase. The body is the phase itself, typed for the inputs it runs on
+    (no failure among them), so a reader follows a task to the function its phase runs, and a tool too (through
+    the call, or `__wrapped__`)."""
 
     def decorate(fn: Callable[..., R]) -> Callable[..., R | PhaseFailure]:
         @functools.wraps(fn)
