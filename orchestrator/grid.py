@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -48,12 +48,22 @@ class GridError(ValueError):
         self.problems = problems
 
 
+class TrialSet(Protocol):
+    """What a grid's trials are to whoever reads them: counted, and read in order as often as needed. A large grid's
+    are made anew at each pass (`Trials`, `Selected`), a small grid's are kept (a tuple, or a `Trials` that holds
+    one); `samples` and `of` read either kind the same way."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[TrialConfig]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class GridSpec:
     name: str
     raw: dict[str, Any]
     text: str
-    trials: tuple[TrialConfig, ...]
+    trials: TrialSet  # `parse`: a tuple; `parse_lazy`: a `Trials`; a run's `--only` part: a tuple or a `Selected`
     plugins: tuple[str, ...] = ()  # modules the driver imported and ships to the cluster (workers.plugins)
 
     @property
@@ -64,7 +74,7 @@ class GridSpec:
 ONLY_AXES = ("dataset", "model", "mechanism", "epsilon", "seed")  # what `sweep run --only AXIS=VALUE` selects by
 
 
-def select(spec: GridSpec, only: Sequence[str]) -> Sequence[TrialConfig]:
+def select(spec: GridSpec, only: Sequence[str]) -> TrialSet:
     """The trials of `spec` that `--only AXIS=VALUE` selects: values of one axis are alternatives, different
     axes must all match. A grid too long for one sitting runs in parts this way, under its own grid (so no part
     supersedes another). Raises GridError (one problem per bad item) when an item is malformed or selects
@@ -98,7 +108,7 @@ def select(spec: GridSpec, only: Sequence[str]) -> Sequence[TrialConfig]:
         raise GridError(problems)
     if not count:
         raise GridError([f"--only {' '.join(only)}: no trial of the grid has all of these"])
-    if getattr(spec.trials, "lazy", False):
+    if isinstance(spec.trials, Trials) and spec.trials.lazy:
         return Selected(spec.trials, wanted, count)
     return tuple(t for t in spec.trials if Selected.matches(t, wanted))
 
@@ -575,10 +585,8 @@ class Trials(Sequence[TrialConfig]):
             raise IndexError(index)
         return next(itertools.islice(self, index, None))
 
-    def __eq__(self, other: object) -> bool:
+    def __eq__(self, other: object) -> bool:  # defining it leaves the class unhashable, as a list is
         return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def of(self, mechanisms: Collection[str]) -> Iterator[TrialConfig]:
         """The trials of these mechanisms, in order (of a large grid, the others are not made)."""
@@ -592,9 +600,10 @@ class Trials(Sequence[TrialConfig]):
         return self._kept if self._kept is not None else tuple(self._plan.samples())
 
 
-class Selected(Sequence[TrialConfig]):
+class Selected:
     """The `--only` part of a large grid's `Trials`, as lazy as they are: each pass makes the grid's trials again
-    and keeps those every wanted axis matches; `count` is their number (`select` counts them as it checks)."""
+    and keeps those every wanted axis matches; `count` is their number (`select` counts them as it checks). A
+    `TrialSet`: counted and read in order, not indexed (the n-th would cost a pass over the grid)."""
 
     lazy = True
 
@@ -611,15 +620,25 @@ class Selected(Sequence[TrialConfig]):
     def __iter__(self) -> Iterator[TrialConfig]:
         return (t for t in self._trials if self.matches(t, self._wanted))
 
-    def __getitem__(self, index: Any) -> Any:
-        raise TypeError("the --only part of a large grid is read in order, not by index")
-
     def of(self, mechanisms: Collection[str]) -> Iterator[TrialConfig]:
         """Its trials of these mechanisms, in order (the grid's other mechanisms are not made)."""
         return (t for t in self._trials.of(mechanisms) if self.matches(t, self._wanted))
 
     def samples(self) -> Sequence[TrialConfig]:
         return self._trials.samples()
+
+
+def samples(trials: TrialSet) -> Sequence[TrialConfig]:
+    """What checks of resources, memory and plugin code look at: one trial per (dataset, model, mechanism) of a large
+    grid (`Plan.samples`; the others of a combination differ only in target and seed), every trial of a kept one."""
+    return trials.samples() if isinstance(trials, Trials | Selected) else tuple(trials)
+
+
+def of_mechanisms(trials: TrialSet, mechanisms: Collection[str]) -> Iterator[TrialConfig]:
+    """The trials of these mechanisms, in order (of a large grid, the others are not made)."""
+    if isinstance(trials, Trials | Selected):
+        return trials.of(mechanisms)
+    return (t for t in trials if t.mechanism in mechanisms)
 
 
 def plan(text: str, *, source: str = "grid") -> Plan:
@@ -670,7 +689,7 @@ def parse_lazy(text: str, *, source: str = "grid") -> GridSpec:
     """`parse`, with the trials a `Trials` sequence: a large grid's are made as they are read, never all held
     (what `sweep run` uses: a grid of 10^6 trials is checked in a fraction of a second)."""
     planned = plan(text, source=source)
-    return GridSpec(planned.name, planned.raw, text, Trials(planned), planned.plugins)  # type: ignore[arg-type]
+    return GridSpec(planned.name, planned.raw, text, Trials(planned), planned.plugins)
 
 
 def load_lazy(path: str | Path) -> GridSpec:
@@ -701,5 +720,5 @@ def load(path: str | Path) -> GridSpec:
     return parse(read(path), source=str(Path(path)))
 
 
-__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "Plan", "Trials", "load", "load_lazy", "parse", "parse_lazy", "plan",
-           "read", "stored_key"]
+__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "Plan", "Selected", "TrialSet", "Trials", "load", "load_lazy",
+           "of_mechanisms", "parse", "parse_lazy", "plan", "read", "samples", "stored_key"]

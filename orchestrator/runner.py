@@ -14,13 +14,14 @@ Heavy modules (Ray, MLflow, torch) are imported when a sweep runs, not when this
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.grid import GridSpec
+    from orchestrator.grid import GridSpec, TrialSet
     from storage.location import StoreLocation
     from workers.config import TrialConfig
 
@@ -72,9 +73,9 @@ class Callback:
     Hooks run in the driver's thread, between Ray polls: a slow hook delays recording and lease renewal.
     """
 
-    def on_sweep_start(self, spec: GridSpec, todo: Sequence[TrialConfig], max_concurrent: int,
-                       store: str) -> None:
-        """The sweep is open in the store; `todo` are the trials this run will try, in order."""
+    def on_sweep_start(self, spec: GridSpec, todo: TrialSet, max_concurrent: int, store: str) -> None:
+        """The sweep is open in the store; `todo` are the trials this run will try, in order (counted with `len`,
+        read by iterating: they stream from the grid and the ledger, as the driver reads them)."""
 
     def on_trial_start(self, config: TrialConfig) -> None:
         """This driver claimed the trial and starts it."""
@@ -130,7 +131,7 @@ def load_grid(grid: str | Path | GridSpec) -> GridSpec:
         raise SweepError("; ".join(e.problems), problems=e.problems) from None
 
 
-def select(spec: GridSpec, only: Sequence[str] = ()) -> Sequence[TrialConfig]:
+def select(spec: GridSpec, only: Sequence[str] = ()) -> TrialSet:
     """The trials `--only` items select (`orchestrator.grid.select`; every trial without items). Raises
     `SweepError` (code 2) listing every bad item."""
     from orchestrator import grid as grids
@@ -231,12 +232,13 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     except StoreError as e:
         raise _store_error(e) from None
     from orchestrator import cluster
+    from orchestrator import grid as grids
 
     try:
         resources = cluster.connect(address, spec.plugins)
     except cluster.ClusterError as e:  # 2, or 143 / 130 when stopped while Ray started
         raise SweepError(str(e), code=e.code) from None
-    problems = cluster.resource_problems(list(_samples(spec.trials)), resources)
+    problems = cluster.resource_problems(list(grids.samples(spec.trials)), resources)
     if problems:
         raise SweepError("; ".join(problems), problems=problems)
 
@@ -250,72 +252,116 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
 
 def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[str, float],
                   max_concurrent: int | None, retries: int, steal_leases: bool, cb: Callback,
-                  stopping: _Stopping, selected: Sequence[TrialConfig],
+                  stopping: _Stopping, selected: TrialSet,
                   began: tuple[float, float] | None = None) -> SweepSummary:
     """Open the sweep in the store (the whole grid) and run what it has to do of the `selected` trials (`run`,
-    once Ray is connected)."""
-    from orchestrator import cluster
-    from orchestrator import grid as grids
+    once Ray is connected): open the store, plan the run (what is left, how it packs), run and record, summarise.
+    Every grid takes this one path: its trials stream from the grid to the driver (`_Todo`), small or large."""
     from storage.errors import StoreError
-    from storage.store import Store
 
-    lazy = getattr(selected, "lazy", False)  # a large grid (all of it): its trials are streamed, never held (`_Todo`)
-    samples = _samples(spec.trials)
     try:
-        st = Store(location, create=True)  # schema and experiment exist before any trial starts
-        if any(t.code for t in samples):  # only a grid with plugin code reads the sweep's recorded configs
-            for line in code_changes(st.trials(spec.name), spec.trials):
-                cb.on_warning(line)
-        if getattr(spec.trials, "lazy", False):  # two passes (keys, then the rows the ledger lacks), only keys held
-            try:
-                st.open_sweep(spec.name, spec.text, (t.to_dict() for t in _until(stopping, spec.trials)),
-                              key_of=grids.stored_key, keys=[t.trial_key for t in _until(stopping, spec.trials)])
-            except _Stopped:  # the rows' transaction is rolled back: the ledger is as it was, less this driver
-                st.release(spec.name)
-                raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name} while its trials were opened "
-                                 "in the store; nothing of them was written: run the sweep again to resume",
-                                 code=128 + stopping.signal.value) from None
-        else:
-            st.open_sweep(spec.name, spec.text, [t.to_dict() for t in spec.trials], key_of=grids.stored_key)
-        if steal_leases:
-            st.steal_leases(spec.name)
-        if lazy:
-            if selected is spec.trials:
-                counts = st.status_counts(spec.name)
-                left = sum(n for status, n in counts.items() if status not in ("finished", "superseded"))
-            else:  # an `--only` part of it: its own trials, asked batch by batch
-                left = _count_in_ledger(st, spec.name, selected)
-            todo: Sequence[TrialConfig] = _Todo(st, spec.name, selected, left)
-        else:
-            by_key = {t.trial_key: t for t in selected}  # the grid's current settings (e.g. resources)
-            todo = [by_key[c["trial_key"]] for c in st.pending(spec.name) if c["trial_key"] in by_key]
+        st = _open_sweep(spec, location, cb, stopping, steal_leases)
+        left = _left(st, spec, selected)
     except StoreError as e:
         raise _store_error(e) from None
-    if not lazy:
-        todo = sorted(todo, key=lambda c: not grids.mechanism_private(c.mechanism))  # long (private) trials first
-    finished_before = len(selected) - len(todo)
-    memory = {}
-    probe_started = time.perf_counter()
-    probed = samples if lazy else todo
-    if resources.get("GPU", 0.0) >= 1 and any(c.resources.gpus == "auto" for c in probed):
-        from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
-
-        memory = measure_memory([c for c in probed if c.resources.gpus == "auto"], 1.0)
-    memory_probe_s = time.perf_counter() - probe_started
-    if lazy:
-        todo.resolve = lambda batch: cluster.resolve_gpus(batch, resources.get("GPU", 0.0), memory)  # type: ignore[attr-defined]
-        per_trial = max((float(c.resources.cpus) for c in cluster.resolve_gpus(
-            list(samples), resources.get("GPU", 0.0), memory)), default=1.0) if todo else 1.0
-    else:
-        todo = cluster.resolve_gpus(list(todo), resources.get("GPU", 0.0), memory)
-        per_trial = max((float(c.resources.cpus) for c in todo), default=1.0)
-    limit = max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial))
+    packing = _Packing.of(spec.trials, left, resources, max_concurrent)
+    todo = _Todo(st, spec.name, selected, left, packing.resolve)
     cb.on_sweep_start(spec if len(selected) == len(spec.trials) else dataclasses.replace(spec, trials=selected),
-                      todo, limit, location.display)
+                      todo, packing.limit, location.display)
+    ran = _run_and_release(st, spec, selected, todo, packing.limit, retries, cb, stopping)
+    summary = _summarise(st, spec, location, selected, ran)
+    cb.on_sweep_end(summary)
+    _keep_sweep_files(st, spec, cb)
+    if ran.driver and began is not None:
+        _keep_driver_run(st, spec.name, cb, ran.driver | {"memory_probe_s": packing.probe_s,
+                                                          "startup_s": ran.loop_started - began[0]}, began)
+    return summary
+
+
+def _open_sweep(spec: GridSpec, location: StoreLocation, cb: Callback, stopping: _Stopping, steal_leases: bool) -> Any:
+    """The store, open for writing, with the sweep's trials in its ledger (two passes over the grid: the keys, then
+    the rows the ledger lacks; only the keys are held). Changed plugin code is warned about first. A stop while the
+    trials are opened rolls their rows back and ends the run (`_Stopped`)."""
+    from orchestrator import grid as grids
+    from storage.store import Store
+
+    st = Store(location, create=True)  # schema and experiment exist before any trial starts
+    if any(t.code for t in grids.samples(spec.trials)):  # only a grid with plugin code reads the recorded configs
+        for line in code_changes(st.trials(spec.name), spec.trials):
+            cb.on_warning(line)
+    try:
+        st.open_sweep(spec.name, spec.text, (t.to_dict() for t in _until(stopping, spec.trials)),
+                      key_of=grids.stored_key, keys=[t.trial_key for t in _until(stopping, spec.trials)])
+    except _Stopped:  # the rows' transaction is rolled back: the ledger is as it was, less this driver
+        st.release(spec.name)
+        raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name} while its trials were opened "
+                         "in the store; nothing of them was written: run the sweep again to resume",
+                         code=128 + stopping.signal.value) from None
+    if steal_leases:
+        st.steal_leases(spec.name)
+    return st
+
+
+def _left(st: Any, spec: GridSpec, selected: TrialSet) -> int:
+    """How many of the `selected` trials the ledger does not mark finished: of the whole grid, from its status counts;
+    of an `--only` part, asked batch by batch."""
+    if len(selected) == len(spec.trials):
+        return sum(n for status, n in st.status_counts(spec.name).items() if status not in ("finished", "superseded"))
+    return _count_in_ledger(st, spec.name, selected)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packing:
+    """How a run's trials share the cluster: `gpus: auto` resolved from the memory measured per `memory_key`
+    (`resolve`, applied to the trials as they are read), the accelerator slots (`limit`), and the probe's seconds."""
+
+    limit: int
+    resolve: Callable[[list[TrialConfig]], list[TrialConfig]]
+    probe_s: float
+
+    @classmethod
+    def of(cls, trials: TrialSet, left: int, resources: Mapping[str, float], max_concurrent: int | None) -> _Packing:
+        """Measured on the grid's samples (`orchestrator.grid.samples`: every `memory_key` of the grid)."""
+        from orchestrator import cluster
+        from orchestrator import grid as grids
+
+        samples, gpus = grids.samples(trials), resources.get("GPU", 0.0)
+        started = time.perf_counter()
+        memory = {}
+        if left and gpus >= 1 and any(c.resources.gpus == "auto" for c in samples):
+            from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
+
+            memory = measure_memory([c for c in samples if c.resources.gpus == "auto"], 1.0)
+        probe_s = time.perf_counter() - started
+        per_trial = max((float(c.resources.cpus) for c in samples), default=1.0) if left else 1.0
+        return cls(limit=max_concurrent or max(1, int(resources.get("CPU", 1) // per_trial)),
+                   resolve=functools.partial(cluster.resolve_gpus, cluster_gpus=gpus, memory=memory), probe_s=probe_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ran:
+    """What a run of the trials did: its failures and skipped trials, the ledger's counts after it, its trials still
+    pending or running (`unrun`), and the driver's account of its time (empty when there was nothing to run)."""
+
+    failures: tuple[Mapping[str, Any], ...]
+    skipped: tuple[str, ...]
+    counts: Mapping[str, int]
+    unrun: int
+    started: int
+    driver: dict[str, float]
+    loop_started: float
+
+
+def _run_and_release(st: Any, spec: GridSpec, selected: TrialSet, todo: _Todo, limit: int, retries: int, cb: Callback,
+                     stopping: _Stopping) -> _Ran:
+    """Run and record the trials, count what is left and check that the store is still the one opened; the leases
+    are given back whatever happens. A store lost mid-sweep, a lost cluster or a stop is a `SweepError` (what was
+    recorded is kept; a rerun resumes)."""
+    from orchestrator.submit import ClusterLost
+    from storage.errors import StoreError
+
     failures: list[Mapping[str, Any]] = []
     skipped: list[str] = []
-    from orchestrator.submit import ClusterLost
-
     driver: dict[str, float] = {}
     loop_started = time.perf_counter()
     try:
@@ -340,6 +386,15 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         raise SweepError(f"sweep {spec.name}: stopped by {stopping.signal.name}; every result that had arrived is "
                          "recorded and the other trials' leases are given back: run the sweep again to resume",
                          code=128 + stopping.signal.value)
+    return _Ran(tuple(failures), tuple(skipped), counts, unrun, len(todo), driver, loop_started)
+
+
+def _summarise(st: Any, spec: GridSpec, location: StoreLocation, selected: TrialSet, ran: _Ran) -> SweepSummary:
+    """The run's `SweepSummary`. Trials not run are watched for a moment: other live drivers may be recording them
+    (then they are counted again), else the summary says when they can be run."""
+    from storage.errors import StoreError
+
+    counts, unrun = ran.counts, ran.unrun
     message, alive, owners = None, False, ()
     if unrun:
         try:
@@ -353,20 +408,22 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
         owners = tuple(sorted({owner for owner, _ in watch.leases}))
         if not alive:
             message = not_run_message(spec.name, unrun, list(watch.leases))
-    summary = SweepSummary(sweep=spec.name, store=location.display, trials=len(selected),
-                           finished_before=finished_before, started=len(todo), counts=dict(counts),
-                           failures=tuple(failures), skipped=tuple(skipped), not_run=unrun,
-                           not_run_message=message, running_elsewhere=alive, leased_by=owners)
-    cb.on_sweep_end(summary)
-    if getattr(spec.trials, "lazy", False):  # its records would not fit in memory: 10^6 results are gigabytes
+    return SweepSummary(sweep=spec.name, store=location.display, trials=len(selected),
+                        finished_before=len(selected) - ran.started, started=ran.started, counts=dict(counts),
+                        failures=ran.failures, skipped=ran.skipped, not_run=unrun, not_run_message=message,
+                        running_elsewhere=alive, leased_by=owners)
+
+
+def _keep_sweep_files(st: Any, spec: GridSpec, cb: Callback) -> None:
+    """The leaderboard and figures on the sweep's MLflow run, unless its records would not fit in memory (a grid
+    streamed at each pass: 10^6 results are gigabytes)."""
+    from orchestrator import grid as grids
+
+    if isinstance(spec.trials, grids.Trials) and spec.trials.lazy:
         cb.on_warning(f"sweep {spec.name}: no leaderboard or figures stored on the sweep's MLflow run for a grid of "
                       f"more than {grids.MATERIALISE:,} trials (its results are in the ledger and in MLflow)")
     else:
         _log_sweep_summary(st, spec.name, cb)
-    if driver and began is not None:
-        _keep_driver_run(st, spec.name, cb, driver | {"memory_probe_s": memory_probe_s,
-                                                      "startup_s": loop_started - began[0]}, began)
-    return summary
 
 
 class _Stopped(Exception):
@@ -382,42 +439,25 @@ def _until(stopping: Callable[[], bool], trials: Iterable[TrialConfig]) -> Itera
         yield trial
 
 
-def _samples(trials: Sequence[TrialConfig]) -> Sequence[TrialConfig]:
-    """What checks of resources and plugin code look at: one trial per (dataset, model, mechanism) of a large grid
-    (`orchestrator.grid.Trials.samples`), every trial otherwise."""
-    samples = getattr(trials, "samples", None)
-    return samples() if callable(samples) else trials
+class _Todo:
+    """The trials a run has to do, read from the grid as the driver needs them, never all held (a `TrialSet`).
 
+    Its length is the ledger's count of the `trials` not finished. Iterating reads the grid's trials again (a small
+    grid's are kept, a large grid's made anew), private ones first (they train longest), asks the ledger in batches
+    which are not finished (`Store.unfinished`), and yields those with `resolve` applied (`gpus: auto`), in the
+    grid's order within each group."""
 
-class _Todo(Sequence["TrialConfig"]):
-    """The trials a large grid's run has to do, read from the grid as the driver needs them, never all held.
-
-    Its length is the ledger's count of the sweep's unfinished trials (the whole grid is the sweep). Iterating makes
-    the grid's trials again, private ones first (they train longest), asks the ledger in batches which are not
-    finished (`Store.unfinished`), and yields those with `resolve` applied (`gpus: auto`): the grid's order within
-    each group, where a small grid's run takes the ledger's order (`Store.pending`)."""
-
-    def __init__(self, st: Any, sweep: str, trials: Sequence[TrialConfig], count: int) -> None:
-        self.st, self.sweep, self.trials, self.count = st, sweep, trials, count
-        self.resolve: Callable[[list[TrialConfig]], list[TrialConfig]] = lambda batch: batch
+    def __init__(self, st: Any, sweep: str, trials: TrialSet, count: int,
+                 resolve: Callable[[list[TrialConfig]], list[TrialConfig]] = list) -> None:
+        self.st, self.sweep, self.trials, self.count, self.resolve = st, sweep, trials, count, resolve
 
     def __len__(self) -> int:
         return self.count
 
-    def __getitem__(self, index: Any) -> Any:
-        raise TypeError("a large grid's trials to run are read in order, not by index")
-
-    def __iter__(self) -> Any:
-        from orchestrator import grid as grids
+    def __iter__(self) -> Iterator[TrialConfig]:
         from storage.ledger import KEY_BATCH
 
-        private = {t.mechanism: grids.mechanism_private(t.mechanism) for t in _samples(self.trials)}
-        of = getattr(self.trials, "of", None)
-        if len(set(private.values())) > 1 and of is not None:
-            groups = [of([m for m, p in private.items() if p]), of([m for m, p in private.items() if not p])]
-        else:
-            groups = [iter(self.trials)]
-        for group in groups:
+        for group in self._groups():
             batch: list[TrialConfig] = []
             for trial in group:
                 batch.append(trial)
@@ -425,6 +465,16 @@ class _Todo(Sequence["TrialConfig"]):
                     yield from self._unfinished(batch)
                     batch = []
             yield from self._unfinished(batch)
+
+    def _groups(self) -> list[Iterator[TrialConfig]]:
+        """The private mechanisms' trials, then the others' (of a large grid, each group made without the other)."""
+        from orchestrator import grid as grids
+
+        private = {t.mechanism: grids.mechanism_private(t.mechanism) for t in grids.samples(self.trials)}
+        if len(set(private.values())) <= 1:
+            return [iter(self.trials)]
+        return [grids.of_mechanisms(self.trials, [m for m, p in private.items() if p == first])
+                for first in (True, False)]
 
     def _unfinished(self, batch: list[TrialConfig]) -> list[TrialConfig]:
         if not batch:
@@ -477,14 +527,12 @@ def not_run_message(sweep: str, count: int, leases: list[tuple[str, float]]) -> 
             "or pass --steal-leases if that driver is dead")
 
 
-def _unrun(st: Any, sweep: str, counts: Mapping[str, int], selected: Sequence[TrialConfig], total: int) -> int:
-    """Trials still pending or running: of the whole sweep, or of the `selected` part when `--only` chose one."""
+def _unrun(st: Any, sweep: str, counts: Mapping[str, int], selected: TrialSet, total: int) -> int:
+    """Trials still pending or running: of the whole sweep (its `counts`), or of the `selected` part when `--only`
+    chose one (asked batch by batch)."""
     if len(selected) == total:
         return sum(n for s, n in counts.items() if s in ("pending", "running"))
-    if getattr(selected, "lazy", False):
-        return _count_in_ledger(st, sweep, selected, ("pending", "running"))
-    keys = {t.trial_key for t in selected}
-    return sum(1 for row in st.trials(sweep) if row.trial_key in keys and row.status in ("pending", "running"))
+    return _count_in_ledger(st, sweep, selected, ("pending", "running"))
 
 
 def _count_in_ledger(st: Any, sweep: str, trials: Iterable[TrialConfig], statuses: Sequence[str] | None = None) -> int:

@@ -21,12 +21,13 @@ _LOADING = time.perf_counter()  # this module's imports (torch, privbench) are w
 
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import functools  # noqa: E402
 import itertools  # noqa: E402
 import re  # noqa: E402
 import traceback  # noqa: E402
 from collections import deque  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, TypeVar  # noqa: E402
 
 import ray  # noqa: E402
 
@@ -52,6 +53,7 @@ def _imports_s() -> float:
     return seconds
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+R = TypeVar("R")
 LoadPhase = Callable[[TrialConfig], dict[str, Any] | None]
 SavePhase = Callable[[TrialConfig, dict[str, Any]], Any]
 
@@ -120,27 +122,71 @@ class PhaseFailure:
     traceback: str
 
 
-def _guarded(phase: str, fn: Callable[..., Any], *args: Any) -> Any:
-    failure = next((a for a in args if isinstance(a, PhaseFailure)), None)
-    if failure is not None:
-        return failure
-    try:
-        return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - a failed phase is a failed trial, recorded with its reason
-        record = failed(args[0], exc)
-        return PhaseFailure(phase, record["error"], traceback.format_exc())
+def _phase(name: str) -> Callable[[Callable[..., R]], Callable[..., R | PhaseFailure]]:
+    """Make the decorated function a trial's phase called `name`: a failure becomes data, not an exception, so a
+    failed phase is a failed trial recorded with its reason. A `PhaseFailure` among the arguments (an earlier phase
+    failed) is passed on without running the phase. The body is the phase itself, typed for the inputs it runs on
+    (no failure among them), so a reader follows a task to the function its phase runs, and a tool too (through
+    the call, or `__wrapped__`)."""
+
+    def decorate(fn: Callable[..., R]) -> Callable[..., R | PhaseFailure]:
+        @functools.wraps(fn)
+        def guarded(*args: Any) -> R | PhaseFailure:
+            failure = next((a for a in args if isinstance(a, PhaseFailure)), None)
+            if failure is not None:
+                return failure
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - a failed phase is a failed trial, recorded with its reason
+                record = failed(args[0], exc)
+                return PhaseFailure(name, record["error"], traceback.format_exc())
+
+        return guarded
+
+    return decorate
+
+
+@_phase("plan")
+def _plan(config: TrialConfig) -> Planned:
+    return plan_phase(config)
+
+
+@_phase("step audit")
+def _step(config: TrialConfig, planned: Planned) -> dict[str, Any]:
+    return step_phase(config, planned)
+
+
+@_phase("accelerator")
+def _accelerate(config: TrialConfig, p: Planned | None, report: Callable[[int, int, dict[str, Any]], None],
+                submitted: float | None, imports: float) -> dict[str, Any]:
+    """The accelerator phase's output as a dict, its `timing` with the waits before it (see `_accelerator_task`)."""
+    output = accelerator_phase(config, p, report)
+    out = output.to_dict()
+    if submitted is not None:
+        ready = max(submitted, float(p.finished_at or submitted) if p is not None and not p.cached else submitted)
+        start = float(output.environment["started_at"])
+        out["timing"] |= {"plan_wait_s": ready - submitted, "imports_s": imports,
+                          "scheduling_s": max(0.0, start - ready - imports)}
+    if output.planned is not None:
+        out["_planned"] = output.planned
+    return out
+
+
+@_phase("analysis")
+def _analyse(config: TrialConfig, planned: Planned, output: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+    return analysis_phase(config, planned, AcceleratorOutput.from_dict(output), step)
 
 
 def _plan_task(config: TrialConfig) -> Planned | PhaseFailure:
     imports = _imports_s()
-    planned = _guarded("plan", plan_phase, config)
+    planned = _plan(config)
     if isinstance(planned, Planned):
         planned = dataclasses.replace(planned, timing=dict(planned.timing) | {"imports_s": imports})
     return planned
 
 
 def _step_task(config: TrialConfig, planned: Planned | PhaseFailure) -> dict[str, Any] | PhaseFailure:
-    return _guarded("step audit", step_phase, config, planned)
+    return _step(config, planned)
 
 
 def _accelerator_task(config: TrialConfig, planned: Planned | PhaseFailure | None, board: Any,
@@ -154,19 +200,7 @@ def _accelerator_task(config: TrialConfig, planned: Planned | PhaseFailure | Non
         with contextlib.suppress(Exception):  # progress is optional: a dead board must not fail the trial
             board.update.remote(config.trial_key, done, total, info)
 
-    def run(c: TrialConfig, p: Planned | None) -> dict[str, Any]:
-        output = accelerator_phase(c, p, report)
-        out = output.to_dict()
-        if submitted is not None:
-            ready = max(submitted, float(p.finished_at or submitted) if p is not None and not p.cached else submitted)
-            start = float(output.environment["started_at"])
-            out["timing"] |= {"plan_wait_s": ready - submitted, "imports_s": imports,
-                              "scheduling_s": max(0.0, start - ready - imports)}
-        if output.planned is not None:
-            out["_planned"] = output.planned
-        return out
-
-    out = _guarded("accelerator", run, config, planned)
+    out = _accelerate(config, planned, report, submitted, imports)
     with contextlib.suppress(Exception):
         board.forget.remote(config.trial_key)
     return out
@@ -175,8 +209,7 @@ def _accelerator_task(config: TrialConfig, planned: Planned | PhaseFailure | Non
 def _analysis_task(config: TrialConfig, planned: Planned | PhaseFailure, output: dict[str, Any],
                    step: dict[str, Any] | PhaseFailure, queued: float | None = None) -> dict[str, Any] | PhaseFailure:
     waited = time.time() - queued if queued is not None else None
-    record = _guarded("analysis", lambda c, p, o, s: analysis_phase(c, p, AcceleratorOutput.from_dict(o), s),
-                      config, planned, output, step)
+    record = _analyse(config, planned, output, step)
     if isinstance(record, dict) and waited is not None:
         record["timing"]["analysis_wait_s"] = waited
     return record
@@ -278,209 +311,336 @@ def run_all(
     start, so a freed slot finds the next trial's plan made (its calibration ran on a CPU slot while others trained),
     and a freed slot takes the first queued trial whose plan is ready (`ready_first`).
     """
-    plan_task, step_task = ray.remote(num_cpus=1)(_plan_task), ray.remote(num_cpus=1)(_step_task)
-    accelerator_task, analysis_task = ray.remote(_accelerator_task), ray.remote(num_cpus=1)(_analysis_task)
-    board = ProgressBoard.remote()
-    # The trials are read from `configs` as the queue needs them (a large grid's are made as they are read):
-    # the queue holds what a freed slot looks through and the plans made ahead, not the whole sweep. A retried
-    # trial waits until every trial has been read, then joins the queue's end (after all the others, as when
-    # the queue held them all).
-    source = iter(configs)
-    queue: deque[_Trial] = deque()
-    retried: deque[_Trial] = deque()
-    read_all = False
-    window = max(READY_WINDOW, plans_ahead * max_concurrent) + max_concurrent
+    hooks = DriverHooks(on_start, on_result, on_progress, on_tick, load_phase, save_phase, cached_plan, keep_plan)
+    driver = _Driver(configs, hooks, max_concurrent=max_concurrent, retries=retries, poll_s=poll_s,
+                     plans_ahead=plans_ahead)
+    stopped = stop if stop is not None else _never
+    head = _HeadWatch()
+    while driver.busy():
+        if stopped():
+            break
+        head.check()
+        driver.fill()
+        if driver.idle():
+            break  # plan tasks still running belong to no trial left: they are not waited for
+        done = driver.wait()
+        driver.report()
+        results = driver.collect(done)
+        if not stopped():
+            driver.fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
+        driver.record(results)
+    return driver.close(stopped)
 
-    def refill() -> None:
-        nonlocal read_all
-        while not read_all and len(queue) < window:
-            config = next(source, None)
-            if config is None:
-                read_all = True
-                queue.extend(retried)
-                retried.clear()
-            else:
-                queue.append(_Trial(config, 0))
 
-    refill()
-    plans: dict[str, Any] = {}  # plan_key -> ObjectRef: one plan per distinct key
-    training: dict[Any, _Trial] = {}
-    analysing: dict[Any, _Trial] = {}
-    last_poll = 0.0
-    clock = DriverTiming(slots=max_concurrent)
-    loop_started = time.perf_counter()
-    slots_since = loop_started  # when the count of trials in their accelerator phase last changed
+def _never() -> bool:
+    return False
 
-    def account_slots() -> None:
-        nonlocal slots_since
-        now = time.perf_counter()
-        busy = min(len(training), max_concurrent)
-        clock.busy_slot_s += busy * (now - slots_since)
-        clock.idle_slot_s += (max_concurrent - busy) * (now - slots_since)
-        slots_since = now
 
-    planning: dict[Any, TrialConfig] = {}  # plan tasks whose plan is to be kept in the cache
+@dataclasses.dataclass(frozen=True)
+class DriverHooks:
+    """What `run_all`'s caller does at each step of a trial (see `run_all`): the store's side of the driver."""
 
-    def plan_of(config: TrialConfig) -> Any:
-        if config.plan_key not in plans:
-            hit = cached_plan(config) if cached_plan is not None else None
-            if hit is not None:
-                plans[config.plan_key] = hit
-            else:
-                ref = plans[config.plan_key] = plan_task.remote(config)
-                if keep_plan is not None:
-                    planning[ref] = config
-        return plans[config.plan_key]
+    on_start: Callable[[TrialConfig], bool | None]
+    on_result: Callable[[dict[str, Any]], None]
+    on_progress: Callable[[dict[str, tuple[int, int, dict[str, Any]]]], None] | None = None
+    on_tick: Callable[[], None] | None = None
+    load_phase: LoadPhase | None = None
+    save_phase: SavePhase | None = None
+    cached_plan: Callable[[TrialConfig], Planned | None] | None = None
+    keep_plan: Callable[[TrialConfig, Planned], Any] | None = None
 
-    def analyse(trial: _Trial, output: dict[str, Any]) -> None:
-        if trial.plan is None:  # a stored output of a trial planned in place: its plan is made again
-            trial.plan = plan_of(trial.config)
-        analysing[analysis_task.remote(trial.config, trial.plan, output, trial.step, time.time())] = trial
 
-    def start(trial: _Trial) -> None:
-        w0 = time.perf_counter()
-        config = trial.config
-        trial.plan = plan_of(config) if needs_plan_task(config) else None
-        trial.step = step_task.options(num_cpus=config.resources.cpus).remote(config, trial.plan) \
-            if config.audit.step and config.private else {}
-        stored = load_phase(config) if load_phase is not None else None
-        if stored is not None:  # trained before; its analysis was lost
-            analyse(trial, stored)
-            clock.submit_s += time.perf_counter() - w0
+class _HeadWatch:
+    """Every `HEAD_CHECK_S`, whether the cluster's head still answers: `check` raises `ClusterLost` once it has been
+    silent for `_head_patience_s` (a restarting GCS comes back within it)."""
+
+    def __init__(self) -> None:
+        self._last, self._silent_since, self._patience = time.monotonic(), None, _head_patience_s()
+
+    def check(self) -> None:
+        if time.monotonic() - self._last < HEAD_CHECK_S:
             return
-        opts = {"num_cpus": config.resources.cpus, "num_gpus": config.resources.gpus, "max_retries": 0}
-        account_slots()
-        trial.submitted = time.time()
-        training[accelerator_task.options(**opts).remote(config, trial.plan, board, trial.submitted)] = trial
-        clock.trials += 1
-        clock.submit_s += time.perf_counter() - w0
+        self._last = time.monotonic()
+        address = _head_lost()
+        self._silent_since = None if address is None else (self._silent_since or self._last)
+        if self._silent_since is not None and self._last - self._silent_since >= self._patience:
+            raise ClusterLost(f"the Ray cluster's head (GCS at {address}) stopped answering for "
+                              f"{self._last - self._silent_since:.0f} s")
 
-    def plan_ready(config: TrialConfig) -> bool:
+
+class _Queue:
+    """The trials to start, read from `configs` as the queue needs them (a large grid's are made as they are read):
+    it holds what a freed slot looks through and the plans made ahead, not the whole sweep. A retried trial waits
+    until every trial has been read, then joins the queue's end (after all the others, as when the queue held them
+    all)."""
+
+    def __init__(self, configs: Iterable[TrialConfig], window: int) -> None:
+        self._source, self._window = iter(configs), window
+        self._retried: deque[_Trial] = deque()
+        self._read_all = False
+        self.trials: deque[_Trial] = deque()
+        self.refill()
+
+    def __bool__(self) -> bool:
+        return bool(self.trials)
+
+    def refill(self) -> None:
+        while not self._read_all and len(self.trials) < self._window:
+            config = next(self._source, None)
+            if config is None:
+                self._read_all = True
+                self.trials.extend(self._retried)
+                self._retried.clear()
+            else:
+                self.trials.append(_Trial(config, 0))
+
+    def retry(self, trial: _Trial) -> None:
+        (self.trials if self._read_all else self._retried).append(_Trial(trial.config, trial.attempt + 1))
+
+    def take(self, ready: Callable[[TrialConfig], bool]) -> _Trial:
+        """The trial to start next (`ready_first`); the queue is refilled behind it."""
+        pick = ready_first(self.trials, ready, READY_WINDOW)
+        trial = self.trials[pick]
+        del self.trials[pick]
+        self.refill()
+        return trial
+
+
+class _Plans:
+    """One plan per distinct `plan_key` in this run: answered from the store's cache (`cached_plan`), else made by a
+    plan task, whose plan is then kept in the cache (`keep_plan`) for the next sweep of this geometry."""
+
+    def __init__(self, hooks: DriverHooks) -> None:
+        self._task = ray.remote(num_cpus=1)(_plan_task)
+        self._cached, self._keep = hooks.cached_plan, hooks.keep_plan
+        self._plans: dict[str, Any] = {}  # plan_key -> its Planned (cached), or the ObjectRef of its plan task
+        self.making: dict[Any, TrialConfig] = {}  # plan tasks whose plan is to be kept
+
+    def of(self, config: TrialConfig) -> Any:
+        if config.plan_key not in self._plans:
+            hit = self._cached(config) if self._cached is not None else None
+            if hit is not None:
+                self._plans[config.plan_key] = hit
+            else:
+                ref = self._plans[config.plan_key] = self._task.remote(config)
+                if self._keep is not None:
+                    self.making[ref] = config
+        return self._plans[config.plan_key]
+
+    def ready(self, config: TrialConfig) -> bool:
         """Whether the trial could train now: no plan task, or its plan made (cached, or its task done)."""
         if not needs_plan_task(config):
             return True
-        plan = plans.get(config.plan_key)
+        plan = self._plans.get(config.plan_key)
         if plan is None or isinstance(plan, Planned):
             return plan is not None
         return bool(ray.wait([plan], num_returns=1, timeout=0)[0])
 
-    def plan_ahead() -> None:
+    def forget(self, config: TrialConfig) -> None:
+        """Its plan failed: a retry makes it again."""
+        self._plans.pop(config.plan_key, None)
+
+    def made(self, ref: Any) -> None:
+        """A plan task ended: its plan is kept (a failed one is not)."""
+        config = self.making.pop(ref)
+        with contextlib.suppress(Exception):
+            planned = ray.get(ref)
+            if isinstance(planned, Planned) and self._keep is not None:
+                self._keep(config, planned)
+
+    def keep_finished(self, stopped: Callable[[], bool]) -> None:
+        """The plans made as the last trial ended are kept too (unless the driver was stopped); those still being
+        made are not waited for."""
+        if not self.making or self._keep is None or stopped():
+            return
+        ready, _ = ray.wait(list(self.making), num_returns=len(self.making), timeout=0)
+        for ref in ready:
+            with contextlib.suppress(Exception):
+                if isinstance(planned := ray.get(ref), Planned):
+                    self._keep(self.making.pop(ref), planned)
+
+
+class _Driver:
+    """One `run_all`: the queue, the plans, the tasks in flight, and what happens as each task ends (the steps
+    `run_all`'s loop names: fill the slots, wait, report, collect the results, record them)."""
+
+    def __init__(self, configs: Iterable[TrialConfig], hooks: DriverHooks, *, max_concurrent: int, retries: int,
+                 poll_s: float, plans_ahead: int) -> None:
+        self.hooks, self.slots, self.retries, self.poll_s = hooks, max_concurrent, retries, poll_s
+        self._ahead = plans_ahead * max_concurrent  # trials whose plans are made while others train
+        self._step_task = ray.remote(num_cpus=1)(_step_task)
+        self._accelerator_task = ray.remote(_accelerator_task)
+        self._analysis_task = ray.remote(num_cpus=1)(_analysis_task)
+        self.board: Any = ProgressBoard.remote()
+        self.queue = _Queue(configs, max(READY_WINDOW, self._ahead) + max_concurrent)
+        self.plans = _Plans(hooks)
+        self.training: dict[Any, _Trial] = {}
+        self.analysing: dict[Any, _Trial] = {}
+        self.clock = DriverTiming(slots=max_concurrent)
+        self._last_poll = 0.0
+        self.started = self._slots_since = time.perf_counter()  # slots since: when the busy count last changed
+
+    def busy(self) -> bool:
+        return bool(self.queue or self.training or self.analysing)
+
+    def idle(self) -> bool:
+        """No trial in a phase: what is left to start could not be (refused by `on_start`)."""
+        return not self.training and not self.analysing
+
+    def fill(self) -> None:
+        """Start queued trials on the free accelerator slots, their plans made ahead."""
+        self.queue.refill()
+        self._plan_ahead()
+        while self.queue and len(self.training) < self.slots:
+            trial = self.queue.take(self._ready_once())
+            if self.hooks.on_start(trial.config) is not False:
+                self._start(trial)
+        self._plan_ahead()
+
+    def _ready_once(self) -> Callable[[TrialConfig], bool]:
+        """`_Plans.ready`, asked once per plan_key for one pick."""
+        known: dict[str, bool] = {}
+
+        def ready(config: TrialConfig) -> bool:
+            if config.plan_key not in known:
+                known[config.plan_key] = self.plans.ready(config)
+            return known[config.plan_key]
+
+        return ready
+
+    def _plan_ahead(self) -> None:
         w0 = time.perf_counter()
-        for trial in itertools.islice(queue, plans_ahead * max_concurrent):  # next trials' plans, made during training
+        for trial in itertools.islice(self.queue.trials, self._ahead):
             if needs_plan_task(trial.config):
-                plan_of(trial.config)
-        clock.submit_s += time.perf_counter() - w0
+                self.plans.of(trial.config)
+        self.clock.submit_s += time.perf_counter() - w0
 
-    def fill() -> None:
-        refill()
-        plan_ahead()
-        while queue and len(training) < max_concurrent:
-            known: dict[str, bool] = {}  # plan_key -> ready, asked once per pick
+    def _start(self, trial: _Trial) -> None:
+        w0 = time.perf_counter()
+        config = trial.config
+        trial.plan = self.plans.of(config) if needs_plan_task(config) else None
+        trial.step = self._step_task.options(num_cpus=config.resources.cpus).remote(config, trial.plan) \
+            if config.audit.step and config.private else {}
+        stored = self.hooks.load_phase(config) if self.hooks.load_phase is not None else None
+        if stored is not None:  # trained before; its analysis was lost
+            self._analyse(trial, stored)
+            self.clock.submit_s += time.perf_counter() - w0
+            return
+        opts = {"num_cpus": config.resources.cpus, "num_gpus": config.resources.gpus, "max_retries": 0}
+        self._account_slots()
+        trial.submitted = time.time()
+        ref = self._accelerator_task.options(**opts).remote(config, trial.plan, self.board, trial.submitted)
+        self.training[ref] = trial
+        self.clock.trials += 1
+        self.clock.submit_s += time.perf_counter() - w0
 
-            def ready(config: TrialConfig, known: dict[str, bool] = known) -> bool:
-                if config.plan_key not in known:
-                    known[config.plan_key] = plan_ready(config)
-                return known[config.plan_key]
+    def _analyse(self, trial: _Trial, output: dict[str, Any]) -> None:
+        if trial.plan is None:  # a stored output of a trial planned in place: its plan is made again
+            trial.plan = self.plans.of(trial.config)
+        ref = self._analysis_task.remote(trial.config, trial.plan, output, trial.step, time.time())
+        self.analysing[ref] = trial
 
-            pick = ready_first(queue, ready, READY_WINDOW)
-            trial = queue[pick]
-            del queue[pick]
-            refill()
-            if on_start(trial.config) is not False:
-                start(trial)
-        plan_ahead()
+    def _account_slots(self) -> None:
+        now = time.perf_counter()
+        busy = min(len(self.training), self.slots)
+        self.clock.busy_slot_s += busy * (now - self._slots_since)
+        self.clock.idle_slot_s += (self.slots - busy) * (now - self._slots_since)
+        self._slots_since = now
 
-    def finish(trial: _Trial, outcome: Any, phase: str, results: list[dict[str, Any]]) -> None:
-        """A failed phase: retried (the plan made again if it was the plan that failed) or recorded."""
-        if isinstance(outcome, PhaseFailure) or isinstance(outcome, BaseException):
+    def wait(self) -> list[Any]:
+        """The tasks that ended within `poll_s`: every one that is ready, not one per loop."""
+        pending = list(self.training) + list(self.analysing) + list(self.plans.making)
+        done, _ = ray.wait(pending, num_returns=1, timeout=self.poll_s)
+        if done and len(pending) > 1:
+            done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+        return done
+
+    def report(self) -> None:
+        """The lease heartbeat (`on_tick`) and the progress bars (`on_progress`), at most every `poll_s`."""
+        if time.monotonic() - self._last_poll < self.poll_s:
+            return
+        self._last_poll = time.monotonic()
+        if self.hooks.on_tick is not None:
+            self.hooks.on_tick()
+        if self.hooks.on_progress is not None and self.board is not None:
+            try:
+                self.hooks.on_progress(ray.get(self.board.snapshot.remote(), timeout=30))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                self.board = None  # the progress board died: the trials go on without bars
+
+    def collect(self, done: list[Any]) -> list[dict[str, Any]]:
+        """The ended tasks' outcomes: plans kept, accelerator outputs stored and sent to their analysis, failures
+        retried, and the records to write returned."""
+        results: list[dict[str, Any]] = []
+        for ref in done:
+            if ref in self.plans.making:
+                self.plans.made(ref)
+            elif ref in self.training:
+                self._account_slots()
+                trial = self.training.pop(ref)
+                outcome = _outcome(ref)
+                if isinstance(outcome, dict):
+                    self._received(trial, outcome)
+                else:
+                    self._finish(trial, outcome, "accelerator", results)
+            else:
+                self._finish(self.analysing.pop(ref), _outcome(ref), "analysis", results)
+        return results
+
+    def _received(self, trial: _Trial, outcome: dict[str, Any]) -> None:
+        """An accelerator output arrived: stored (`save_phase`), its transfer and span timed, and analysed."""
+        received = time.time()
+        planned = outcome.pop("_planned", None)
+        if planned is not None:
+            trial.plan = planned
+        w0 = time.perf_counter()
+        if self.hooks.save_phase is not None:
+            self.hooks.save_phase(trial.config, outcome)
+        saved = time.perf_counter() - w0
+        self.clock.save_s += saved
+        timing = outcome.setdefault("timing", {})
+        finished = float(outcome.get("environment", {}).get("accelerator_finished_at", received))
+        timing |= {"transfer_s": max(0.0, received - finished), "save_s": saved,
+                   "span_s": received - trial.submitted}
+        self._analyse(trial, outcome)
+
+    def _finish(self, trial: _Trial, outcome: Any, phase: str, results: list[dict[str, Any]]) -> None:
+        """A trial's last outcome: its record, or a failure retried (the plan made again if it was the plan that
+        failed) or recorded."""
+        if isinstance(outcome, PhaseFailure | BaseException):
             if isinstance(outcome, PhaseFailure) and outcome.phase == "plan":
-                plans.pop(trial.config.plan_key, None)
-            if trial.attempt < retries:
-                (queue if read_all else retried).append(_Trial(trial.config, trial.attempt + 1))
+                self.plans.forget(trial.config)
+            if trial.attempt < self.retries:
+                self.queue.retry(trial)
                 return
             results.append(failed_record(trial.config, outcome, phase))
         else:
             results.append(outcome)
 
-    last_check, silent_since, patience = time.monotonic(), None, _head_patience_s()
-    while queue or training or analysing:
-        if stop is not None and stop():
-            break
-        if time.monotonic() - last_check >= HEAD_CHECK_S:
-            last_check = time.monotonic()
-            address = _head_lost()
-            silent_since = None if address is None else (silent_since or last_check)
-            if silent_since is not None and last_check - silent_since >= patience:
-                raise ClusterLost(f"the Ray cluster's head (GCS at {address}) stopped answering for "
-                                  f"{last_check - silent_since:.0f} s")
-        fill()
-        if not training and not analysing:
-            break  # plan tasks still running belong to no trial left: they are not waited for
-        pending = list(training) + list(analysing) + list(planning)
-        done, _ = ray.wait(pending, num_returns=1, timeout=poll_s)
-        if done and len(pending) > 1:  # every result that is ready, not one per loop
-            done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
-        if time.monotonic() - last_poll >= poll_s:
-            last_poll = time.monotonic()
-            if on_tick is not None:
-                on_tick()
-            if on_progress is not None and board is not None:
-                try:
-                    on_progress(ray.get(board.snapshot.remote(), timeout=30))
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                    board = None  # the progress board died: the trials go on without bars
-        results: list[dict[str, Any]] = []
-        for ref in done:
-            if ref in planning:  # a plan made: kept for the next sweep of this geometry (a failed one is not)
-                config = planning.pop(ref)
-                with contextlib.suppress(Exception):
-                    planned = ray.get(ref)
-                    if isinstance(planned, Planned):
-                        keep_plan(config, planned)  # type: ignore[misc]
-                continue
-            phase = "accelerator" if ref in training else "analysis"
-            if phase == "accelerator":
-                account_slots()
-            trial = training.pop(ref) if ref in training else analysing.pop(ref)
-            try:
-                outcome = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - the task itself died
-                outcome = exc
-            if phase == "accelerator" and isinstance(outcome, dict):
-                received = time.time()
-                planned = outcome.pop("_planned", None)
-                if planned is not None:
-                    trial.plan = planned
-                w0 = time.perf_counter()
-                if save_phase is not None:
-                    save_phase(trial.config, outcome)
-                saved = time.perf_counter() - w0
-                clock.save_s += saved
-                timing = outcome.setdefault("timing", {})
-                finished = float(outcome.get("environment", {}).get("accelerator_finished_at", received))
-                timing |= {"transfer_s": max(0.0, received - finished), "save_s": saved,
-                           "span_s": received - trial.submitted}
-                analyse(trial, outcome)
-            else:
-                finish(trial, outcome, phase, results)
-        if stop is None or not stop():
-            fill()  # the freed slots start their next trials first: recording a result does not idle a CPU
+    def record(self, results: list[dict[str, Any]]) -> None:
         w0 = time.perf_counter()
         for record in results:
-            on_result(record)
-        clock.record_s += time.perf_counter() - w0
-    account_slots()
-    clock.loop_s = time.perf_counter() - loop_started
-    if planning and keep_plan is not None and not (stop is not None and stop()):  # plans made as the last trial ended
-        ready, _ = ray.wait(list(planning), num_returns=len(planning), timeout=0)
-        for ref in ready:
+            self.hooks.on_result(record)
+        self.clock.record_s += time.perf_counter() - w0
+
+    def close(self, stopped: Callable[[], bool]) -> DriverTiming:
+        """The driver's account, once nothing that is left running is needed: stopped early, nothing is left
+        running for a driver that is gone."""
+        self._account_slots()
+        self.clock.loop_s = time.perf_counter() - self.started
+        self.plans.keep_finished(stopped)
+        for ref in [*self.training, *self.analysing, *self.plans.making]:
             with contextlib.suppress(Exception):
-                if isinstance(planned := ray.get(ref), Planned):
-                    keep_plan(planning.pop(ref), planned)
-    for ref in [*training, *analysing, *planning]:  # stopped early: nothing left running for a driver that is gone
-        with contextlib.suppress(Exception):
-            ray.cancel(ref, force=True)
-    if board is not None:
-        with contextlib.suppress(Exception):  # already dead: nothing to kill
-            ray.kill(board)
-    return clock
+                ray.cancel(ref, force=True)
+        if self.board is not None:
+            with contextlib.suppress(Exception):  # already dead: nothing to kill
+                ray.kill(self.board)
+        return self.clock
+
+
+def _outcome(ref: Any) -> Any:
+    """A task's output, or the exception of a task that itself died (worker crash, OOM kill, lost node)."""
+    try:
+        return ray.get(ref)
+    except Exception as exc:  # noqa: BLE001 - the task itself died
+        return exc

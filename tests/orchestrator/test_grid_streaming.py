@@ -40,7 +40,7 @@ def test_a_large_grid_is_read_without_making_its_trials(made):
     spec = runner.load_grid(grid_text(1000, 100))  # 1,000 x (1 + 100) = 101,000 trials
     assert len(spec.trials) == 101_000 and spec.trials.lazy
     assert made[0] == 0
-    samples = runner._samples(spec.trials)
+    samples = grids.samples(spec.trials)
     assert [(t.mechanism, t.seed) for t in samples] == [("nonprivate", 0), ("dpsgd", 0)]
     first = spec.trials[1]
     assert (first.mechanism, first.seed) == ("nonprivate", 1)
