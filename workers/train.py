@@ -212,7 +212,8 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
           integrity: bool = True) -> Setup:
     """The model on `device`, its optimizer, the mechanism's private objects (batches, clipping, noise) from the
     plan, the precision and the (compiled) step module, and what the record says about them. `integrity` False
-    skips the check that the private step is privbench's (`step_integrity`): for a copy of a step already checked."""
+    skips the check that the private step is privbench's (`integrity.step_findings`): for a copy of a step already
+    checked."""
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}

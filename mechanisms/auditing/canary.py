@@ -102,7 +102,7 @@ class CanaryScoreAuditor:
 
     Mirrors `jax_privacy.auditing.CanaryScoreAuditor` (same method names, arguments and semantics
     for `epsilon_clopper_pearson`, `epsilon_from_gdp`, `epsilon_one_run`, `tpr_at_given_fpr`,
-    `attack_auroc`), plus `error_rates`, used by the mechanism-level audit.
+    `attack_auroc`).
     """
 
     def __init__(self, in_canary_scores: ArrayLike, out_canary_scores: ArrayLike) -> None:
@@ -122,18 +122,6 @@ class CanaryScoreAuditor:
     def error_counts(self, threshold: float) -> tuple[int, int]:
         """(false positives among held-out, false negatives among held-in) for "present iff >= t"."""
         return int(np.sum(self._out >= threshold)), int(np.sum(self._in < threshold))
-
-    def error_rates(self, threshold: float, significance: float | None = None) -> tuple[float, float]:
-        """(alpha, beta) at `threshold`; with `significance`, Clopper-Pearson upper bounds on each.
-
-        Each bound is one-sided at `significance`, so both hold together with probability at least
-        1 - 2 significance.
-        """
-        fp, fn = self.error_counts(threshold)
-        if significance is None:
-            return fp / self.n_out, fn / self.n_in
-        return (float(clopper_pearson_upper(fp, self.n_out, significance)),
-                float(clopper_pearson_upper(fn, self.n_in, significance)))
 
     # -- threshold strategies -------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ calibrates: sigma explicit, or for the target under the grid's `calibration`; th
 the parts; epsilon_certified by PLD with RDP and PRV beside it), `make_private` (the trainer's private
 step, built from the plan's parts), `privatize_step` (one step's releases, for the auditor). A mechanism
 from outside privbench that overrides one of them replaces what privbench accounts and audits: its trials
-are `uncertified` with the reason (`contract_problems`), never `ok`.
+are `uncertified` with the reason (`integrity.contract_findings`), never `ok`.
 
 Import-light: a mechanism's descriptor (ID, Options, `private`, its docstring) loads without torch, Opacus
 or scipy (`privbench list`, grid validation); the heavy code is imported inside the hooks.
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 CLIPPINGS = tuple(CLIPPING_RULES)  # the `clipping` option's values: flat, per-layer
 BESIDE = ("rdp", "prv")  # accountants recorded next to the certified (PLD) epsilon
 # The template methods: what privbench runs the same way for every mechanism. A plugin overriding one of them
-# replaces what is accounted, trained or audited (`contract_problems`).
+# replaces what is accounted, trained or audited (`integrity.contract_findings`).
 FINAL = ("options", "option_problems", "plan", "planned_parts", "certified_sigma", "make_private", "privatize_step",
          "audit_parts", "audit_options", "post_processing")
 
@@ -149,20 +149,6 @@ class AfterStepPart:
     handle: Any = None  # kept on the optimizer as `optimizer.post_processing` (e.g. a Shuffler)
 
 
-def is_own(obj: Any) -> bool:
-    """Whether `obj`'s class is privbench's own code (`integrity.own_class` decides)."""
-    from mechanisms.framework.integrity import own_class
-
-    return own_class(type(obj))
-
-
-def contract_problems(mechanism: Mechanism) -> list[str]:
-    """How a mechanism from outside privbench steps outside the contract (`integrity.contract_findings`)."""
-    from mechanisms.framework.integrity import contract_findings
-
-    return [f.reason for f in contract_findings(mechanism) if not f.passed]
-
-
 def uncertified(plan: PrivacyPlan, reason: str) -> PrivacyPlan:
     """`plan` with no sound analysis: what runs is not what privbench can account (`reason` says why)."""
     import dp_accounting
@@ -174,7 +160,7 @@ def uncertified(plan: PrivacyPlan, reason: str) -> PrivacyPlan:
 
 def plan_for(mechanism: Mechanism, spec: PrivacySpec) -> PrivacyPlan:
     """The plan a trial runs: `mechanism.plan(spec)`, made `uncertified` when the mechanism steps outside the
-    contract (`contract_problems`) or its parts are not privbench's `Parts`. The trial's plan phase, tuning
+    contract (`integrity.contract_findings`) or its parts are not privbench's `Parts`. The trial's plan phase, tuning
     and the step audit all plan through here."""
     from mechanisms.framework.integrity import certify, contract_findings
 
@@ -529,4 +515,4 @@ def clipping_for(clipping: str, clip: float, n_tensors: int | None, owner: str) 
 
 
 __all__ = ["CLIPPINGS", "FINAL", "HOOKS", "AfterStepPart", "Calibrated", "Claim", "Hook", "Mechanism", "NoOptions",
-           "clipping_for", "contract_problems", "filled_hooks", "is_own", "plan_for", "uncertified"]
+           "clipping_for", "filled_hooks", "plan_for", "uncertified"]

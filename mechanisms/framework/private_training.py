@@ -107,9 +107,6 @@ class PrivateOptimizerMixin:
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
 
-    def stop_observing(self, observer: ReleaseObserver) -> None:
-        self.observers.remove(observer)
-
     def attach_probe(self, probe: CanaryProbe | None) -> None:
         """Set (or, with None, remove) the one-run audit's canary probe: it sees the step before every observer."""
         if probe is not None and self.probe is not None:
@@ -478,17 +475,8 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
                            criterion)
 
 
-def step_integrity(training: PrivateTraining) -> list[str]:
-    """What replaces privbench's private step in `training`, one line each (empty: the step is privbench's);
-    `integrity.step_findings` decides."""
-    from mechanisms.framework.integrity import step_findings
-
-    finding = step_findings(training)
-    return [] if finding.passed else [finding.reason]
-
-
 __all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "PlanViolation", "PrivateBookkeepingOptimizer",
            "PrivateDPOptimizer", "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer",
            "PrivateTraining", "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches",
            "make_private",
-           "optimizer_class", "plan_loader", "resident", "step_integrity"]
+           "optimizer_class", "plan_loader", "resident"]
