@@ -227,7 +227,8 @@ def _numbers(where: str, field: str, values: list[Any], problems: list[str]) -> 
 
 
 def mechanism_private(name: str) -> bool:
-    """Whether a mechanism claims privacy (`Mechanism.private`); unknown names are reported with the axis."""
+    """Whether a mechanism claims privacy (`Mechanism.private`, read, never decided here); unknown names are
+    reported with the axis."""
     try:
         return bool(mechanisms.get(name).private)
     except (UnknownName, mechanisms.PluginError):
