@@ -2,7 +2,7 @@
 
 A cycle that Python tolerates today (because one side imports inside a function) still means neither file can be
 read, tested or moved without the other; this walks the source (no import is executed) and fails on any cycle.
-`python tests/test_import_cycles.py` prints the cycles and how many imports sit inside functions.
+`PYTHONPATH=. python tests/test_import_cycles.py` prints the cycles and how many imports sit inside functions.
 
 Imports under `if TYPE_CHECKING:` are left out: they never run, and they are how a type names its neighbour.
 """
@@ -14,8 +14,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import tomllib
+
+from mechanisms.framework.integrity import OWN_PACKAGES
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("privbench", "orchestrator", "workers", "mechanisms", "storage", "dashboards")
+PACKAGES = ("privbench", *OWN_PACKAGES)  # the library's own packages and its facade
 # The mechanism framework's own cycle (the Mechanism contract, its integrity checks, the private step, and the
 # audit hooks its default `claimed_step_tradeoff` calls), which the reshaping of mechanisms/framework/ removes.
 # Known, not welcome: a cycle that reaches any other module, or a new one, fails.
@@ -126,6 +130,15 @@ def test_the_walk_sees_imports_inside_functions():
 def test_cycles_are_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_list_is_declared_once():
+    """pyproject's packages (what is installed) are privbench's own (what the integrity checks trust, what Ray
+    ships) and the facade: the one list, `integrity.OWN_PACKAGES`, and this derived copy must agree."""
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert sorted(found["include"]) == sorted(f"{p}*" for p in PACKAGES)
+    assert sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests") == \
+        sorted(PACKAGES)
 
 
 def test_no_import_cycle():

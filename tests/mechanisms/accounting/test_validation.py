@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mechanisms.accounting.validation import require_delta
+from tests.test_import_cycles import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -38,7 +39,7 @@ def test_numpy_scalars_and_text():
 def test_no_other_place_checks_the_range_of_delta():
     """A message of the range check anywhere but validation.py means a second rule that may drift."""
     found = []
-    for package in ("mechanisms", "workers", "orchestrator", "storage", "dashboards", "privbench"):
+    for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             if path.name != "validation.py" and re.search(r"delta\w* must lie", path.read_text()):
                 found.append(str(path.relative_to(ROOT)))
