@@ -24,7 +24,8 @@ from dp_accounting import mechanism_calibration
 
 from mechanisms.accounting.calibration import calibrate_sigma
 from mechanisms.accounting.compare import DpsgdSetting
-from mechanisms.accounting.reference import FRESH, epsilon
+from mechanisms.accounting.reference import FRESH
+from mechanisms.accounting.sound import epsilon
 
 DELTA = 1e-5
 MNIST_Q = 256 / 60000

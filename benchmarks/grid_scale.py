@@ -4,7 +4,7 @@ item 4).
 For each size N it reports the dry run's CPU time until its first line and until its 1,000th (the
 process's own user + system time, read from /proc when the line arrives: a loaded machine disturbs
 this far less than wall time), its peak memory (VmHWM), and, in this process, the CPU time to check the
-grid (`orchestrator.grid.plan`) and to make its trials one by one (per trial, over the first 20,000).
+grid (`orchestrator.grid.check`) and to make its trials one by one (per trial, over the first 20,000).
 
 With `--run`, it then starts `sweep run` on the same grid and a fresh store (a real local Ray, trials of
 digits/mlp): the driver's CPU time until its first line, until the line that says how many trials it runs (the
@@ -123,9 +123,9 @@ def sweep_run(grid: Path, budget: float, tree: Path = ROOT) -> dict[str, object]
 def in_process(text: str) -> tuple[float, float]:
     from orchestrator import grid
 
-    grid.plan("name: warm\nseeds: [0]\ngrid: {dataset: [digits], model: [mlp], mechanism: [dpsgd], epsilon: [1]}\n")
+    grid.check("name: warm\nseeds: [0]\ngrid: {dataset: [digits], model: [mlp], mechanism: [dpsgd], epsilon: [1]}\n")
     start = time.process_time()
-    planned = grid.plan(text)
+    planned = grid.check(text)
     checked = time.process_time() - start
     start = time.process_time()
     made = sum(1 for _ in itertools.islice(planned.trials(), 20_000))

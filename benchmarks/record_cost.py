@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storage.location import resolve  # noqa: E402
-from storage.store import Store  # noqa: E402
+from storage.location import resolve
+from storage.store import Store
 
 
 def fake_record(i: int) -> dict:

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # privbench from this checkout
 
-from mechanisms.clipping_engine.norms import (  # noqa: E402
+from mechanisms.clipping_engine.norms import (
     certified_factors,
     clip_factors,
     gamma,

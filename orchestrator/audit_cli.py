@@ -73,7 +73,7 @@ def _bound(cls: type, field: str, option: str, value: Any) -> None:
 
 def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: float, dim: int, clip: float,
               seed: int, path: str) -> None:
-    from mechanisms.accounting.validation import SIGMA_FLOOR
+    from mechanisms.accounting.validation import SIGMA_FLOOR, require_delta
     from workers.config import AuditConfig, TrialConfig
 
     if sigma is not None and epsilon is not None:
@@ -86,8 +86,10 @@ def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: f
     _bound(AuditConfig, "samples", "samples", samples)  # a grid's audit caps them alike (memory grows with them)
     _bound(AuditConfig, "dim", "dim", dim)
     _bound(TrialConfig, "seed", "seed", seed)
-    if not 0 < delta < 1:
-        raise _Invalid(f"--delta must lie in (0, 1), got {delta}")
+    try:
+        require_delta(delta)
+    except ValueError as e:
+        raise _Invalid(f"--{e}") from None
     if path not in _sampling.PATHS:
         raise _Invalid(f"--path must be one of {', '.join(_sampling.PATHS)}, got {path!r}")
 

@@ -11,13 +11,15 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from mechanisms.framework.integrity import OWN_PACKAGES
 from storage.faults import fault
 
 if TYPE_CHECKING:
     from workers.config import TrialConfig
 
 CONNECT_TIMEOUT_S = 10.0
-SHIPPED_PACKAGES = ("orchestrator", "workers", "mechanisms", "storage")
+# what a trial runs on a worker: privbench's own packages but the dashboards, which only read the store
+SHIPPED_PACKAGES = tuple(p for p in OWN_PACKAGES if p != "dashboards")
 
 
 class ClusterError(RuntimeError):

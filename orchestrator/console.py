@@ -152,7 +152,7 @@ PIPE_GONE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader
 OUTPUT_LOST = 1
 
 
-class OutputLost(Exception):  # noqa: N818 - not an OSError: the store's error translation must not read it as the store's
+class OutputLost(Exception):  # not an OSError: the store's error translation must not read it as the store's
     """stdout cannot be written (closed, a full disk, its reader gone): the command's output is lost."""
 
     def __init__(self, error: OSError) -> None:

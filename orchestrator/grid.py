@@ -237,7 +237,8 @@ def _numbers(where: str, field: str, values: list[Any], problems: list[str]) -> 
 
 
 def mechanism_private(name: str) -> bool:
-    """Whether a mechanism claims privacy (`Mechanism.private`); unknown names are reported with the axis."""
+    """Whether a mechanism claims privacy (`Mechanism.private`, read, never decided here); unknown names are
+    reported with the axis."""
     try:
         return bool(mechanisms.get(name).private)
     except (UnknownName, mechanisms.PluginError):
@@ -520,7 +521,7 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, s
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class CheckedGrid:
     """A checked grid whose trials are made one at a time (`trials()`): what `--dry-run` prints, so a grid
     of 10^6 trials shows its first line in seconds and in little memory. `count` is known without
     expanding (None for a `tune:` grid, whose candidates are drawn per cell). `samples()` makes one trial
@@ -558,21 +559,21 @@ class Trials(Sequence[TrialConfig]):
     whose count is known only once drawn) is made once and kept as a tuple: small grids behave as before.
     `lazy`: whether this one is made anew at each pass (the sweep driver then streams them)."""
 
-    def __init__(self, planned: Plan) -> None:
-        self._plan = planned
+    def __init__(self, checked: CheckedGrid) -> None:
+        self._grid = checked
         self._kept: tuple[TrialConfig, ...] | None = None
-        if planned.count is None or planned.count <= MATERIALISE:
-            self._kept = tuple(planned.trials())
+        if checked.count is None or checked.count <= MATERIALISE:
+            self._kept = tuple(checked.trials())
 
     @property
     def lazy(self) -> bool:
         return self._kept is None
 
     def __len__(self) -> int:
-        return len(self._kept) if self._kept is not None else int(self._plan.count or 0)
+        return len(self._kept) if self._kept is not None else int(self._grid.count or 0)
 
     def __iter__(self) -> Iterator[TrialConfig]:
-        return iter(self._kept) if self._kept is not None else self._plan.trials()
+        return iter(self._kept) if self._kept is not None else self._grid.trials()
 
     def __getitem__(self, index: Any) -> Any:
         if self._kept is not None:
@@ -592,12 +593,12 @@ class Trials(Sequence[TrialConfig]):
         """The trials of these mechanisms, in order (of a large grid, the others are not made)."""
         if self._kept is not None:
             return (t for t in self._kept if t.mechanism in mechanisms)
-        return self._plan.trials_of(mechanisms)
+        return self._grid.trials_of(mechanisms)
 
     def samples(self) -> Sequence[TrialConfig]:
-        """One trial per (dataset, model, mechanism) for a large grid (`Plan.samples`), every trial for a small one:
-        what checks of resources and plugin code look at."""
-        return self._kept if self._kept is not None else tuple(self._plan.samples())
+        """One trial per (dataset, model, mechanism) for a large grid (`CheckedGrid.samples`), every trial for a
+        small one: what checks of resources and plugin code look at."""
+        return self._kept if self._kept is not None else tuple(self._grid.samples())
 
 
 class Selected:
@@ -629,8 +630,9 @@ class Selected:
 
 
 def samples(trials: TrialSet) -> Sequence[TrialConfig]:
-    """What checks of resources, memory and plugin code look at: one trial per (dataset, model, mechanism) of a large
-    grid (`Plan.samples`; the others of a combination differ only in target and seed), every trial of a kept one."""
+    """What checks of resources, memory and plugin code look at: one trial per (dataset, model, mechanism) of a
+    large grid (`CheckedGrid.samples`; the others of a combination differ only in target and seed), every trial of a
+    kept one."""
     return trials.samples() if isinstance(trials, Trials | Selected) else tuple(trials)
 
 
@@ -641,7 +643,7 @@ def of_mechanisms(trials: TrialSet, mechanisms: Collection[str]) -> Iterator[Tri
     return (t for t in trials if t.mechanism in mechanisms)
 
 
-def plan(text: str, *, source: str = "grid") -> Plan:
+def check(text: str, *, source: str = "grid") -> CheckedGrid:
     """Parse and validate a grid's YAML text (every problem raised as a GridError, as `parse` does) without
     building its trials."""
     problems: list[str] = []
@@ -675,21 +677,21 @@ def plan(text: str, *, source: str = "grid") -> Plan:
         chosen = [m for m in axes.mechanisms if m in mechanisms]
         return _expand(name, dataclasses.replace(axes, mechanisms=chosen), shared, train, options, plugins)
 
-    return Plan(name, None if tune else axes.count(), make, raw, plugins, None if tune else samples,
-                None if tune else make_of)
+    return CheckedGrid(name, None if tune else axes.count(), make, raw, plugins, None if tune else samples,
+                       None if tune else make_of)
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:
     """Parse and validate a grid's YAML text; raise GridError listing every problem."""
-    planned = plan(text, source=source)
-    return GridSpec(planned.name, planned.raw, text, tuple(planned.trials()), planned.plugins)
+    checked = check(text, source=source)
+    return GridSpec(checked.name, checked.raw, text, tuple(checked.trials()), checked.plugins)
 
 
 def parse_lazy(text: str, *, source: str = "grid") -> GridSpec:
     """`parse`, with the trials a `Trials` sequence: a large grid's are made as they are read, never all held
     (what `sweep run` uses: a grid of 10^6 trials is checked in a fraction of a second)."""
-    planned = plan(text, source=source)
-    return GridSpec(planned.name, planned.raw, text, Trials(planned), planned.plugins)
+    checked = check(text, source=source)
+    return GridSpec(checked.name, checked.raw, text, Trials(checked), checked.plugins)
 
 
 def load_lazy(path: str | Path) -> GridSpec:
@@ -720,5 +722,5 @@ def load(path: str | Path) -> GridSpec:
     return parse(read(path), source=str(Path(path)))
 
 
-__all__ = ["GridError", "GridSpec", "MAX_TRIALS", "Plan", "Selected", "TrialSet", "Trials", "load", "load_lazy",
-           "of_mechanisms", "parse", "parse_lazy", "plan", "read", "samples", "stored_key"]
+__all__ = ["CheckedGrid", "GridError", "GridSpec", "MAX_TRIALS", "Selected", "TrialSet", "Trials", "load", "load_lazy",
+           "check", "of_mechanisms", "parse", "parse_lazy", "read", "samples", "stored_key"]

@@ -130,7 +130,7 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
     from orchestrator import runner
 
     try:
-        planned = grids.plan(grids.read(grid_file), source=str(grid_file))
+        planned = grids.check(grids.read(grid_file), source=str(grid_file))
         runner.locate(store, ledger, artifacts)
     except grids.GridError as e:
         for problem in e.problems:

@@ -353,7 +353,7 @@ FIELDS: tuple[Field, ...] = (
       private_only=True),
     F("claim_status_without_step", "privacy", (str, type(None)), "the verdict without the step audit (a sweep "
       "applies Holm to the step audits' p-values on top of it)", private_only=True),
-    F("private", "privacy", bool, "whether the mechanism claims any privacy (Mechanism.private; see is_private)",
+    F("private", "privacy", bool, "whether the trial claims any privacy (TrialConfig.private; see is_private)",
       column="private", aggregate="first"),
     # a tuned candidate's (workers/tuning_candidates.py; docs/accountants.md "Hyperparameter tuning")
     F("epsilon_certified_run", "privacy", NUM + OPT, "one candidate's certified (PLD) epsilon, worst over the "
@@ -496,10 +496,10 @@ def select(spec: str) -> tuple[str, ...]:
 
 
 def is_private(record: Mapping[str, Any]) -> bool:
-    """Whether a trial's mechanism claims privacy: the record's `private` (the mechanism's own
-    `Mechanism.private`), or, for a record written before that field or a trial that failed before its
-    privacy was known, whether the grid gave it a target epsilon or a sigma (it gives neither to a
-    mechanism that claims no privacy)."""
+    """Whether a trial claims privacy, as its worker decided (`TrialConfig.private`, written as the record's
+    `private`); for a record written before that field or a trial that failed before it was written, the same
+    rule on the record's config: the grid gave it a target epsilon or a sigma (tests/storage/test_schema.py
+    holds the two to the same answer)."""
     privacy = record.get("privacy") or {}
     if isinstance(privacy.get("private"), bool):
         return privacy["private"]

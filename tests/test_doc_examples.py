@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import doc_examples  # noqa: E402
+import doc_examples
 
 FOUND = doc_examples.blocks()
 FAST = [n for n, (_, fast) in doc_examples.EXAMPLES.items() if fast]

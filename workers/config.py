@@ -382,9 +382,10 @@ class TrialConfig:
 
     @property
     def private(self) -> bool:
-        """Whether the trial claims privacy: the one place this is decided. The grid gives a private
-        mechanism (`Mechanism.private`) a target epsilon or a sigma and a reference one neither, so every phase,
-        the record (`private`) and the dashboards read it from here."""
+        """Whether the trial claims privacy. Its mechanism declares it (`Mechanism.private`, the one definition);
+        the grid gives a private mechanism a target epsilon or a sigma and a reference one neither, so this reads
+        it from them, and every phase and the record (`private`, read back by `storage.schema.is_private`) read it
+        from here (tests/orchestrator/test_grid.py checks the chain)."""
         return self.epsilon is not None or self.sigma is not None
 
     @property

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from mechanisms.framework.integrity import OWN_PACKAGES
 from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS, PluginError
 from workers.datasets.contract import DATASETS
 from workers.models.contract import MODELS
@@ -95,14 +96,11 @@ def shipped(names: Sequence[str]) -> list[ModuleType]:
     imports `helpers.py` beside it needs both on the workers); privbench's own packages are shipped anyway
     and left out, and so is what is installed (site-packages, the standard library)."""
     tops = [importlib.import_module(top) for top in dict.fromkeys(name.split(".")[0] for name in names)
-            if top not in _OWN]
+            if top not in OWN_PACKAGES]
     folders = {_folder(m) for m in tops} - {None}
     siblings = [m for name, m in list(sys.modules.items())
-                if "." not in name and name not in _OWN and m not in tops and _folder(m) in folders]
+                if "." not in name and name not in OWN_PACKAGES and m not in tops and _folder(m) in folders]
     return tops + siblings
-
-
-_OWN = ("mechanisms", "workers", "orchestrator", "storage", "dashboards")
 
 
 def _folder(module: ModuleType) -> Path | None:

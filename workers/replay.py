@@ -1,6 +1,7 @@
-"""The state replay's own process: `python -m workers.replay` reads (sys.path, trial config, plan, trace) as a
-pickle on stdin, loads the trial's plugins and its mechanism fresh, replays the state from the recorded
-releases alone (`mechanisms.framework.integrity.verdict.replay_state`) and writes the `Finding` as a pickle on stdout.
+"""The state replay in a process of its own: `replay_apart` starts `python -m workers.replay_process`, which
+reads (sys.path, trial config, plan, trace) as a pickle on stdin, loads the trial's plugins and its mechanism
+fresh, replays the state from the recorded releases alone (`mechanisms.framework.integrity.verdict.replay_state`) and
+writes the `Finding` as a pickle on stdout.
 
 A process of its own, started from nothing (not forked), so that nothing the training process kept in memory
 (a plugin's module global, a cached trajectory) can reach the replay.
@@ -24,10 +25,10 @@ def replay_apart(config: Mapping[str, Any], plan: Any, trace: Mapping[str, Any])
     """The replay's finding from a fresh Python process (a replay that cannot run is a failed finding)."""
     payload = pickle.dumps((list(sys.path), dict(config), plan, dict(trace)))
     # this process's import path, privbench's folders included (a Ray worker has them from its runtime_env,
-    # not from the environment), so `-m workers.replay` resolves in the child as here
+    # not from the environment), so `-m workers.replay_process` resolves in the child as here
     env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
-        done = subprocess.run([sys.executable, "-m", "workers.replay"], input=payload, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "workers.replay_process"], input=payload, capture_output=True,
                               timeout=REPLAY_TIMEOUT_S, check=False, env=env)
     except subprocess.TimeoutExpired:
         return Finding("state_replay", False, f"the replay did not finish in {REPLAY_TIMEOUT_S} s")
@@ -35,20 +36,3 @@ def replay_apart(config: Mapping[str, Any], plan: Any, trace: Mapping[str, Any])
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
         return Finding("state_replay", False, f"the replay could not run: {tail[0]}")
     return pickle.loads(done.stdout)
-
-
-def main() -> None:
-    path, config, plan, trace = pickle.loads(sys.stdin.buffer.read())
-    sys.path[:] = path
-    import mechanisms
-    from mechanisms.framework.integrity.verdict import replay_state
-    from workers.trial import _prepare, as_config
-
-    trial = as_config(config)
-    _prepare(trial)
-    finding = replay_state(mechanisms.get(trial.mechanism), plan, trace)
-    sys.stdout.buffer.write(pickle.dumps(finding))
-
-
-if __name__ == "__main__":
-    main()

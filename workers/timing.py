@@ -56,11 +56,6 @@ class Stopwatch:
         if cpu is not None:
             self.cpu[name] = self.cpu.get(name, 0.0) + cpu
 
-    def merge(self, other: Stopwatch) -> Stopwatch:
-        for name, wall in other.wall.items():
-            self.add(name, wall, other.cpu.get(name))
-        return self
-
     def to_dict(self) -> dict[str, object]:
         """The record's view: each part's wall seconds, and their CPU seconds under `cpu`."""
         return {**self.wall, "cpu": dict(self.cpu)}

@@ -81,10 +81,6 @@ class TuningSetting:
         return cls(spec_from_dict(data["spec"]), str(data["cell"]), int(data["cell_seed"]), int(data["candidate"]),
                    int(data["runs"]), dict(data["params"]))
 
-    def mechanism_params(self) -> dict[str, Any]:
-        """The drawn mechanism options (the parameters that are not training settings)."""
-        return {k: v for k, v in self.params.items() if k not in TUNABLE}
-
     def privacy_names(self) -> tuple[str, ...]:
         """The space's parameters that change the run's event: batch size, epochs, mechanism options."""
         return (*PRIVACY_SETTINGS, *(p.name for p in self.spec.space if p.name not in TUNABLE))

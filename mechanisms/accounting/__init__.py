@@ -19,7 +19,7 @@ _NAMES = {
     "amgm_sigma": "analytic_gaussian", "analytic_bound": "analytic_gaussian",
     "Calibration": "calibration", "calibrate": "calibration", "calibrate_sigma": "calibration",
     "DpsgdSetting": "compare", "epsilon_of": "compare", "epsilons": "compare", "sigma_for": "compare",
-    "EpsilonReport": "reference", "epsilon": "reference", "epsilon_report": "reference",
+    "EpsilonReport": "reference", "epsilon": "sound", "epsilon_report": "sound",
 }
 
 

@@ -26,7 +26,8 @@ from collections.abc import Callable, Hashable
 
 import dp_accounting
 
-from mechanisms.accounting.reference import epsilon_report, poisson_dominating, sound_accountants
+from mechanisms.accounting.reference import poisson_dominating
+from mechanisms.accounting.sound import epsilon_report, sound_accountants
 from mechanisms.accounting.validation import require_delta, require_positive
 
 EventFamily = Callable[[float], dp_accounting.DpEvent]

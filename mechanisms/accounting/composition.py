@@ -47,8 +47,7 @@ def advanced_composition(epsilon_step: float, steps: int, delta_slack: float,
         raise ValueError(f"epsilon_step must be >= 0, got {epsilon_step}")
     require_steps(steps)
     require_delta(delta_slack)
-    if not 0 <= delta_step < 1:
-        raise ValueError(f"delta_step must lie in [0, 1), got {delta_step}")
+    require_delta(delta_step, zero=True, name="delta_step")
     sum_sq = steps * epsilon_step**2
     advanced = sum_sq / 2 + math.sqrt(2 * math.log(1 / delta_slack) * sum_sq)
     return min(steps * epsilon_step, advanced), steps * delta_step + delta_slack

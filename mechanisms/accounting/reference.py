@@ -25,19 +25,11 @@ from dp_accounting import dp_event, rdp
 from mechanisms.accounting import adaptive_pld
 from mechanisms.accounting.analytic_gaussian import gaussian_epsilon
 from mechanisms.accounting.prv import PrvAccountant
-from mechanisms.accounting.validation import require_delta
 
 # PLD discretisation: 1e-3 is within 0.13% of 1e-4 on sigma (measured on this project's 2-core CPU) and 3-10x faster;
 # refined automatically where small epsilons would otherwise be over-reported (see adaptive_pld.py).
 PLD_DISCRETIZATION = adaptive_pld.COARSE
 NeighborRel = dp_accounting.NeighboringRelation
-
-
-def sound_accountants() -> tuple[str, ...]:
-    """The sound accountants' names: the built-ins below and any plugin (`privbench.accountants`)."""
-    from mechanisms.framework.registry import ACCOUNTANTS
-
-    return tuple(name for name, acc in ACCOUNTANTS.items() if acc.sound)
 
 
 def pld_accountant() -> dp_accounting.PrivacyAccountant:
@@ -201,26 +193,3 @@ def prv_report(event: dp_accounting.DpEvent, delta: float, relation: NeighborRel
     value = float(acc.compose(event).get_epsilon(delta))
     notes = [n for n in (note, acc.note) if n]
     return EpsilonReport(value, "prv", "pld" if acc.note else "prv", "; ".join(notes))
-
-
-def epsilon_report(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",
-                   relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> EpsilonReport:
-    """Epsilon at `delta` for `event` from the sound accountant named `accountant` (its `report`), with
-    provenance; None when it does not support the event (see `epsilon`).
-
-    `relation` is the neighbouring relation the event's Gaussians are scaled for. Events that mix in a
-    replace-one-only release (randomized response) need `REPLACE_ONE`; Gaussian compositions are the same
-    under both (the multiplier already carries the relation's sensitivity).
-    """
-    from mechanisms.framework.registry import ACCOUNTANTS
-
-    require_delta(delta)
-    if accountant not in sound_accountants():
-        raise ValueError(f"unknown accountant {accountant!r}; known: {', '.join(sound_accountants())}")
-    return ACCOUNTANTS.get(accountant).report(event, delta, relation)
-
-
-def epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "pld",
-            relation: NeighborRel = NeighborRel.ADD_OR_REMOVE_ONE) -> float | None:
-    """Epsilon at `delta` for `event`, or None when the accountant does not support it."""
-    return epsilon_report(event, delta, accountant, relation).epsilon

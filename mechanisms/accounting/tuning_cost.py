@@ -45,8 +45,8 @@ from dp_accounting.dp_event import RepeatAndSelectDpEvent
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from mechanisms.accounting.calibration import calibrate, calibrate_sigma
-from mechanisms.accounting.reference import epsilon as certified_epsilon
 from mechanisms.accounting.reference import poisson_dominating
+from mechanisms.accounting.sound import epsilon as certified_epsilon
 from mechanisms.accounting.validation import require_delta, require_positive
 
 DISTRIBUTIONS = ("poisson", "geometric", "logarithmic", "negative-binomial")
@@ -292,7 +292,7 @@ def _distinct(events: Sequence[dp_accounting.DpEvent]) -> list[dp_accounting.DpE
 
 
 def _relation(event: dp_accounting.DpEvent) -> dp_accounting.NeighboringRelation:
-    """Fixed-size batches are analysed under replace-one, as `reference.epsilon_report` does for RDP."""
+    """Fixed-size batches are analysed under replace-one, as `sound.epsilon_report` does for RDP."""
     if poisson_dominating(event) != event:
         return dp_accounting.NeighboringRelation.REPLACE_ONE
     return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE

@@ -7,6 +7,7 @@ and exits with code 2. Checks run before any numerical work, so no accountant ev
 from __future__ import annotations
 
 import math
+import numbers
 
 # The smallest noise multiplier privbench accepts (grids, `privbench privacy`, `privbench audit`): below it the
 # accountants overflow, and epsilon is above 10^5 for a single step.
@@ -22,9 +23,14 @@ def require_positive(name: str, value: float, *, finite: bool = True) -> float:
     return float(value)
 
 
-def require_delta(delta: float) -> float:
-    if not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+def require_delta(delta: float, *, zero: bool = False, one: bool = False, name: str = "delta") -> float:
+    """`delta` in (0, 1), a guarantee's failure probability: the one range check of delta in privbench.
+
+    An audit's delta may also be 0 (`zero`: an (epsilon, 0) claim, pure DP, is a curve it can test) or 1
+    (`one`: a claim that holds trivially), which a plan's delta may not; `name` says which delta (a split of one)."""
+    above = isinstance(delta, numbers.Real) and (0 <= delta if zero else 0 < delta)
+    if not (above and (delta <= 1 if one else delta < 1)):
+        raise ValueError(f"{name} must lie in {'[' if zero else '('}0, 1{']' if one else ')'}, got {delta}")
     return float(delta)
 
 

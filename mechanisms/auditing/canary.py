@@ -22,6 +22,7 @@ import scipy.special
 import scipy.stats
 from numpy.typing import ArrayLike
 
+from mechanisms.accounting.validation import require_delta
 from mechanisms.auditing import one_run, tradeoff
 from mechanisms.auditing.binomial import clopper_pearson_upper
 
@@ -102,7 +103,7 @@ class CanaryScoreAuditor:
 
     Mirrors `jax_privacy.auditing.CanaryScoreAuditor` (same method names, arguments and semantics
     for `epsilon_clopper_pearson`, `epsilon_from_gdp`, `epsilon_one_run`, `tpr_at_given_fpr`,
-    `attack_auroc`), plus `error_rates`, used by the mechanism-level audit.
+    `attack_auroc`).
     """
 
     def __init__(self, in_canary_scores: ArrayLike, out_canary_scores: ArrayLike) -> None:
@@ -122,18 +123,6 @@ class CanaryScoreAuditor:
     def error_counts(self, threshold: float) -> tuple[int, int]:
         """(false positives among held-out, false negatives among held-in) for "present iff >= t"."""
         return int(np.sum(self._out >= threshold)), int(np.sum(self._in < threshold))
-
-    def error_rates(self, threshold: float, significance: float | None = None) -> tuple[float, float]:
-        """(alpha, beta) at `threshold`; with `significance`, Clopper-Pearson upper bounds on each.
-
-        Each bound is one-sided at `significance`, so both hold together with probability at least
-        1 - 2 significance.
-        """
-        fp, fn = self.error_counts(threshold)
-        if significance is None:
-            return fp / self.n_out, fn / self.n_in
-        return (float(clopper_pearson_upper(fp, self.n_out, significance)),
-                float(clopper_pearson_upper(fn, self.n_in, significance)))
 
     # -- threshold strategies -------------------------------------------------------------------
 
@@ -173,8 +162,7 @@ class CanaryScoreAuditor:
         `one_sided=False` is the paper's Eq. 45 (both pieces of f_{eps,delta}).
         """
         _check_significance(significance, upper=0.5)
-        if not 0 <= delta <= 1:
-            raise ValueError(f"delta must lie in [0, 1], got {delta}")
+        require_delta(delta, zero=True, one=True)
 
         def all_t(a: CanaryScoreAuditor, s: float) -> tuple[float, float]:
             eps = a._cp_eps(a._fn, a.n_out - a._tn, s, delta, one_sided)
@@ -208,8 +196,7 @@ class CanaryScoreAuditor:
         Rests on the mechanism being Gaussian-like (its curve a G_mu); `epsilon_clopper_pearson`
         needs no such assumption.
         """
-        if not 0 < delta < 1:
-            raise ValueError(f"delta must lie in (0, 1), got {delta}")
+        require_delta(delta)
         return tradeoff.gaussian_epsilon(self.mu_clopper_pearson(significance), delta)
 
     # -- one run --------------------------------------------------------------------------------
@@ -222,8 +209,7 @@ class CanaryScoreAuditor:
         jax_privacy only one-sided guessing (k_- = 0) is supported.
         """
         _check_significance(significance, upper=1.0)
-        if not 0 < delta <= 1:
-            raise ValueError(f"delta must lie in (0, 1], got {delta}")
+        require_delta(delta, one=True)
         if not one_sided:
             raise ValueError("one_sided must be True")
         return self._one_run(one_run.epsilon_one_run, significance, delta, threshold_strategy)
@@ -240,8 +226,7 @@ class CanaryScoreAuditor:
         tests the curve f_{epsilon, delta} itself: sound for every (epsilon, delta)-DP mechanism.
         """
         _check_significance(significance, upper=1.0)
-        if not 0 < delta < 1:
-            raise ValueError(f"delta must lie in (0, 1), got {delta}")
+        require_delta(delta)
         if not one_sided:
             raise ValueError("one_sided must be True")
         if family not in one_run.FDP_FAMILIES:

@@ -22,6 +22,8 @@ import scipy.optimize
 import scipy.special
 import scipy.stats
 
+from mechanisms.accounting.validation import require_delta
+
 _binom = scipy.stats.binom
 ndtr, ndtri = scipy.special.ndtr, scipy.special.ndtri
 
@@ -47,8 +49,7 @@ def epsilon_one_run(m: int, n_guess: int, n_correct: int, significance: float, d
     """
     if not 0 < significance < 1:
         raise ValueError(f"significance must lie in (0, 1), got {significance}")
-    if not 0 <= delta <= 1:
-        raise ValueError(f"delta must lie in [0, 1], got {delta}")
+    require_delta(delta, zero=True, one=True)
 
     def rejected_by(eps: float) -> float:  # > 0 when the claim (eps, delta) is rejected
         return significance - one_run_p_value(m, n_guess, n_correct, eps, delta)
@@ -119,8 +120,7 @@ def epsilon_one_run_fdp(m: int, n_guess: int, n_correct: int, significance: floa
     """Largest eps whose curve (see `_blow_up_inverse`) the guesses reject, or `epsilon_floor`."""
     if not 0 < significance < 1:
         raise ValueError(f"significance must lie in (0, 1), got {significance}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    require_delta(delta)
     if not 0 <= n_correct <= n_guess <= m:
         raise ValueError(f"need 0 <= n_correct <= n_guess <= m, got {n_correct}, {n_guess}, {m}")
 

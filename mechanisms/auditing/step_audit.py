@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mechanisms.accounting.validation import require_delta
 from mechanisms.auditing import hooks, tradeoff
 from mechanisms.auditing.binomial import clopper_pearson_upper
 from mechanisms.auditing.canary import CanaryScores, roc_counts
@@ -209,8 +210,7 @@ def audit_step(module: Mechanism, sigma: float, *, samples: int = 20_000, delta:
     """
     if not (sigma > 0 and math.isfinite(sigma)):
         raise ValueError(f"sigma must be a positive finite number, got {sigma}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    require_delta(delta)
     if samples < 4:
         raise ValueError(f"samples must be >= 4, got {samples}")
     if not 0 < significance < 0.5:

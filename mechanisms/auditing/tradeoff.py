@@ -22,6 +22,8 @@ import scipy.optimize
 import scipy.stats
 from numpy.typing import ArrayLike
 
+from mechanisms.accounting.validation import require_delta
+
 _norm = scipy.stats.norm
 
 
@@ -76,8 +78,7 @@ class ApproxDP:
     def __post_init__(self) -> None:
         if not self.epsilon >= 0:
             raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
-        if not 0 <= self.delta <= 1:
-            raise ValueError(f"delta must lie in [0, 1], got {self.delta}")
+        require_delta(self.delta, zero=True, one=True)
 
     def __call__(self, alpha: ArrayLike) -> np.ndarray:
         alpha = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, 1.0)
@@ -173,8 +174,7 @@ def gaussian_delta(mu: float, epsilon: float) -> float:
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
     """Smallest eps with mu-GDP implying (eps, delta)-DP (brentq on the dual formula, as TF-Privacy)."""
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    require_delta(delta)
     if mu <= 0 or gaussian_delta(mu, 0.0) <= delta:
         return 0.0
     hi = 1.0
@@ -185,8 +185,7 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 
 def gaussian_mu(epsilon: float, delta: float) -> float:
     """The mu whose Gaussian curve gives exactly (epsilon, delta): the GDP view of an (eps, delta) claim."""
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    require_delta(delta)
     if math.isinf(epsilon):
         return math.inf
     hi = 1.0

@@ -275,7 +275,7 @@ def best_guess_count(fractions: np.ndarray, precision: np.ndarray, m: int, delta
 
 
 @dataclasses.dataclass(frozen=True)
-class AuditPlan:
+class CanaryDesign:
     """Decided before training: how many canaries, which guess counts, and the ceiling they allow (with the
     spread one run's bound has around it, `ceiling_noise`)."""
 
@@ -330,7 +330,7 @@ def ceiling_noise(draws: Sequence[tuple[np.ndarray, np.ndarray]], guess_counts: 
 
 def plan_guesses(m: int, steps: int, sample_rate: float, sigma: float, delta: float, *,
                  significance: float = 0.05, score: str = "lr", seed: int = 0,
-                 layout_n: int | None = None) -> AuditPlan:
+                 layout_n: int | None = None) -> CanaryDesign:
     """Simulate the certified mechanism once to fix the guess counts, then again for the ceiling.
 
     Independent simulations: the guess counts are chosen on the first (at most 20,000 canaries:
@@ -353,7 +353,7 @@ def plan_guesses(m: int, steps: int, sample_rate: float, sigma: float, delta: fl
     bounds = sorted((one_run_bounds(scores, included, delta, significance=significance, guess_counts=counts)
                      for scores, included in draws), key=lambda b: b.epsilon_audited)
     ceiling = bounds[(len(bounds) - 1) // 2]  # the median run (the lower of the two middle ones)
-    return AuditPlan(m, counts, ceiling, score,
+    return CanaryDesign(m, counts, ceiling, score,
                      ceiling_noise(draws, counts, delta, float(ceiling.epsilon_audited), significance))
 
 

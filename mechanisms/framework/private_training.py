@@ -108,9 +108,6 @@ class PrivateOptimizerMixin:
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
 
-    def stop_observing(self, observer: ReleaseObserver) -> None:
-        self.observers.remove(observer)
-
     def attach_probe(self, probe: CanaryProbe | None) -> None:
         """Set (or, with None, remove) the one-run audit's canary probe: it sees the step before every observer."""
         if probe is not None and self.probe is not None:

@@ -47,10 +47,6 @@ class PluginError(ValueError):
     """An entry point or plugin module that cannot be loaded, or an object that breaks its kind's contract."""
 
 
-# privbench's own packages (by folder), what is loaded from them being privbench's code, versioned with it:
-# `integrity.own_module` decides, for the registry as for the checks.
-
-
 @dataclasses.dataclass(frozen=True)
 class Provenance:
     """Which code a plugin's entry is: its distribution and version (None for a module that is not installed,

@@ -15,6 +15,7 @@ from typing import Any
 
 import dp_accounting
 
+from mechanisms.accounting.validation import require_delta
 from mechanisms.framework.claims import CALIBRATIONS
 from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
 from mechanisms.parts.clipping import Clipping
@@ -49,8 +50,7 @@ class PrivacySpec:
     def __post_init__(self) -> None:
         if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon}")
-        if not 0 < self.delta < 1:
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta}")
+        require_delta(self.delta)
         if self.dataset_size < 1 or self.batch_size < 1 or self.epochs < 1:
             raise ValueError("dataset_size, batch_size and epochs must be >= 1")
         if self.batch_size > self.dataset_size:

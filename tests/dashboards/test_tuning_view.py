@@ -9,7 +9,7 @@ import pytest
 from dashboards import figures, tuned_cells
 from dashboards import leaderboard as lb
 from mechanisms.accounting.compare import DpsgdSetting
-from mechanisms.accounting.reference import epsilon as certified_epsilon
+from mechanisms.accounting.sound import epsilon as certified_epsilon
 from mechanisms.accounting.tuning_cost import TUNABLE
 
 FAMILY = DpsgdSetting.poisson(64 / 1258, 100, 1e-5).parts()

@@ -93,7 +93,7 @@ def test_training_runs_the_fixed_order_and_the_streamed_noise(mechanism_id, opti
                                      criterion=torch.nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0),
                                      noise_generator=torch.Generator().manual_seed(1))
     assert isinstance(private.optimizer.noise, CorrelatedNoise) and private.optimizer.noise_stream is not None
-    assert step_findings(private).passed
+    assert step_findings(private).passed, step_findings(private).reason
     batches, noises = [], []
     for _ in range(epochs):
         for x, y in private.loader:
@@ -105,7 +105,7 @@ def test_training_runs_the_fixed_order_and_the_streamed_noise(mechanism_id, opti
     assert private.optimizer.steps_taken == plan.steps == 8
     assert all(torch.equal(a, b) for a, b in zip(batches[:4], batches[4:], strict=True))
     assert private.optimizer.noise_stream.strategy.steps_taken == plan.steps
-    assert step_findings(private).passed
+    assert step_findings(private).passed, step_findings(private).reason
     findings = private.optimizer.guard.findings()  # the per-step checks pass: the stream is privbench's, fresh
     assert all(f.passed for f in findings), [f for f in findings if not f.passed]
 

@@ -1,7 +1,7 @@
 """SIGKILL the driver mid-sweep, rerun: every trial ends up exactly once in MLflow and the ledger.
 
 Slow (three minutes on a 2-core machine): the default suite covers each kill point with fault injection
-(tests/storage/test_integrity.py) and the driver's signals end to end (test_driver_signals.py)."""
+(tests/storage/test_ledger_survives_mirror.py) and the driver's signals end to end (test_driver_signals.py)."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_a_signal_stops_the_driver_after_recording_with_one_line(write_grid, sto
         assert time.monotonic() < deadline, "no trial finished within 300 s"
         time.sleep(0.05)
     os.kill(driver.pid, sig)
-    out, err = driver.communicate(timeout=300)
+    _out, err = driver.communicate(timeout=300)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert driver.returncode == code, err[-3000:]
     assert len(errors) == 1 and f"stopped by {signal.Signals(sig).name}" in errors[0], err[-3000:]

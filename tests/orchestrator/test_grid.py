@@ -523,3 +523,20 @@ def test_the_tramer_boneh_preset_pairs_each_dataset_with_its_models_and_their_se
                      ("fashion-mnist", "scatternet-cnn"): {"groups": 27},
                      ("mnist", "scatternet-linear"): {"groups": 27, "norm": "private"},
                      ("mnist", "scatternet-cnn"): {"groups": 27, "norm": "private"}}
+
+
+@pytest.mark.parametrize("target", [{"sigma": 1.0}, {"sigma": None, "epsilon": [2]}], ids=["sigma", "epsilon"])
+def test_private_is_decided_by_the_mechanism_alone(target):
+    """`Mechanism.private` is the one definition of "private?": the grid's reading of it and every trial's
+    `private` (which the record and the dashboards read) follow it, for every built-in mechanism."""
+    import mechanisms
+    from mechanisms.framework.registry import MECHANISMS
+
+    names = list(MECHANISMS.builtins)
+    spec = parse({"sigma": target["sigma"], "grid": TINY["grid"] | {"mechanism": names}
+                  | ({"epsilon": target["epsilon"]} if "epsilon" in target else {})})
+    declared = {n: mechanisms.get(n).private for n in names}
+    assert set(declared.values()) == {True, False}  # both kinds are exercised
+    assert {n: grid.mechanism_private(n) for n in names} == declared
+    seen = {t.mechanism: t.private for t in spec.trials}
+    assert seen == declared

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.test_integrity import ROOT, digest, recorded
+from tests.storage.test_ledger_survives_mirror import ROOT, digest, recorded
 
 GRID = "name: s1\nseeds: [0]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n"
 

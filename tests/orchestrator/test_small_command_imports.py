@@ -69,9 +69,9 @@ def test_the_accountants_package_imports_its_parts_on_first_use(tmp_path, packag
     if "dp_accounting" not in package_itself:
         assert "dp_accounting" not in modules
     import mechanisms.accounting as accountants
-    from mechanisms.accounting import analytic_gaussian, compare, reference
+    from mechanisms.accounting import analytic_gaussian, compare, sound
 
-    assert accountants.epsilon is reference.epsilon and accountants.sigma_for is compare.sigma_for
+    assert accountants.epsilon is sound.epsilon and accountants.sigma_for is compare.sigma_for
     assert accountants.amgm_sigma is analytic_gaussian.amgm_sigma
     assert set(accountants.__all__) == set(accountants._NAMES) | set(accountants._SUBMODULES)
     assert all(getattr(accountants, name) is not None for name in accountants.__all__)

@@ -15,7 +15,7 @@ import pytest
 from orchestrator import grid
 from storage.location import resolve
 from storage.store import Store
-from tests.storage.test_integrity import active_runs, digest, ledger_rows, zero
+from tests.storage.test_ledger_survives_mirror import active_runs, digest, ledger_rows, zero
 
 GRID = "name: four\nseeds: [0, 1, 2, 3]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n"
 

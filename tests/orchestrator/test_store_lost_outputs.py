@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.storage.test_integrity import recorded
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ import pytest
 from storage.errors import StoreError
 from storage.location import resolve
 from storage.store import Store
-from tests.storage.test_integrity import ROOT, active_runs, digest, ledger_rows, opened, recorded
+from tests.storage.test_ledger_survives_mirror import ROOT, active_runs, digest, ledger_rows, opened, recorded
 from tests.storage.test_store import record_for
 
 # -- the damage, made as a disk, a kill or a person makes it --------------------------------------------------

@@ -49,6 +49,21 @@ def test_every_key_of_a_real_trial_record_is_declared_with_its_type(real_records
             assert nonprivate["privacy"].get(f.key) is None, f.key
 
 
+def test_is_private_reads_an_old_record_as_the_worker_decided(real_records):
+    """The record's `private` is the trial's (`TrialConfig.private`); a record without it (older, or failed
+    before it was written) reads the same from its config."""
+    from workers.config import TrialConfig
+
+    for record in real_records:
+        c = record["config"]
+        decided = TrialConfig(dataset=c["dataset"], model=c["model"], mechanism=c["mechanism"],
+                              epsilon=c.get("epsilon"), sigma=c.get("sigma")).private
+        assert schema.is_private({"config": record["config"]}) == decided, record["config"]["mechanism"]
+        if "private" in (record.get("privacy") or {}):
+            assert schema.is_private(record) == decided
+    assert [schema.is_private(r) for r in real_records[:2]] == [True, False]
+
+
 def test_names_are_unique_legal_for_mlflow_and_legacy_names_are_not_current_ones():
     seen = [(f.section, f.key) for f in schema.FIELDS]
     assert len(seen) == len(set(seen))

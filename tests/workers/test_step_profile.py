@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-import step_profile  # noqa: E402
+import step_profile
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import mechanisms
-from mechanisms.accounting.reference import epsilon as certified_epsilon
+from mechanisms.accounting.sound import epsilon as certified_epsilon
 from mechanisms.accounting.tuning_cost import RunCount, account, tuned_epsilon
 from orchestrator import grid
 from workers.trial import plan_phase

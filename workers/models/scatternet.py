@@ -100,7 +100,7 @@ def _transform(images: np.ndarray) -> np.ndarray:
     # scipy.special.sph_harm (removed in SciPy 1.17)
     from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
 
-    n, c, h, w = images.shape
+    n, _c, h, w = images.shape
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     scattering = ScatteringTorch2D(J=J, shape=(h, w), L=L, max_order=ORDER).to(device)
     out = np.empty(feature_shape(images.shape), dtype=np.float32)

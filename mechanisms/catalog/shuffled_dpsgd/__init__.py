@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mechanisms.accounting.validation import require_fraction
 from mechanisms.catalog.shuffled_dpsgd.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
 from mechanisms.framework.mechanism import AfterStepPart, Calibrated, Claim, Mechanism
 from mechanisms.parts.clipping import FlatClipping
@@ -86,8 +87,7 @@ class Options:
         if not (isinstance(self.batch_clip_ratio, (int, float)) and self.batch_clip_ratio > 0
                 and math.isfinite(self.batch_clip_ratio)):
             raise ValueError(f"batch_clip_ratio must be a positive finite number, got {self.batch_clip_ratio}")
-        if not 0 < self.delta_split < 1:
-            raise ValueError(f"delta_split must lie in (0, 1), got {self.delta_split}")
+        require_fraction("delta_split", self.delta_split)
         if self.flat_permutation not in FLAT_PERMUTATIONS:
             raise ValueError(f"flat_permutation must be one of {FLAT_PERMUTATIONS}, got {self.flat_permutation!r}")
         if len(tuple(self.flat_block)) != 3:

@@ -11,7 +11,7 @@ import pytest
 from scipy.optimize import brentq
 
 from mechanisms.accounting.compare import DpsgdSetting
-from mechanisms.accounting.reference import epsilon as pld_epsilon
+from mechanisms.accounting.sound import epsilon as pld_epsilon
 from mechanisms.accounting.tuning_cost import (
     ORDERS,
     Choice,

@@ -82,7 +82,7 @@ def test_canaries_join_steps_at_the_sample_rate():
 def test_injection_adds_exactly_c_at_included_coordinates_before_noise(clip):
     grads = []
     for attach in (False, True):
-        model, optimizer, loader, criterion, plan = make_run(sigma=1.0, batch=256, seed=3, clip=clip)
+        model, optimizer, loader, criterion, _plan = make_run(sigma=1.0, batch=256, seed=3, clip=clip)
         canaries = (DiracCanaries.attach_to(optimizer, 100, sample_rate=1.0, seed=5, score="update")
                     if attach else None)
         train(model, optimizer, loader, criterion, 1)

@@ -16,7 +16,7 @@ from mechanisms.clipping_engine.norms import gamma, instantiated, outer_sum
 
 sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 
-from rounding_margin import BOUND, LOW, factors, worst  # noqa: E402
+from rounding_margin import BOUND, LOW, factors, worst
 
 
 def test_certified_margin_keeps_every_clipped_example_within_the_bound() -> None:

@@ -57,7 +57,7 @@ def test_rounding_boundaries(sampler, n, b):
 
 def test_poisson_includes_each_example_with_probability_b_over_n():
     n, b = 1000, 690
-    plan, batches = _batches("poisson", n, b, 40, seed=1)
+    _plan, batches = _batches("poisson", n, b, 40, seed=1)
     sizes = np.array([len(x) for x in batches])
     counts = np.bincount(np.concatenate([np.asarray(x, dtype=int) for x in batches]), minlength=n)
     q = b / n

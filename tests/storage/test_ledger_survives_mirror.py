@@ -190,7 +190,7 @@ RETRY = """
 import sys
 from storage.location import resolve
 from storage.store import Store
-from tests.storage.test_integrity import CONFIGS
+from tests.storage.test_ledger_survives_mirror import CONFIGS
 from tests.storage.test_store import record_for
 st = Store(resolve(sys.argv[1]), create=True)
 st.open_sweep("s1", "yaml", CONFIGS)
