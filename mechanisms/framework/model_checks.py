@@ -33,8 +33,10 @@ from torch import nn
 from mechanisms.framework.integrity import Finding
 
 ROW_RTOL = 1e-5  # a move of other rows' outputs or gradients, relative to their largest value, that is a dependence
-PROBE_STEPS = 2  # training steps probed (drawn at random), besides the probe before training
-PROBE_ROWS = 256  # rows of the batch the probe before training uses at most (the plan's batch size below that)
+PROBE_STEPS = 2  # training steps probed at most (drawn at random), besides the probe before training ...
+PROBE_EVERY = 50  # ... one per this many planned steps (at least one): a probe costs 1-2 DP steps of a small model
+PROBE_ROWS = 64  # rows of a real batch the probe before training uses at most (the trial's batch size below that)
+PROBE_TRAINING_ROWS = 16  # examples of a step's batch a training probe uses (the first; 0.1-0.2 of a cnn's DP step)
 
 
 # ---- rules ----------------------------------------------------------------------------------------------------
@@ -336,16 +338,24 @@ def probe_finding(result: RowDependence, when: str = "before training") -> Findi
     return Finding("row_independence", why is None, f"{when}, {why}" if why else "")
 
 
+def probe_count(steps: int) -> int:
+    """How many of a trial's `steps` the trainer probes: one per PROBE_EVERY, at least one, at most PROBE_STEPS."""
+    return min(PROBE_STEPS, max(1, steps // PROBE_EVERY), steps)
+
+
 class RowWatch:
     """The trainer's row probe: before training on a real batch, and on `probes` steps drawn at random among
-    `steps`, on that step's batch with the parameters and buffers the model has then. The probes run on a twin of
+    `steps` (by default one per PROBE_EVERY, at least one, at most PROBE_STEPS: their share of a trial's CPU time
+    stays under 3% from 44 planned steps on; benchmarks/row_probe_cost.py), on the first PROBE_TRAINING_ROWS
+    examples of that step's batch with the parameters and buffers the model has then. The probes run on a twin of
     the model taken before the private step wraps it (so no clipping engine or Opacus hook sees the probe's
     passes), loaded with the model's state on the device; their results stay there until `findings`."""
 
-    def __init__(self, module: nn.Module, steps: int, *, probes: int = PROBE_STEPS, seed: int = 0) -> None:
+    def __init__(self, module: nn.Module, steps: int, *, probes: int | None = None, seed: int = 0) -> None:
         self.live, self.twin = module, copy.deepcopy(module)
+        probes = probe_count(steps) if probes is None else probes
         draws = random.Random(seed)  # its own stream: training's draws are untouched
-        self.at = frozenset(draws.sample(range(1, steps + 1), min(probes, steps)))
+        self.at = frozenset(draws.sample(range(1, steps + 1), min(probes, max(steps, 0))))
         self.seed = seed
         self.results: list[tuple[str, RowDependence]] = []
         live = dict(module.named_parameters()) | dict(module.named_buffers())
@@ -370,6 +380,7 @@ class RowWatch:
         if step not in self.at or rows < 2:
             return
         self.sync()
+        rows = min(rows, PROBE_TRAINING_ROWS)
         xs = [x[:rows] for x in inputs]
         self.results.append((f"at step {step}", row_dependence(self.twin, xs, labels[:rows],
                                                                changed=(step * 7919) % rows, seed=self.seed + step)))
@@ -388,6 +399,6 @@ class RowWatch:
         return [Finding("row_independence", not reasons, "; ".join(reasons))]
 
 
-__all__ = ["PROBE_STEPS", "ROW_RTOL", "RULES", "ModelRefused", "RowDependence", "RowWatch", "Rule", "Violation",
-           "describe", "fix", "per_example_cross_entropy", "probe_finding", "refuse", "row_dependence",
-           "training_mode", "validate"]
+__all__ = ["PROBE_EVERY", "PROBE_ROWS", "PROBE_STEPS", "PROBE_TRAINING_ROWS", "ROW_RTOL", "RULES", "ModelRefused",
+           "RowDependence", "RowWatch", "Rule", "Violation", "describe", "fix", "per_example_cross_entropy",
+           "probe_count", "probe_finding", "refuse", "row_dependence", "training_mode", "validate"]
