@@ -205,6 +205,21 @@ def test_the_training_probe_runs_on_its_drawn_steps_with_the_models_state_then()
     assert model_checks.probe_count(44) == 1 and model_checks.probe_count(1000) == model_checks.PROBE_STEPS
 
 
+def test_a_training_probe_reads_nothing_on_the_host(monkeypatch):
+    """benchmarks/step_profile.py's counter: a probed step adds no host synchronisation (its result is read after
+    training, with the others, by `findings`)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    import step_profile
+
+    watch = model_checks.RowWatch(CORRECT["layernorm-dropout"](), 1, probes=1)
+    x, y = batch(33)
+    counter = step_profile.StepCounter()
+    with counter:
+        watch.step(1, [x], y, rows=len(y))
+    assert counter.syncs == [] and len(watch.results) == 1
+    assert watch.findings()[0].passed
+
+
 # ---- the model-state watch -----------------------------------------------------------------------------------
 def train_privately(module: nn.Module, between_steps=None, steps_seed: int = 0) -> list[integrity.Finding]:
     """DP-SGD on the book-keeping engine (privbench's private step, its guard on) over 4 x 16 Gaussian examples;
