@@ -12,7 +12,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from mechanisms.framework.integrity.verdict import step_findings
+from mechanisms.framework.integrity.verdict import runs_own_step, step_findings
+from mechanisms.framework.model_checks import PROBE_ROWS, RowWatch
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
 from workers.datasets.contract import Split
@@ -204,6 +205,7 @@ class Setup:
     step_module: nn.Module
     evals: dict[str, TensorDataset]
     info: dict[str, Any]
+    rows: RowWatch | None = None  # the row probe: before training and on a few random steps (its findings after)
 
 
 def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split], mechanism: Any, plan: Any,
@@ -212,9 +214,15 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
           integrity: bool = True) -> Setup:
     """The model on `device`, its optimizer, the mechanism's private objects (batches, clipping, noise) from the
     plan, the precision and the (compiled) step module, and what the record says about them. `integrity` False
-    skips the check that the private step is privbench's (`step_findings`): for a copy of a step already checked."""
+    skips the check that the private step is privbench's (`step_findings`) and the row probe: for a copy of a step
+    already checked.
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
+    checked = integrity and private and runs_own_step(mechanism)
+    # the row probe's twin of the model is taken before the private step wraps it; its first probe runs now
+    rows = RowWatch(module, plan.steps, seed=generator.initial_seed()) if checked else None
+    before = rows.before_training(*probe_batch(train_data, cfg.batch_size, generator.initial_seed(), device)) \
+        if rows is not None else None
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
@@ -229,10 +237,22 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     # is checked instead: `step_findings`), or a plugin's own, which fails; `integrity` False: a copy of a step already
     # checked (the paired overhead measurement)
     if integrity and private:
-        info["integrity"] = [step_findings(training).to_dict()]
+        info["integrity"] = [step_findings(training).to_dict(), *([before.to_dict()] if before is not None else [])]
     precision = StepPrecision(cfg.precision, device, private=private, grad_sample_mode=mode.name)
     step_module = compiled(training.module, mode.name, private) if cfg.compile else training.module
-    return Setup(training, precision, step_module, evals, info)
+    return Setup(training, precision, step_module, evals, info, rows)
+
+
+def probe_batch(data: TensorDataset, batch_size: int, seed: int, device: torch.device) -> tuple[Any, ...]:
+    """A real batch of the training set for the row probe before training (the trial's batch size, at most
+    PROBE_ROWS rows, drawn with `seed`) and one more real example to swap into it: (inputs, labels, donor inputs,
+    donor label), on `device`."""
+    *xs, y = data.tensors
+    rows = max(2, min(batch_size, PROBE_ROWS, len(y) - 1))
+    drawn = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:rows + 1]
+    batch, donor = drawn[:rows], int(drawn[rows])
+    return ([x[batch].to(device) for x in xs], y[batch].to(device), [x[donor].to(device) for x in xs],
+            y[donor].to(device))
 
 
 def train_step(s: Setup, batch: Any) -> torch.Tensor:
@@ -292,6 +312,8 @@ def train(
         for epoch in range(cfg.epochs):
             with watch.part("training_s"):
                 for batch in loader:
+                    if s.rows is not None:  # on its drawn steps, the row probe (on the device, read after training)
+                        s.rows.step(done + 1, batch[:-1], batch[-1], batch.size)
                     audit_before = audit_clock() if audit_clock else 0.0
                     timer.start()
                     loss = train_step(s, batch)
@@ -314,6 +336,8 @@ def train(
                     info["integrity"] += [f.to_dict() for f in guard.findings()]
                     if guard.trace is not None:
                         info["state_trace"] = guard.trace.to_dict()
+                if s.rows is not None:
+                    info["integrity"] += [f.to_dict() for f in s.rows.findings()]
                 after = step_findings(s.training, "after the last step")
                 if not after.passed:
                     info["integrity"].append(after.to_dict())

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 import mechanisms
-from mechanisms.framework import integrity
+from mechanisms.framework import integrity, model_checks
 from mechanisms.framework.claims import claim_status
 from mechanisms.framework.integrity import Finding
 from mechanisms.framework.integrity.verdict import contract_findings, plan_for, runs_own_step, verify
@@ -212,6 +212,8 @@ def plan_phase(config: TrialConfig) -> Planned:
     with watch.part("prepare_s"):
         _prepare(config)
     _, train_split, bundle = _workload(config, watch)
+    if config.private:  # a model that mixes rows is refused here, the first code a trial runs, before any device
+        model_checks.refuse(bundle.module)
     spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
     t1 = time.perf_counter()
     with watch.part("calibration_s"):

@@ -466,7 +466,7 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
     if guard:
 
         dp_optimizer.guard = StepGuard(dp_optimizer, plan, engine=engine, generator=noise_generator,
-                                       trace=update_state is not None)
+                                       trace=update_state is not None, module=module)
     return PrivateTraining(wrapped, dp_optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
                            criterion)
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 SHADOW_COORDINATES = 4  # k coordinates per parameter tensor the model-update shadow recomputes each step
 SHADOW_RTOL = 1e-3  # a coordinate's mismatch allowed, relative to its update (floating-point order of operations)
 SHADOW_BLOCK = 64  # steps the model-update shadow records on the device before it compares them at once
+STATE_COORDINATES = 16  # coordinates per untrained state tensor (buffer, frozen parameter) the state watch reads
+STATE_FULL_VALUES = 2**24  # untrained state values kept whole, to compare every one after training
 REPLAY_RTOL, REPLAY_ATOL = 1e-4, 1e-6  # the replayed state against the recorded one (device vs CPU arithmetic)
 TRACE_GRADIENT_VALUES = 2**20  # released gradient coordinates (over all steps) a trace keeps for the replay
 TRACE_CHUNK = 256  # rows (steps) of the state trace allocated at a time on the device
@@ -88,7 +90,8 @@ class StepGuard:
     """
 
     def __init__(self, optimizer: Any, plan: PrivacyPlan, *, engine: Any = None, generator: Any = None,
-                 shadow_coordinates: int = SHADOW_COORDINATES, trace: bool = False) -> None:
+                 shadow_coordinates: int = SHADOW_COORDINATES, trace: bool = False,
+                 module: torch.nn.Module | None = None) -> None:
         import torch
 
         parts = plan.parts
@@ -129,6 +132,8 @@ class StepGuard:
             except (RuntimeError, NotImplementedError):  # a secure generator has no readable state
                 self.stream_checked = False
         self.shadow = ModelShadow.for_optimizer(optimizer, shadow_coordinates)
+        # the rest of the model's state (`module`: the model the optimizer trains), which nothing releases
+        self.state_watch = StateWatch(module, params) if module is not None else None
         self.trace = StateTrace(sum(p.numel() for p in params)) if trace else None
 
     # -- host checks ------------------------------------------------------------------------------------------
@@ -203,12 +208,16 @@ class StepGuard:
         self.steps += 1
         if self.shadow is not None:
             self.shadow.check(self.optimizer)
+        if self.state_watch is not None:
+            self.state_watch.check()
 
     def after_post_processing(self) -> None:
         """privbench's own post-processing (a weight permutation) moved the parameters and the optimizer's
         state: the shadow reads them again."""
         if self.shadow is not None:
             self.shadow.resync(self.optimizer)
+        if self.state_watch is not None:
+            self.state_watch.resync()
 
     # -- the verdict ----------------------------------------------------------------------------------------------
     def findings(self) -> list[Finding]:
@@ -225,6 +234,8 @@ class StepGuard:
                                     f"{self.range[1]:g}] at {out_of_range} step(s)", during=False)
         if self.shadow is not None and (why := self.shadow.verdict()):
             self.fail("model_update", why, during=False)
+        if self.state_watch is not None and (why := self.state_watch.verdict()):
+            self.fail("model_state", why, during=False)
         checks = ["hooks", "clip_range", "plan_parameters", "noise_stream", "observers", "model_update"]
         out = [Finding(c, c not in self.failures, "; ".join(self.failures.get(c, ()))) for c in checks]
         if self.shadow is None:
@@ -232,6 +243,9 @@ class StepGuard:
         if not self.stream_checked and "noise_stream" not in self.failures:
             out[3] = Finding("noise_stream", True, "stream not checked (a secure generator, or a noise part that "
                                                    "declares it rewinds its stream); the generator's identity was")
+        if self.state_watch is not None:
+            out.append(Finding("model_state", "model_state" not in self.failures,
+                               "; ".join(self.failures.get("model_state", ()))))
         return out
 
 
@@ -506,6 +520,104 @@ class ModelShadow:
                 f"step(s): the model saw something that was not released")
 
 
+class StateWatch:
+    """The model-state check: every tensor of the model's state that the optimizer does not train (buffers:
+    running statistics, standardisations, masks; frozen parameters) may change only by privbench's own
+    post-processing. Nothing releases it, so a change means the model kept something of the training batches
+    (BatchNorm's running statistics: the training set's exact means) that no accountant counts; running
+    statistics pass only when they are frozen, or were released privately before training (a `Statistic`).
+
+    After every step, one `cat` of one-element views at STATE_COORDINATES random coordinates of each tensor (made
+    once) into a row allocated once, compared on the device with the row before training. After training, the
+    tensors are fetched again by name (a module that assigns itself a new buffer is seen), and every value of
+    those a copy was kept of (up to STATE_FULL_VALUES in all, in the model's order) is compared, the others at their
+    coordinates. The flags are read once, by `verdict`."""
+
+    def __init__(self, module: torch.nn.Module, trained: Sequence[torch.Tensor], k: int = STATE_COORDINATES) -> None:
+        import torch
+
+        skip = {id(p) for p in trained}
+        buffers = {id(b) for b in module.buffers()}
+        self.names: list[str] = []
+        self._slots: list[tuple[torch.nn.Module, str]] = []  # (owner, attribute): each tensor, fetched afresh
+        for name, t in [*module.named_parameters(), *module.named_buffers()]:
+            if t is None or not t.numel() or id(t) in skip:
+                continue
+            skip.add(id(t))  # a tied tensor once
+            owner, _, attr = name.rpartition(".")
+            self._slots.append((module.get_submodule(owner), attr))
+            self.names.append(f"the model's {'buffer' if id(t) in buffers else 'frozen parameter'} `{name}`")
+        tensors = self._fetch()
+        self._shapes = [t.shape for t in tensors]
+        draws = torch.Generator().manual_seed(0x57A7E)  # its own stream: training's draws are untouched
+        self._index = [torch.randint(t.numel(), (min(k, t.numel()),), generator=draws).tolist() for t in tensors]
+        self._owner = [i for i, index in enumerate(self._index) for _ in index]  # each coordinate's tensor
+        budget, self._kept = STATE_FULL_VALUES, []
+        for i, t in enumerate(tensors):
+            if t.numel() <= budget:
+                budget -= t.numel()
+                self._kept.append(i)
+        device = tensors[0].device if tensors else torch.device("cpu")
+        self._row = torch.zeros(len(self._owner), dtype=torch.float64, device=device)
+        self._before = torch.zeros_like(self._row)
+        self._changed = torch.zeros(len(self._owner), dtype=torch.bool, device=device)
+        self._copies: dict[int, torch.Tensor] = {}
+        self.resync()
+
+    def _fetch(self) -> list[torch.Tensor]:
+        return [getattr(owner, attr) for owner, attr in self._slots]
+
+    def _views(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return [view for t, index in zip(tensors, self._index, strict=True)
+                for view in _coordinate_views(t.detach(), index)]
+
+    def resync(self) -> None:
+        """What the state is now becomes what it must stay (at the start, and after privbench's post-processing
+        moved the model): the coordinates' row and the kept copies."""
+        import torch
+
+        if not self._slots:
+            return
+        tensors = self._fetch()
+        self._views_now = self._views(tensors)  # a permutation may move storage
+        torch.cat(self._views_now, out=self._before)
+        self._copies = {i: tensors[i].detach().clone() for i in self._kept}
+
+    def check(self) -> None:
+        """After an update: which coordinates differ from before training (NaN equals NaN); no host read."""
+        import torch
+
+        if not self._slots:
+            return
+        row = torch.cat(self._views_now, out=self._row)
+        self._changed.logical_or_(torch.ne(row, self._before).logical_and_(~(row.isnan() & self._before.isnan())))
+
+    def verdict(self) -> str | None:
+        """Which state tensors changed without a release (None: none); reads the device once."""
+        import torch
+
+        if not self._slots:
+            return None
+        tensors = self._fetch()
+        reshaped = {i for i, (t, shape) in enumerate(zip(tensors, self._shapes, strict=True)) if t.shape != shape}
+        if not reshaped:
+            self._views_now = self._views(tensors)  # the tensors the model holds now, replaced or not
+        self.check()
+        kept = [i for i in self._copies if i not in reshaped]
+        whole = [(tensors[i].detach() != self._copies[i]).logical_and_(
+            ~(tensors[i].detach().isnan() & self._copies[i].isnan())).any().reshape(1) for i in kept]
+        flags = torch.cat([self._changed, *(w.to(self._changed.device) for w in whole)]).tolist()  # one read
+        moved = {self._owner[i] for i, f in enumerate(flags[:len(self._owner)]) if f} | reshaped
+        moved |= {i for i, f in zip(kept, flags[len(self._owner):], strict=True) if f}
+        changed = [self.names[i] for i in sorted(moved)]
+        if not changed:
+            return None
+        listed = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        return (f"{listed} changed during training, and no release covers it: the model kept something of the "
+                "training batches (running statistics are refused unless frozen, or released privately through a "
+                "Statistic before training)")
+
+
 # ---- the state trajectory and its replay ---------------------------------------------------------------------
 class StateTrace:
     """What the replay needs, kept on the device during training: each step's releases other than the gradient,
@@ -640,5 +752,5 @@ def decode(data: Mapping[str, Any]) -> Any:
     return np.frombuffer(base64.b64decode(data["b64"]), dtype=np.dtype(data["dtype"])).reshape(data["shape"]).copy()
 
 
-__all__ = ["SHADOW_COORDINATES", "ModelShadow", "StateTrace", "StepGuard", "apply_state", "copied", "decode",
-           "encode"]
+__all__ = ["SHADOW_COORDINATES", "ModelShadow", "StateTrace", "StateWatch", "StepGuard", "apply_state", "copied",
+           "decode", "encode"]
