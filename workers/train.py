@@ -215,7 +215,7 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     """The model on `device`, its optimizer, the mechanism's private objects (batches, clipping, noise) from the
     plan, the precision and the (compiled) step module, and what the record says about them. `integrity` False
     skips the check that the private step is privbench's (`step_findings`) and the row probe: for a copy of a step
-    already checked.
+    already checked."""
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     checked = integrity and private and runs_own_step(mechanism)
