@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # privbench from this checkout, without an install
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import step_profile  # noqa: E402
+import step_profile
 
 GEOMETRIES = step_profile.MODELS | {"digits-mlp": ("digits", {}, {}, 64)}
 
