@@ -39,7 +39,7 @@ from mechanisms.framework.claims import claim_status
 from mechanisms.framework.integrity import Finding, runs_own_step
 from mechanisms.framework.mechanism import plan_for, uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
-from workers import cache, datasets, models, plugins
+from workers import cache, datasets, models, neighbours, plugins
 from workers.audit import (
     MiaLosses,
     OneRun,
@@ -132,26 +132,38 @@ def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
     return config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
 
 
-def _workload(config: TrialConfig, watch: Stopwatch | None = None) -> tuple[Any, Any, Any]:
+def _workload(config: TrialConfig, watch: Stopwatch | None = None, cached: bool = True,
+              seed: int | None = None) -> tuple[Any, Any, Any]:
     """The trial's data splits (the test split at most `max_test_examples`), its training split (at most
-    `max_train_examples`), each the same subset in every phase, and its model. The splits come from the worker's
-    cache (`workers.cache`) when an earlier trial in this process loaded them."""
+    `max_train_examples`), each the same subset in every phase, and its model (built under `seed` when given).
+    The splits come from the worker's cache (`workers.cache`) when an earlier trial in this process loaded them,
+    unless not `cached` (a neighbouring-data check's load, `workers.neighbours`)."""
     watch = watch or Stopwatch()
     with watch.part("data_s"):
         options = dict(config.dataset_options)
-        splits, _ = cache.cached_dataset(config.dataset, options, lambda: datasets.load(config.dataset, options))
+        load = functools.partial(datasets.load, config.dataset, options)
+        splits = cache.cached_dataset(config.dataset, options, load)[0] if cached else load()
         train_split = _at_most(splits.train, config.train.max_train_examples)
         splits = dataclasses.replace(splits, test=_at_most(splits.test, config.train.max_test_examples))
-    with watch.part("model_s"):
+    with watch.part("model_s"), (_rng_kept() if seed is not None else contextlib.nullcontext()):
+        if seed is not None:
+            seed_everything(seed)
         bundle = models.build(config.model, splits, dict(config.model_options))
     return splits, train_split, bundle
+
+
+def _kept(n: int, most: int | None) -> np.ndarray:
+    """The indices of the examples `_at_most` keeps of `n`."""
+    if not most or most >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).permutation(n)[:most])
 
 
 def _at_most(split: Any, most: int | None) -> Any:
     """`split`, or a fixed random subset of `most` of its examples (in their order)."""
     if not most or most >= len(split):
         return split
-    return split.subset(np.sort(np.random.default_rng(0).permutation(len(split))[:most]))
+    return split.subset(_kept(len(split), most))
 
 
 def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
@@ -189,6 +201,7 @@ class Planned:
     timing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     finished_at: float | None = None
     cached: bool = False
+    findings: tuple[Finding, ...] = ()  # the neighbouring-data checks of the plan-time code (`workers.neighbours`)
 
 
 def needs_plan_task(config: TrialConfig) -> bool:
@@ -205,18 +218,44 @@ def _plan(config: TrialConfig, spec: PrivacySpec) -> tuple[PrivacyPlan, Mapping[
 
 def plan_phase(config: TrialConfig) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
-    training set's size and the trainable tensors' sizes."""
+    training set's size and the trainable tensors' sizes. A private trial's plan-time code is then run again on
+    a neighbouring training set (`workers.neighbours`): its findings travel with the plan."""
     t0 = time.perf_counter()
     watch = Stopwatch()
     with watch.part("prepare_s"):
         _prepare(config)
-    _, train_split, bundle = _workload(config, watch)
+    made = _pretraining(config, watch)
+    findings: tuple[Finding, ...] = ()
+    if config.private:
+        with watch.part("neighbours_s"):
+            findings = _neighbour_findings(config, made)
+    spec, plan, tuning = made[3:]
+    return Planned(plan, spec, time.perf_counter() - t0, watch.wall["calibration_s"], tuning, watch.to_dict(),
+                   time.time(), findings=findings)
+
+
+def _pretraining(config: TrialConfig, watch: Stopwatch, cached: bool = True) -> tuple[Any, ...]:
+    """The trial's plan-time code under its seed: (splits, training split, model, spec, plan, tuning fields)."""
+    splits, train_split, bundle = _workload(config, watch, cached, seed=config.seed)
     spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
-    t1 = time.perf_counter()
-    with watch.part("calibration_s"):
+    with watch.part("calibration_s"), _rng_kept():
+        seed_everything(config.seed)
         plan, tuning = _plan(config, spec)
-    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1, tuning, watch.to_dict(),
-                   time.time())
+    return splits, train_split, bundle, spec, plan, tuning
+
+
+def _neighbour_findings(config: TrialConfig, made: tuple[Any, ...]) -> tuple[Finding, ...]:
+    """The plan-time code run again on a neighbour of the training set, its first used record replaced, and
+    compared (`workers.neighbours.check`)."""
+    def pretraining(splits: Any, _: Any, bundle: Any, spec: PrivacySpec, plan: PrivacyPlan,
+                    tuning: Mapping[str, Any]) -> neighbours.Pretraining:
+        return neighbours.Pretraining.of(plan, tuning, spec, bundle.module, bundle.info, splits.train)
+
+    most = config.train.max_train_examples
+    return neighbours.check(config.dataset, pretraining(*made),
+                            lambda: pretraining(*_pretraining(config, Stopwatch(), cached=False)),
+                            lambda n: int(_kept(n, most)[0]), datasets.get_loader(config.dataset)[0].transform
+                            is not None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,7 +429,7 @@ def integrity_findings(config: TrialConfig, planned: Planned, output: Accelerato
     if not config.private:
         return []
     mechanism = mechanisms.get(config.mechanism)
-    findings = integrity.contract_findings(mechanism, planned.plan)
+    findings = integrity.contract_findings(mechanism, planned.plan) + list(planned.findings)
     findings += [Finding.from_dict(f) for f in output.info.get("integrity", ())]
     if (trace := output.info.get("state_trace")) is not None:
         from workers.replay import replay_apart

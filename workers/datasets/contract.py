@@ -17,6 +17,7 @@ from mechanisms.framework.options import from_signature, problems
 from mechanisms.framework.registry import Registry
 
 KINDS = ("image", "text", "tabular")
+REPLACEMENTS = 256  # candidates `replace_record` looks at for the farthest replacement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,8 +209,10 @@ def option_problems(name: str, options: Mapping[str, Any] | None) -> list[str]:
     return problems(schema, options, name)
 
 
-# the training record a neighbouring-data check replaces (`neighbouring`); None: every load is the real data
-_NEIGHBOUR: contextvars.ContextVar[Callable[[int], int] | None] = contextvars.ContextVar("neighbour", default=None)
+# the training record a neighbouring-data check replaces (`neighbouring`), and the neighbours loaded so far; None:
+# every load is the real data
+_NEIGHBOUR: contextvars.ContextVar[tuple[Callable[[int], int], dict[str, Splits]] | None] = \
+    contextvars.ContextVar("neighbour", default=None)
 
 
 def load(name: str, options: Mapping[str, Any] | None = None) -> Splits:
@@ -217,17 +220,22 @@ def load(name: str, options: Mapping[str, Any] | None = None) -> Splits:
     training record replaced before the transform runs, whoever asks (a plugin's hook or builder too)."""
     entry, rest = get_loader(name)
     opts = dict(options or {})
+    neighbour = _NEIGHBOUR.get()
+    key = repr((name, sorted(opts.items())))
+    if neighbour is not None and key in neighbour[1]:
+        return neighbour[1][key]
     records = entry(rest, **opts) if rest is not None else entry(**opts)
-    if (index := _NEIGHBOUR.get()) is not None:
-        records = replace_record(records, index(len(records.train)))
-    return entry.rows(records, opts)
+    if neighbour is None:
+        return entry.rows(records, opts)
+    rows = neighbour[1][key] = entry.rows(replace_record(records, neighbour[0](len(records.train))), opts)
+    return rows
 
 
 @contextlib.contextmanager
 def neighbouring(index: Callable[[int], int]) -> Iterator[None]:
     """Within the block, `load` returns a neighbour of every dataset: the training record `index(N)` replaced
-    (`replace_record`)."""
-    token = _NEIGHBOUR.set(index)
+    (`replace_record`), each loaded once."""
+    token = _NEIGHBOUR.set((index, {}))
     try:
         yield
     finally:
@@ -236,17 +244,22 @@ def neighbouring(index: Callable[[int], int]) -> Iterator[None]:
 
 def replace_record(records: Splits, index: int) -> Splits:
     """`records` with training record `index` replaced by one from outside the training split, of another class
-    where there is one (so the class counts and the means change), the training set's size kept: the plan's
-    legitimate inputs (N, the geometry) stay equal, and only what reads the records can tell."""
+    where there is one, and the farthest of the first `REPLACEMENTS` such (so the class counts, the means and most
+    order statistics change), the training set's size kept: the plan's legitimate inputs (N, the geometry) stay
+    equal, and only what reads the records can tell."""
     train = records.train
     label = train.labels[index]
     for source in (records.test, records.val, train):
-        other = np.flatnonzero(source.labels != label)
+        other = np.flatnonzero(source.labels != label)[:REPLACEMENTS]
         if len(other):
             break
     else:
         source, other = train, np.array([(index + 1) % len(train)])
     pick = int(other[0])
+    if isinstance(source.inputs, np.ndarray) and np.issubdtype(source.inputs.dtype, np.number):
+        gaps = source.inputs[other].reshape(len(other), -1).astype(np.float64) - \
+            np.asarray(train.inputs[index], dtype=np.float64).reshape(1, -1)
+        pick = int(other[np.argmax(np.einsum("ij,ij->i", gaps, gaps))])
     if isinstance(train.inputs, list):
         inputs = list(train.inputs)
         inputs[index] = source.inputs[pick]
