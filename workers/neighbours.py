@@ -213,7 +213,7 @@ def changed_rows(a: Split, b: Split) -> np.ndarray | None:
 # ---- what an opaque loader's rows show ---------------------------------------------------------------------
 def measured(rows: Split) -> list[str]:
     """What the training rows show of pipelines that make rows from several records or several rows from one:
-    copies and one-pixel shifts of another record's rows (a declared unit's own rows excepted), and a
+    images that are copies or one-pixel shifts of another record's (a declared unit's own rows excepted), and a
     standardisation fitted on the training split. Empty: nothing seen (texts are not measured)."""
     x = rows.inputs
     if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.number) or len(x) < 2:
@@ -221,11 +221,12 @@ def measured(rows: Split) -> list[str]:
     units = getattr(rows, "units", None)
     units = np.asarray(units) if units is not None else np.arange(len(x))
     problems = []
-    copies = _paired(x.reshape(len(x), -1), x.reshape(len(x), -1), units)
-    if copies > DUPLICATE_SHARE * len(x):
-        problems.append(f"{copies} of {len(x)} rows are exact copies of another record's row (one record in several "
-                        "rows: declare units, or use augmentation with multiplicity)")
-    if x.ndim == 4 and min(x.shape[2:]) >= 4:  # images (N, C, H, W): shifted by one pixel along H or along W
+    if x.ndim == 4 and min(x.shape[2:]) >= 4:  # images (N, C, H, W); tabular records often coincide by nature
+        copies = _paired(x.reshape(len(x), -1), x.reshape(len(x), -1), units)
+        if copies > DUPLICATE_SHARE * len(x):
+            problems.append(f"{copies} of {len(x)} rows are exact copies of another record's row (one record in "
+                            "several rows: declare units, or use augmentation with multiplicity)")
+        # shifted by one pixel along H or along W
         shifted = _paired(x[:, :, :-1], x[:, :, 1:], units) + _paired(x[..., :-1], x[..., 1:], units)
         if shifted > DUPLICATE_SHARE * len(x):
             problems.append(f"{shifted} rows are one-pixel shifts of another record's row, among {len(x)} (one record "

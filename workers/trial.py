@@ -1,7 +1,8 @@
 """A trial in three phases, each a plain function of a `TrialConfig`, testable without Ray.
 
-- `plan_phase` (CPU): the privacy plan (calibration, accounting). It depends only on the settings that
-  make the plan (`TrialConfig.plan_key`), so a sweep's trials that share them share one.
+- `plan_phase` (CPU): the privacy plan (calibration, accounting), and a private trial's neighbouring-data checks
+  of everything that runs before training (`workers.neighbours`). It depends only on the settings that make the
+  plan (`TrialConfig.plan_key`), so a sweep's trials that share them share one.
 - `accelerator_phase` (the trial's `resources`): training, evaluation and the forward passes the audits
   need (the canaries' observations during training, per-example losses for membership inference). Its
   output (`AcceleratorOutput`) is JSON-ready: the driver stores it, so a lost analysis reruns without
@@ -216,17 +217,18 @@ def _plan(config: TrialConfig, spec: PrivacySpec) -> tuple[PrivacyPlan, Mapping[
     return tuned_plan(config.tuning, spec, mechanism) if config.tuning else (plan_for(mechanism, spec), {})
 
 
-def plan_phase(config: TrialConfig) -> Planned:
+def plan_phase(config: TrialConfig, check: bool = True) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
     training set's size and the trainable tensors' sizes. A private trial's plan-time code is then run again on
-    a neighbouring training set (`workers.neighbours`): its findings travel with the plan."""
+    a neighbouring training set (`workers.neighbours`; not `check`: a probe whose record is never kept): its
+    findings travel with the plan."""
     t0 = time.perf_counter()
     watch = Stopwatch()
     with watch.part("prepare_s"):
         _prepare(config)
     made = _pretraining(config, watch)
     findings: tuple[Finding, ...] = ()
-    if config.private:
+    if config.private and check:
         with watch.part("neighbours_s"):
             findings = _neighbour_findings(config, made)
     spec, plan, tuning = made[3:]
@@ -454,7 +456,7 @@ def step_memory(config: TrialConfig) -> tuple[float, float | None]:
     probe = dataclasses.replace(
         config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
         train=dataclasses.replace(config.train, epochs=1, max_train_examples=config.train.batch_size))
-    output = accelerator_phase(probe, plan_phase(probe) if needs_plan_task(probe) else None)
+    output = accelerator_phase(probe, plan_phase(probe, check=False) if needs_plan_task(probe) else None)
     device = pick_device(config.resources.gpus)
     if device.type == "cuda":
         return (torch.cuda.max_memory_reserved(device) / 2**20,
