@@ -40,13 +40,16 @@ PLAIN = (str, int, float, bool, type(None))
 
 @dataclasses.dataclass(frozen=True)
 class Pretraining:
-    """What the plan-time code made of one training set, every part that may not depend on it: the plan's record
-    (the claim and its extras included) with a tuned candidate's fields, the privacy spec, the model's initial
-    state (name -> (what it is, tensor)), the builder's plain info (what the record shows of it), and the training
-    rows the dataset made."""
+    """What the plan-time code made of one training set: the plan (`planned`), its spec and a tuned candidate's
+    fields, and the views of everything that may not depend on the training set: the plan's record (the claim and
+    its extras included) with the tuned fields, the spec's fields, the model's initial state (name -> (what it
+    is, tensor)), the builder's plain info (what the record shows of it), and the training rows."""
 
+    planned: Any  # the PrivacyPlan
+    spec: Any  # the PrivacySpec
+    tuning: Mapping[str, Any]
     plan: Mapping[str, Any]
-    spec: Mapping[str, Any]
+    spec_fields: Mapping[str, Any]
     state: Mapping[str, tuple[str, torch.Tensor]]
     info: Mapping[str, Any]
     rows: Split
@@ -54,7 +57,7 @@ class Pretraining:
     @classmethod
     def of(cls, plan: Any, tuning: Mapping[str, Any], spec: Any, module: torch.nn.Module, info: Mapping[str, Any],
            rows: Split) -> Pretraining:
-        return cls(plan.as_record() | {"tuning": dict(tuning)},
+        return cls(plan, spec, tuning, plan.as_record() | {"tuning": dict(tuning)},
                    {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}, model_state(module),
                    {k: v for k, v in info.items() if _plain(v)}, rows)
 
@@ -87,7 +90,7 @@ def _plan_finding(a: Pretraining, b: Pretraining) -> Finding:
     where = first_difference(a.plan, b.plan)
     if where is not None:
         return Finding("neighbour_plan", False, f"the plan's `{where}` depends on the training set")
-    where = first_difference(a.spec, b.spec)
+    where = first_difference(a.spec_fields, b.spec_fields)
     if where is not None:
         return Finding("neighbour_plan", False, f"the privacy spec's `{where}` depends on the training set")
     return Finding("neighbour_plan", True)

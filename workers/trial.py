@@ -226,38 +226,27 @@ def plan_phase(config: TrialConfig, check: bool = True) -> Planned:
     watch = Stopwatch()
     with watch.part("prepare_s"):
         _prepare(config)
-    made = _pretraining(config, watch)
+    made = _plan_time(config, watch)
     findings: tuple[Finding, ...] = ()
     if config.private and check:
         with watch.part("neighbours_s"):
-            findings = _neighbour_findings(config, made)
-    spec, plan, tuning = made[3:]
-    return Planned(plan, spec, time.perf_counter() - t0, watch.wall["calibration_s"], tuning, watch.to_dict(),
-                   time.time(), findings=findings)
+            most = config.train.max_train_examples
+            findings = neighbours.check(config.dataset, made, lambda: _plan_time(config, Stopwatch(), cached=False),
+                                        lambda n: int(_kept(n, most)[0]),
+                                        datasets.get_loader(config.dataset)[0].transform is not None)
+    return Planned(made.planned, made.spec, time.perf_counter() - t0, watch.wall["calibration_s"], made.tuning,
+                   watch.to_dict(), time.time(), findings=findings)
 
 
-def _pretraining(config: TrialConfig, watch: Stopwatch, cached: bool = True) -> tuple[Any, ...]:
-    """The trial's plan-time code under its seed: (splits, training split, model, spec, plan, tuning fields)."""
+def _plan_time(config: TrialConfig, watch: Stopwatch, cached: bool = True) -> neighbours.Pretraining:
+    """What the trial's plan-time code makes, under its seed: the data, the model, the spec and the plan (a
+    neighbouring-data check runs it again, not `cached`, inside `workers.datasets.neighbouring`)."""
     splits, train_split, bundle = _workload(config, watch, cached, seed=config.seed)
     spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
     with watch.part("calibration_s"), _rng_kept():
         seed_everything(config.seed)
         plan, tuning = _plan(config, spec)
-    return splits, train_split, bundle, spec, plan, tuning
-
-
-def _neighbour_findings(config: TrialConfig, made: tuple[Any, ...]) -> tuple[Finding, ...]:
-    """The plan-time code run again on a neighbour of the training set, its first used record replaced, and
-    compared (`workers.neighbours.check`)."""
-    def pretraining(splits: Any, _: Any, bundle: Any, spec: PrivacySpec, plan: PrivacyPlan,
-                    tuning: Mapping[str, Any]) -> neighbours.Pretraining:
-        return neighbours.Pretraining.of(plan, tuning, spec, bundle.module, bundle.info, splits.train)
-
-    most = config.train.max_train_examples
-    return neighbours.check(config.dataset, pretraining(*made),
-                            lambda: pretraining(*_pretraining(config, Stopwatch(), cached=False)),
-                            lambda n: int(_kept(n, most)[0]), datasets.get_loader(config.dataset)[0].transform
-                            is not None)
+    return neighbours.Pretraining.of(plan, tuning, spec, bundle.module, bundle.info, splits.train)
 
 
 @dataclasses.dataclass(frozen=True)
