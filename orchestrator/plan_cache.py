@@ -35,7 +35,7 @@ from workers.trial import Planned
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = ("mechanisms", "workers/datasets", "workers/models", "workers/trial.py", "workers/tuning_candidates.py",
-        "workers/config.py")
+        "workers/config.py", "workers/neighbours.py")
 LIBRARIES = ("dp-accounting", "numpy", "scipy")
 _ALLOWED = ("mechanisms.", "workers.", "dp_accounting.", "numpy", "collections", "copyreg", "_codecs")
 _BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "float", "int", "complex", "bool", "str", "bytes",
@@ -101,14 +101,15 @@ def lookup(st: Any, config: TrialConfig) -> Planned | None:
         return None
     seconds = time.perf_counter() - t0
     return Planned(planned.plan, planned.spec, seconds, 0.0, planned.tuning, {"calibration_s": seconds},
-                   time.time(), cached=True)
+                   time.time(), cached=True, findings=tuple(getattr(planned, "findings", ())))
 
 
 def keep(st: Any, config: TrialConfig, planned: Planned) -> None:
     """Store a plan a plan task made (not one read from the cache)."""
     if not enabled() or planned.cached:
         return
-    entry = Planned(planned.plan, planned.spec, planned.seconds, planned.calibration_s, planned.tuning)
+    entry = Planned(planned.plan, planned.spec, planned.seconds, planned.calibration_s, planned.tuning,
+                    findings=planned.findings)  # the neighbouring-data checks are cached with the plan
     st.add_calibration(key(config), view(config), pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
 
 

@@ -1,7 +1,8 @@
 """A trial in three phases, each a plain function of a `TrialConfig`, testable without Ray.
 
-- `plan_phase` (CPU): the privacy plan (calibration, accounting). It depends only on the settings that
-  make the plan (`TrialConfig.plan_key`), so a sweep's trials that share them share one.
+- `plan_phase` (CPU): the privacy plan (calibration, accounting), and a private trial's neighbouring-data checks
+  of everything that runs before training (`workers.neighbours`). It depends only on the settings that make the
+  plan (`TrialConfig.plan_key`), so a sweep's trials that share them share one.
 - `accelerator_phase` (the trial's `resources`): training, evaluation and the forward passes the audits
   need (the canaries' observations during training, per-example losses for membership inference). Its
   output (`AcceleratorOutput`) is JSON-ready: the driver stores it, so a lost analysis reruns without
@@ -40,7 +41,7 @@ from mechanisms.framework.integrity import Finding
 from mechanisms.framework.integrity.verdict import contract_findings, plan_for, runs_own_step, verify
 from mechanisms.framework.mechanism import uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
-from workers import cache, datasets, models, plugins
+from workers import cache, datasets, models, neighbours, plugins
 from workers.audit import (
     MiaLosses,
     OneRun,
@@ -133,26 +134,38 @@ def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
     return config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
 
 
-def _workload(config: TrialConfig, watch: Stopwatch | None = None) -> tuple[Any, Any, Any]:
+def _workload(config: TrialConfig, watch: Stopwatch | None = None, cached: bool = True,
+              seed: int | None = None) -> tuple[Any, Any, Any]:
     """The trial's data splits (the test split at most `max_test_examples`), its training split (at most
-    `max_train_examples`), each the same subset in every phase, and its model. The splits come from the worker's
-    cache (`workers.cache`) when an earlier trial in this process loaded them."""
+    `max_train_examples`), each the same subset in every phase, and its model (built under `seed` when given).
+    The splits come from the worker's cache (`workers.cache`) when an earlier trial in this process loaded them,
+    unless not `cached` (a neighbouring-data check's load, `workers.neighbours`)."""
     watch = watch or Stopwatch()
     with watch.part("data_s"):
         options = dict(config.dataset_options)
-        splits, _ = cache.cached_dataset(config.dataset, options, lambda: datasets.load(config.dataset, options))
+        load = functools.partial(datasets.load, config.dataset, options)
+        splits = cache.cached_dataset(config.dataset, options, load)[0] if cached else load()
         train_split = _at_most(splits.train, config.train.max_train_examples)
         splits = dataclasses.replace(splits, test=_at_most(splits.test, config.train.max_test_examples))
-    with watch.part("model_s"):
+    with watch.part("model_s"), (_rng_kept() if seed is not None else contextlib.nullcontext()):
+        if seed is not None:
+            seed_everything(seed)
         bundle = models.build(config.model, splits, dict(config.model_options))
     return splits, train_split, bundle
+
+
+def _kept(n: int, most: int | None) -> np.ndarray:
+    """The indices of the examples `_at_most` keeps of `n`."""
+    if not most or most >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).permutation(n)[:most])
 
 
 def _at_most(split: Any, most: int | None) -> Any:
     """`split`, or a fixed random subset of `most` of its examples (in their order)."""
     if not most or most >= len(split):
         return split
-    return split.subset(np.sort(np.random.default_rng(0).permutation(len(split))[:most]))
+    return split.subset(_kept(len(split), most))
 
 
 def _trainable(bundle: Any) -> list[torch.nn.Parameter]:
@@ -190,6 +203,7 @@ class Planned:
     timing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     finished_at: float | None = None
     cached: bool = False
+    findings: tuple[Finding, ...] = ()  # the neighbouring-data checks of the plan-time code (`workers.neighbours`)
 
 
 def needs_plan_task(config: TrialConfig) -> bool:
@@ -204,22 +218,38 @@ def _plan(config: TrialConfig, spec: PrivacySpec) -> tuple[PrivacyPlan, Mapping[
     return tuned_plan(config.tuning, spec, mechanism) if config.tuning else (plan_for(mechanism, spec), {})
 
 
-def plan_phase(config: TrialConfig) -> Planned:
+def plan_phase(config: TrialConfig, check: bool = True) -> Planned:
     """Calibrate and account the trial's mechanism on CPU. The data and the model are read only for the
-    training set's size and the trainable tensors' sizes."""
+    training set's size and the trainable tensors' sizes. A private trial's plan-time code is then run again on
+    a neighbouring training set (`workers.neighbours`; not `check`: a probe whose record is never kept): its
+    findings travel with the plan."""
     t0 = time.perf_counter()
     watch = Stopwatch()
     with watch.part("prepare_s"):
         _prepare(config)
-    _, train_split, bundle = _workload(config, watch)
+    made = _plan_time(config, watch)
+    findings: tuple[Finding, ...] = ()
+    if config.private and check:
+        with watch.part("neighbours_s"):
+            most = config.train.max_train_examples
+            findings = neighbours.check(config.dataset, made, lambda: _plan_time(config, Stopwatch(), cached=False),
+                                        lambda n: int(_kept(n, most)[0]),
+                                        datasets.get_loader(config.dataset)[0].transform is not None)
+    return Planned(made.planned, made.spec, time.perf_counter() - t0, watch.wall["calibration_s"], made.tuning,
+                   watch.to_dict(), time.time(), findings=findings)
+
+
+def _plan_time(config: TrialConfig, watch: Stopwatch, cached: bool = True) -> neighbours.Pretraining:
+    """What the trial's plan-time code makes, under its seed: the data, the model, the spec and the plan (a
+    neighbouring-data check runs it again, not `cached`, inside `workers.datasets.neighbouring`)."""
+    splits, train_split, bundle = _workload(config, watch, cached, seed=config.seed)
     if config.private:  # a model that mixes rows is refused here, the first code a trial runs, before any device
         model_checks.refuse(bundle.module)
     spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
-    t1 = time.perf_counter()
-    with watch.part("calibration_s"):
+    with watch.part("calibration_s"), _rng_kept():
+        seed_everything(config.seed)
         plan, tuning = _plan(config, spec)
-    return Planned(plan, spec, time.perf_counter() - t0, time.perf_counter() - t1, tuning, watch.to_dict(),
-                   time.time())
+    return neighbours.Pretraining.of(plan, tuning, spec, bundle.module, bundle.info, splits.train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,8 +427,8 @@ def integrity_findings(config: TrialConfig, planned: Planned, output: Accelerato
         from workers.replay import replay_apart
 
         replayed = replay_apart(config.to_dict(), planned.plan, trace)
-    return verify(mechanisms.get(config.mechanism), planned.plan,
-                  [Finding.from_dict(f) for f in output.info.get("integrity", ())], replayed)
+    recorded = [*planned.findings, *(Finding.from_dict(f) for f in output.info.get("integrity", ()))]
+    return verify(mechanisms.get(config.mechanism), planned.plan, recorded, replayed)
 
 
 def step_memory(config: TrialConfig) -> tuple[float, float | None]:
@@ -417,7 +447,7 @@ def step_memory(config: TrialConfig) -> tuple[float, float | None]:
     probe = dataclasses.replace(
         config, epsilon=None, sigma=1.0 if private else None, audit=AuditConfig(enabled=False),
         train=dataclasses.replace(config.train, epochs=1, max_train_examples=config.train.batch_size))
-    output = accelerator_phase(probe, plan_phase(probe) if needs_plan_task(probe) else None)
+    output = accelerator_phase(probe, plan_phase(probe, check=False) if needs_plan_task(probe) else None)
     device = pick_device(config.resources.gpus)
     if device.type == "cuda":
         return (torch.cuda.max_memory_reserved(device) / 2**20,

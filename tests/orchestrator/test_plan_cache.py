@@ -69,6 +69,7 @@ def test_a_cached_plan_is_the_plan_and_a_changed_input_misses(st):
     hit = plan_cache.lookup(st, config)
     assert hit is not None and hit.cached and hit.seconds < 0.2
     assert hit.plan == made.plan and hit.spec == made.spec
+    assert hit.findings == made.findings and {f.check for f in hit.findings} >= {"neighbour_plan", "neighbour_model"}
     assert plan_cache.lookup(st, config_of(delta=1e-6)) is None
     assert plan_cache.lookup(st, config_of(accountant="rdp")) is None
 

@@ -8,6 +8,7 @@ served by the Hugging Face dataset (a prefix entry).
 from workers.datasets.contract import (
     DATASETS,
     Dataset,
+    PublicSplits,
     Splits,
     dataset,
     describe,
@@ -18,5 +19,5 @@ from workers.datasets.contract import (
     register,
 )
 
-__all__ = ["DATASETS", "Dataset", "Splits", "dataset", "describe", "get_loader", "load", "names", "option_problems",
-           "register"]
+__all__ = ["DATASETS", "Dataset", "PublicSplits", "Splits", "dataset", "describe", "get_loader", "load", "names",
+           "option_problems", "register"]

@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from workers.datasets.contract import Split, Splits, dataset, split_off, three_way
+from workers.datasets.contract import Split, Splits, dataset, records_are_rows, split_off, three_way
 
 FASHION_MNIST_DIR = Path(os.environ.get("PRIVBENCH_FASHION_MNIST", "/usr/share/datasets/fashion-mnist"))
 
@@ -38,8 +38,19 @@ def as_images(pixels: np.ndarray, scale: float, scaling: Scaling = "symmetric") 
     return x
 
 
+def grey_rows(records: np.ndarray, scaling: Scaling = "symmetric") -> np.ndarray:
+    """The per-record transform of the 8-bit grey image datasets: stored bytes (N, H, W) -> images, each
+    scaled alone by fixed constants (`as_images`)."""
+    return as_images(records, 255.0, scaling)
+
+
+def digit_rows(records: np.ndarray) -> np.ndarray:
+    """digits' per-record transform: scikit-learn's 0-16 intensities (N, 8, 8) -> images in [-1, 1]."""
+    return as_images(records, 16.0)
+
+
 @dataset("fashion-mnist", "image", "Zalando Fashion-MNIST, 60k train / 10k test, 28x28 grey, 10 classes "
-          "(Debian package dataset-fashion-mnist)")
+          "(Debian package dataset-fashion-mnist)", transform=grey_rows)
 def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0, scaling: Scaling = "symmetric") -> Splits:
     root = FASHION_MNIST_DIR
     files = {s: (root / f"{s}-images-idx3-ubyte.gz", root / f"{s}-labels-idx1-ubyte.gz")
@@ -50,23 +61,25 @@ def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0, scaling: Scali
             f"Fashion-MNIST not found ({missing[0]}); install it with "
             "`apt-get update && apt-get install -y dataset-fashion-mnist` or set PRIVBENCH_FASHION_MNIST")
     (xi, yi), (ti, tl) = ((_read_idx_gz(a), _read_idx_gz(b)) for a, b in files.values())
-    train, val = split_off(Split(as_images(xi, 255.0, scaling), yi.astype(np.int64)), val_fraction, split_seed)
-    test = Split(as_images(ti, 255.0, scaling), tl.astype(np.int64))
+    del scaling  # the transform's option (`grey_rows`)
+    train, val = split_off(Split(xi, yi.astype(np.int64)), val_fraction, split_seed)
+    test = Split(ti, tl.astype(np.int64))
     return Splits("fashion-mnist", "image", 10, train, val, test, (1, 28, 28))
 
 
-@dataset("digits", "image", "scikit-learn handwritten digits, 1,797 images 8x8, 10 classes (bundled)")
+@dataset("digits", "image", "scikit-learn handwritten digits, 1,797 images 8x8, 10 classes (bundled)",
+         transform=digit_rows)
 def digits(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    x = as_images(d.images.astype(np.float32), 16.0)
-    train, val, test = three_way(x, d.target.astype(np.int64), test_fraction=test_fraction,
+    train, val, test = three_way(d.images.astype(np.float32), d.target.astype(np.int64), test_fraction=test_fraction,
                                  val_fraction=val_fraction, seed=split_seed)
     return Splits("digits", "image", 10, train, val, test, (1, 8, 8))
 
 
-@dataset("synthetic", "image", "generated class prototypes plus noise, 1x16x16, any size (seeded)")
+@dataset("synthetic", "image", "generated class prototypes plus noise, 1x16x16, any size (seeded)",
+         transform=records_are_rows)
 def synthetic(n_train: int = 2000, n_test: int = 500, num_classes: int = 4, side: int = 16,
               noise: float = 1.0, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     """A planted signal: accuracy well above chance, so DP-vs-non-DP gaps mean something."""

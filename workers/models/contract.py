@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mechanisms.framework.options import from_signature, problems
 from mechanisms.framework.registry import Registry
-from workers.datasets.contract import KINDS, Split, Splits, resolve
+from workers.datasets.contract import KINDS, PublicSplits, Split, Splits, resolve
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +52,8 @@ class Model:
 
     `builder(splits, **options) -> ModelBundle` (`builder(rest, splits, **options)` with `prefix=True`,
     serving `name:<rest>`); its keyword parameters are the model's options (the schema the grid checks).
+    `splits` is the dataset's public information (`PublicSplits`: kind, classes, shapes, a declared public
+    split), never its private rows: what the model needs of those it gets through `statistics` (releases).
     Guarantee: the initial weights come from torch's seeded generator (the worker seeds it per trial), and
     `module(*encode(split))` gives logits for every kind in `kinds`. `builder` may be a callable or a
     `module:attr` reference, imported when a model is built (so that listing stays light).
@@ -127,10 +129,12 @@ def option_problems(name: str, options: Mapping[str, Any] | None) -> list[str]:
     return problems(schema, options, name)
 
 
-def build(name: str, splits: Splits, options: dict[str, Any] | None = None) -> ModelBundle:
+def build(name: str, splits: Splits | PublicSplits, options: dict[str, Any] | None = None) -> ModelBundle:
+    """The model `name` for the dataset, its builder handed the public information only (`PublicSplits`)."""
     entry, rest = get_entry(name)
     if splits.kind not in entry.kinds:
         raise ValueError(f"model {name!r} takes {'/'.join(entry.kinds)} data, dataset {splits.name!r} is "
                          f"{splits.kind}")
     opts = dict(options or {})
-    return entry(rest, splits, **opts) if rest is not None else entry(splits, **opts)
+    public = splits.public_view() if isinstance(splits, Splits) else splits
+    return entry(rest, public, **opts) if rest is not None else entry(public, **opts)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from workers.datasets.contract import Split, Splits
+from workers.datasets.contract import PublicSplits, Split
 from workers.models.contract import ModelBundle, Statistic
 from workers.models.vision import GRAD_SAMPLE_MODE, flat_size
 
@@ -202,7 +202,7 @@ def standardisation(standardize: Standardize, bounds: tuple[float, float], noise
     return Statistic(DatasetStatistic("channel_moments", bounds, noise), lambda xs: channel_moments(xs[0]), receive)
 
 
-def scatternet(splits: Splits, head: Literal["linear", "cnn"], norm: Norm = "group", groups: int = 27,
+def scatternet(splits: PublicSplits, head: Literal["linear", "cnn"], norm: Norm = "group", groups: int = 27,
                norm_noise_multiplier: float = 8.0, norm_bounds: tuple[float, float] = (0.3, 0.15)) -> ModelBundle:
     _, *shape = feature_shape((1, *splits.input_shape))
     if norm == "group" and shape[0] % groups:
@@ -221,11 +221,11 @@ def scatternet(splits: Splits, head: Literal["linear", "cnn"], norm: Norm = "gro
                        statistics)
 
 
-def scatternet_linear(splits: Splits, norm: Norm = "group", groups: int = 27, norm_noise_multiplier: float = 8.0,
+def scatternet_linear(splits: PublicSplits, norm: Norm = "group", groups: int = 27, norm_noise_multiplier: float = 8.0,
                       norm_bounds: tuple[float, float] = (0.3, 0.15)) -> ModelBundle:
     return scatternet(splits, "linear", norm, groups, norm_noise_multiplier, norm_bounds)
 
 
-def scatternet_cnn(splits: Splits, norm: Norm = "group", groups: int = 27, norm_noise_multiplier: float = 8.0,
+def scatternet_cnn(splits: PublicSplits, norm: Norm = "group", groups: int = 27, norm_noise_multiplier: float = 8.0,
                    norm_bounds: tuple[float, float] = (0.3, 0.15)) -> ModelBundle:
     return scatternet(splits, "cnn", norm, groups, norm_noise_multiplier, norm_bounds)

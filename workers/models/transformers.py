@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.datasets.contract import Split, Splits
+from workers.datasets.contract import PublicSplits, Split
 from workers.datasets.hf import hub_is_offline, hub_offline_default
 from workers.models.contract import ModelBundle
 from workers.models.tokenize import DEFAULT_TOKENIZER, encode_texts, load_tokenizer, minilm_dir
@@ -249,7 +249,7 @@ def _image_bundle(module: ImageClassifier, trainable: str, **info: Any) -> Model
                                         "blocks": transformer_blocks(module), **counts, **info})
 
 
-def minilm(splits: Splits, trainable: str = "all", pooling: str = "mean", max_length: int = 64,
+def minilm(splits: PublicSplits, trainable: str = "all", pooling: str = "mean", max_length: int = 64,
            dropout: float = 0.1) -> ModelBundle:
     hub_offline_default()
     from transformers import BertModel
@@ -262,7 +262,7 @@ def minilm(splits: Splits, trainable: str = "all", pooling: str = "mean", max_le
                         source=str(path), pretrained=True)
 
 
-def bert_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
+def bert_tiny(splits: PublicSplits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
               tokenizer: str = DEFAULT_TOKENIZER, trainable: str = "all", dropout: float = 0.1) -> ModelBundle:
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -276,7 +276,7 @@ def bert_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2
     return _text_bundle(module, tok, max_length, trainable, family="bert", pretrained=False)
 
 
-def gpt2_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
+def gpt2_tiny(splits: PublicSplits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
               tokenizer: str = DEFAULT_TOKENIZER, trainable: str = "all", dropout: float = 0.1) -> ModelBundle:
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
@@ -291,7 +291,7 @@ def gpt2_tiny(splits: Splits, layers: int = 2, hidden: int = 128, heads: int = 2
     return _text_bundle(module, tok, max_length, trainable, family="gpt2", pretrained=False)
 
 
-def vit_tiny(splits: Splits, layers: int = 4, hidden: int = 128, heads: int = 4, patch_size: int | None = None,
+def vit_tiny(splits: PublicSplits, layers: int = 4, hidden: int = 128, heads: int = 4, patch_size: int | None = None,
              trainable: str = "all", dropout: float = 0.0) -> ModelBundle:
     from transformers import ViTConfig, ViTForImageClassification
 
@@ -307,7 +307,7 @@ def vit_tiny(splits: Splits, layers: int = 4, hidden: int = 128, heads: int = 4,
     return _image_bundle(module, trainable, family="vit", pretrained=False)
 
 
-def hf_model(rest: str, splits: Splits, trainable: str = "all", max_length: int = 128,
+def hf_model(rest: str, splits: PublicSplits, trainable: str = "all", max_length: int = 128,
              tokenizer: str | None = None, revision: str | None = None) -> ModelBundle:
     hub_offline_default()
     from transformers import AutoModelForImageClassification, AutoModelForSequenceClassification

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from workers.datasets.contract import Split, Splits
+from workers.datasets.contract import PublicSplits, Split
 from workers.models.contract import ModelBundle
 
 # book-keeping clipping (mechanisms/clipping_engine): measured faster than Opacus' modes (docs/clipping.md)
@@ -22,18 +22,18 @@ def _bundle(module: nn.Module) -> ModelBundle:
     return ModelBundle(module, _array_tensors, {"grad_sample_mode": GRAD_SAMPLE_MODE})
 
 
-def mlp(splits: Splits, hidden: int = 128) -> ModelBundle:
+def mlp(splits: PublicSplits, hidden: int = 128) -> ModelBundle:
     n_in = math.prod(splits.input_shape)
     return _bundle(nn.Sequential(nn.Flatten(), nn.Linear(n_in, hidden), nn.Tanh(),
                                  nn.Linear(hidden, splits.num_classes)))
 
 
-def linear(splits: Splits) -> ModelBundle:
+def linear(splits: PublicSplits) -> ModelBundle:
     """Multinomial logistic regression on the flattened input: the classic DP baseline for tabular data."""
     return _bundle(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(splits.input_shape), splits.num_classes)))
 
 
-def cnn_small(splits: Splits, channels: int = 16) -> ModelBundle:
+def cnn_small(splits: PublicSplits, channels: int = 16) -> ModelBundle:
     c, h, w = splits.input_shape
     module = nn.Sequential(
         nn.Conv2d(c, channels, 5, stride=2, padding=2), nn.Tanh(),
@@ -50,7 +50,7 @@ def flat_size(features: nn.Module, shape: tuple[int, ...]) -> int:
         return features(torch.zeros(1, *shape)).numel()
 
 
-def cnn_tanh(splits: Splits) -> ModelBundle:
+def cnn_tanh(splits: PublicSplits) -> ModelBundle:
     """Tramèr & Boneh (ICLR 2021)'s end-to-end CNN for MNIST and Fashion-MNIST, layer for layer as in their
     code (after Papernot et al.'s tempered-sigmoid CNN): conv 16 8x8 stride 2 padding 2, tanh, max-pool 2
     stride 1, conv 32 4x4 stride 2, tanh, max-pool 2 stride 1, linear 32, tanh, linear. 26,010 parameters

@@ -34,6 +34,17 @@ CHECKS: dict[str, str] = {
                    "whole after training",
     "state_replay": "the state trajectory, recomputed from the recorded releases alone by a fresh mechanism in "
                     "another process, equals the one training used",
+    # the neighbouring-data checks of the plan-time code (workers/neighbours.py): run again on a neighbouring
+    # training set (one record replaced, N kept), before training
+    "neighbour_plan": "the plan, the claim with its extras and the privacy spec are identical on a neighbouring "
+                      "training set (the mechanism's plan hooks and anything they load through privbench)",
+    "neighbour_model": "the model's initial state under the trial's seed (every parameter, buffer and tensor) and "
+                       "what its builder records are identical on a neighbouring training set",
+    "neighbour_rows": "the dataset's per-record transform, run by privbench on a neighbouring training set, "
+                      "changes only the replaced record's rows (its unit's, when the dataset declares units); a "
+                      "loader without one is not checked, and not certified",
+    "row_measures": "the training rows hold no copies or one-pixel shifts of another record's rows, and no "
+                    "standardisation fitted on the training split (mean 0 and standard deviation 1 exactly)",
 }
 
 
