@@ -211,7 +211,7 @@ def plan_phase(config: TrialConfig) -> Planned:
     with watch.part("prepare_s"):
         _prepare(config)
     _, train_split, bundle = _workload(config, watch)
-    spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+    spec = privacy_spec(config, train_split.unit_count, _trainable(bundle), bundle)
     t1 = time.perf_counter()
     with watch.part("calibration_s"):
         plan, tuning = _plan(config, spec)
@@ -268,7 +268,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
         generator = seed_everything(config.seed)
     splits, train_split, bundle = _workload(config, watch)
     with watch.part("setup_s"):  # every line of the phase is in a part: the parts explain its span
-        spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+        spec = privacy_spec(config, train_split.unit_count, _trainable(bundle), bundle)
         mechanism = mechanisms.get(config.mechanism)
     made_here = None
     if planned is None:
@@ -356,6 +356,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
         "private": private,  # whether the trial claims any privacy (dashboards read this, not a name)
         "grad_sample_mode": info.get("grad_sample_mode") if private else None,
         "bk_fallback": info.get("bk_fallback") if private else None,  # why bk could not clip it
+        "row_grouping": info.get("row_grouping") if private else None,  # declared units, augmult (else None)
         # where the engine came from: the grid, the model's info, or privbench's default (a model naming none)
         "grad_sample_mode_source": info.get("grad_sample_mode_source") if private else None,
         "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],

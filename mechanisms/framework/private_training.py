@@ -28,6 +28,7 @@ from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
+from mechanisms.parts.grouping import RowGroups, Units, augment_crop_flip, crop_padding, group_rows
 from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
 from mechanisms.parts.releases import ExampleView, Release, Released
 
@@ -94,6 +95,7 @@ class PrivateOptimizerMixin:
         self.released_hook = released_hook
         self.bound_key, self.declared_bound = bound_key, declared_bound
         self.example_weights: torch.Tensor | None = None  # 0 on padding rows of the batch in flight
+        self.row_groups: RowGroups | None = None  # the batch in flight's privacy units, when rows are grouped
         self.last_released: Released | None = None
         self.steps_taken = 0
         self.observers: list[ReleaseObserver] = []
@@ -201,6 +203,9 @@ class PrivateOptimizerMixin:
             trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
+        if self.row_groups is not None:  # one unit's rows become one example before anything clips or reads norms
+            for p in self.params:  # type: ignore[attr-defined]
+                p.grad_sample = group_rows(self._get_flat_grad_sample(p), self.row_groups)  # type: ignore[attr-defined]
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
         return self.update_applied
 
@@ -305,14 +310,17 @@ RESIDENT_SHARE = 0.3
 class Batch(tuple):
     """One step's tensors, unpacking as `(*inputs, labels)` like a DataLoader's batch, with how many of its rows
     are examples (`size`, a host integer: no synchronisation to count them) and, when it is padded, each row's
-    weight (`weights`: 1 for an example, 0 for a padding row; None when every row is an example)."""
+    weight (`weights`: 1 for an example, 0 for a padding row; None when every row is an example). `groups`: which
+    rows one privacy unit owns, when they are clipped together (declared units, augmentation with multiplicity)."""
 
     size: int
     weights: torch.Tensor | None
+    groups: RowGroups | None
 
-    def __new__(cls, tensors: Any, size: int, weights: torch.Tensor | None = None) -> Batch:
+    def __new__(cls, tensors: Any, size: int, weights: torch.Tensor | None = None,
+                groups: RowGroups | None = None) -> Batch:
         batch = super().__new__(cls, tensors)
-        batch.size, batch.weights = size, weights
+        batch.size, batch.weights, batch.groups = size, weights, groups
         return batch
 
 
@@ -336,14 +344,18 @@ class ResidentBatches:
     drawn on the host, where the batch's length is read for free, and copied to the device with the step."""
 
     def __init__(self, tensors: Any, selection: Any, generator: torch.Generator,
-                 device_generator: torch.Generator | None, pad_to: int | None, lengths: Any = None) -> None:
-        self.tensors, self.selection, self.lengths = tensors, selection, lengths
+                 device_generator: torch.Generator | None, pad_to: int | None, lengths: Any = None,
+                 grouping: Grouping | None = None) -> None:
+        self.tensors, self.selection, self.lengths, self.grouping = tensors, selection, lengths, grouping
         self.generator, self.device_generator, self.pad_to = generator, device_generator, pad_to
 
     def __len__(self) -> int:
         return self.selection.steps_per_epoch
 
     def __iter__(self) -> Any:
+        if self.grouping is not None:
+            yield from self.grouping.batches(self)
+            return
         if self.lengths is None:
             for step in self.selection.epoch(self.generator, self.device_generator, self.pad_to):
                 yield Batch([t.index_select(0, step.index) for t in self.tensors], step.size, step.weights)
@@ -356,6 +368,47 @@ class ResidentBatches:
             last = len(self.tensors) - 1
             yield Batch([_cut(t.index_select(0, index), longest, i == last) for i, t in enumerate(self.tensors)],
                         step.size, weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouping:
+    """How a step's rows form its privacy units (`mechanisms.parts.grouping`): the training set's declared
+    `units` (the sampler draws units; every row of a drawn unit joins the step), and `augmult` K (each drawn
+    record's image cropped and flipped K times, the copies' gradients averaged). The batches carry the grouping
+    (`Batch.groups`) that the private optimizer sums the per-row gradients by before clipping."""
+
+    units: Units | None = None
+    augmult: int = 1
+
+    @classmethod
+    def of(cls, data: Any) -> Grouping | None:
+        """The grouping a training set asks for (its `units` and `augmult` attributes); None: one row per unit."""
+        units, augmult = getattr(data, "units", None), int(getattr(data, "augmult", 1) or 1)
+        return cls(units, augmult) if units is not None or augmult > 1 else None
+
+    def batches(self, source: ResidentBatches) -> Any:
+        """`source`'s steps, drawn by its sampler (over units when declared: their indices are drawn on the host,
+        which maps them to rows), gathered and, with augmult, augmented on the device."""
+        tensors, k = source.tensors, self.augmult
+        device = tensors[0].device
+        host = self.units is not None  # the rows of drawn units are found on the host, where the draw is
+        for step in source.selection.epoch(source.generator, None if host else source.device_generator):
+            if self.units is not None:
+                rows_np, group_np = self.units.expand(step.index.numpy())
+                rows = torch.from_numpy(rows_np).to(device, non_blocking=True)
+                group = torch.from_numpy(group_np).to(device, non_blocking=True)
+                longest = int(source.lengths[rows_np].max()) if source.lengths is not None and len(rows_np) else None
+            else:
+                rows, group, longest = step.index, torch.arange(step.size, device=device), None
+            if k > 1:
+                rows, group = rows.repeat_interleave(k), group.repeat_interleave(k)
+            batch = [t.index_select(0, rows) for t in tensors]
+            if k > 1:
+                generator = source.device_generator or source.generator
+                batch[:-1] = [augment_crop_flip(x, generator, crop_padding(x.shape[2])) for x in batch[:-1]]
+            if longest is not None:
+                batch = [_cut(t, longest, i == len(batch) - 1) for i, t in enumerate(batch)]
+            yield Batch(batch, len(rows), None, RowGroups(group, step.size, 1.0 / k))
 
 
 def _cut(tensor: torch.Tensor, length: int, labels: bool) -> torch.Tensor:
@@ -391,10 +444,16 @@ def plan_loader(data: Dataset, plan: Any, generator: torch.Generator, *, device:
     comes from Opacus' collate wrapper, shaped like the dataset's items.
     """
     sampler = plan.batch_selection
-    if len(data) != sampler.dataset_size:  # type: ignore[arg-type]
-        raise ValueError(f"the plan accounts for {sampler.dataset_size} examples, the data has {len(data)}")  # type: ignore[arg-type]
+    grouping = Grouping.of(data)
+    units = grouping.units if grouping is not None else None
+    size, what = (units.count, "privacy units") if units is not None else (len(data), "examples")  # type: ignore[arg-type]
+    if size != sampler.dataset_size:
+        raise ValueError(f"the plan accounts for {sampler.dataset_size} {what}, the data has {size}")
     device = torch.device(device or "cpu")
     tensors = getattr(data, "tensors", None)
+    if grouping is not None and (tensors is None or pad_to or not resident(tensors, device)):
+        raise ValueError("declared privacy units and augmult need the training set's tensors resident on the "
+                         "training device, unpadded")
     if tensors is not None and resident(tensors, device):
         device_generator = generator
         if device.type != "cpu":
@@ -403,7 +462,7 @@ def plan_loader(data: Dataset, plan: Any, generator: torch.Generator, *, device:
         trim_by = getattr(data, "trim_by", None)
         lengths = None if trim_by is None else tensors[trim_by].sum(dim=1).cpu().numpy()
         return ResidentBatches([t.to(device) for t in tensors], sampler, generator, device_generator, pad_to,
-                               lengths)
+                               lengths, grouping)
     first = data[0]
     collate = wrap_collate_with_empty(collate_fn=default_collate,
                                       sample_empty_shapes=[(0, *shape_safe(x)) for x in first],
@@ -432,6 +491,9 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
     if pad_to and grad_sample_mode != "bk":  # Opacus' hooks scale per-sample gradients by the rows, padding included
         raise ValueError(f"padded batches (pad_to) need grad_sample_mode bk, got {grad_sample_mode!r}")
+    if Grouping.of(data) is not None and grad_sample_mode in ("bk", "ghost"):  # they clip rows, never see groups
+        raise ValueError(f"declared privacy units and augmult clip a unit's rows together, from per-row gradients "
+                         f"(grad_sample_mode hooks, functorch or ew), not {grad_sample_mode}")
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     tensors = {name: torch.tensor(float(value), device=device) for name, value in (state or {}).items()}
     bound_key = clipper.state_key
@@ -487,7 +549,7 @@ def step_integrity(training: PrivateTraining) -> list[str]:
     return [] if finding.passed else [finding.reason]
 
 
-__all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "PlanViolation", "PrivateBookkeepingOptimizer",
+__all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "Grouping", "PlanViolation", "PrivateBookkeepingOptimizer",
            "PrivateDPOptimizer", "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer",
            "PrivateTraining", "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches",
            "make_private",

@@ -19,18 +19,32 @@ KINDS = ("image", "text", "tabular")
 @dataclasses.dataclass(frozen=True)
 class Split:
     """Inputs and integer labels of one split: images as float32 (N, C, H, W), texts as list[str], tabular
-    feature vectors as float32 (N, F)."""
+    feature vectors as float32 (N, F).
+
+    `units` (training split): one privacy-unit id per row, for data where one person owns several rows (their
+    messages, their photos). The guarantee is then about units (user-level DP): the sampler draws units, a
+    unit's rows are clipped together, and the accountant counts units. None: every row is its own unit."""
 
     inputs: Any
     labels: np.ndarray
+    units: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.units is not None and np.shape(self.units) != (len(self.labels),):
+            raise ValueError(f"units must give one id per row ({len(self.labels)}), got shape {np.shape(self.units)}")
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def unit_count(self) -> int:
+        """The number of privacy units: what the sampler draws from and the accountant counts."""
+        return len(self) if self.units is None else len(np.unique(self.units))
+
     def subset(self, index: np.ndarray) -> Split:
         inputs = ([self.inputs[i] for i in index] if isinstance(self.inputs, list)
                   else self.inputs[index])
-        return Split(inputs, self.labels[index])
+        return Split(inputs, self.labels[index], units=None if self.units is None else np.asarray(self.units)[index])
 
 
 @dataclasses.dataclass(frozen=True)
