@@ -99,3 +99,36 @@ def test_units_with_an_engine_that_clips_rows_fail_the_trial(records):
 def test_augmult_settings_that_cannot_run_are_refused(train, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**train)
+
+
+def test_a_units_rows_are_one_contribution_to_a_released_statistic():
+    """Private normalisation with declared units: the statistic's clip applies to a unit's summed rows, so
+    removing a unit of three rows moves the released sum by at most the bound (per row it would be 3 bounds)."""
+    import torch
+
+    import mechanisms
+    from mechanisms.parts.plan import PrivacySpec
+    from mechanisms.parts.releases import DatasetStatistic
+    from workers.datasets.contract import Split
+    from workers.models.contract import ModelBundle, Statistic
+    from workers.train import release_statistics
+
+    release = DatasetStatistic("total", (1.0,), 1.0)  # the same seed each time: the same noise, which cancels
+    received = []
+
+    def released(split: Split) -> torch.Tensor:
+        bundle = ModelBundle(torch.nn.Linear(2, 2), lambda s: (torch.from_numpy(s.inputs),),
+                             statistics=(Statistic(release, lambda xs: xs[0].unsqueeze(1).double(),
+                                                   lambda sums, n: received.append(sums)),))
+        spec = PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=split.unit_count, batch_size=1,
+                           epochs=1, dataset_statistics=(release,))
+        release_statistics(bundle, split, mechanisms.get("dpsgd").plan(spec), torch.Generator().manual_seed(0))
+        return received[-1]
+
+    inputs = np.array([[1.0, 0.0]] * 3 + [[0.0, 0.5], [0.0, -0.5]], dtype=np.float32)
+    whole = Split(inputs, np.zeros(5, dtype=np.int64), units=np.array([7, 7, 7, 1, 2]))
+    without = whole.subset(np.array([3, 4]))
+    moved = released(whole) - released(without)
+    assert float(moved.norm()) == pytest.approx(1.0, rel=1e-6)
+    per_row = released(dataclasses.replace(whole, units=None)) - released(dataclasses.replace(without, units=None))
+    assert float(per_row.norm()) == pytest.approx(3.0, rel=1e-6)
