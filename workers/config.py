@@ -163,9 +163,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(self)
         problems = step_problems(self.precision, self.compile, self.grad_sample_mode)
-        if self.augmult > 1 and (self.grad_sample_mode in ("bk", "ghost") or self.compile or self.precision != "fp32"):
-            problems.append(f"augmult {self.augmult} averages per-row gradients before clipping (grad_sample_mode "
-                            "hooks, functorch or ew, fp32, no compile)")
+        if self.augmult > 1 and (self.grad_sample_mode == "ghost" or self.compile or self.precision != "fp32"):
+            problems.append(f"augmult {self.augmult} clips each record's copies together (grad_sample_mode bk, hooks, "
+                            "functorch or ew; fp32; no compile)")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -130,21 +130,18 @@ class GradSampleMode:
     fallback: str | None = None
 
 
-GROUPED = ("rows grouped before clipping (declared privacy units or augmult): the book-keeping engine clips each "
-           "row, so Opacus' per-row gradients are summed per unit, then clipped")
-
-
 def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module, grouped: bool = False) -> GradSampleMode:
     """The grid's `grad_sample_mode`, else the model's (`info["grad_sample_mode"]`), else the book-keeping
     engine; bk falls back to the model's `fallback_grad_sample_mode` (Opacus hooks by default) where it cannot
     clip the model, and the record says so. A model that names none is told, in the record, which it got.
-    `grouped` rows (`private_training.Grouping`) need per-row gradients: bk and ghost give way to hooks."""
+    `grouped` rows (`private_training.Grouping`): Opacus' ghost mode clips rows, so a model's ghost gives way to
+    bk (which clips a unit's rows as one example) or, where bk cannot clip the model, Opacus' hooks."""
     if cfg.grad_sample_mode is not None:
         return GradSampleMode(cfg.grad_sample_mode, "grid")
     named = bundle.info.get("grad_sample_mode")
     mode = GradSampleMode(named, "model") if named else GradSampleMode("bk", "default")
-    if grouped and mode.name in ("bk", "ghost"):
-        return GradSampleMode("hooks", mode.source, GROUPED)
+    if grouped and mode.name == "ghost":
+        mode = GradSampleMode("bk", mode.source)
     if mode.name == "bk":
         from mechanisms.clipping_engine import unsupported
 
@@ -228,6 +225,10 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
     grouping = row_grouping(train_data, train_split, cfg.augmult)
+    if grouping is not None and (cfg.precision != "fp32" or cfg.compile):
+        raise ValueError("declared privacy units and augmult run in fp32, without compile (a unit's rows are one "
+                         f"clipped example; its rounding margin and static shapes are not covered), got precision "
+                         f"{cfg.precision}, compile {cfg.compile}")
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
@@ -242,7 +243,7 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
         if getattr(training.loader, "grouping", None) is None:  # a make_private of its own drew rows, not units
             raise ValueError(f"{plan.mechanism}'s make_private does not run privbench's loader, which declared privacy "
                              "units and augmult need (its batches would not be the accounted ones)")
-        info["row_grouping"] = grouping
+        info["row_grouping"] = grouping | {"engine": mode.name}  # bk: a unit's rows as one example's positions
     # the trainer's step (an override is its own: the contract check flags a plugin's); `integrity` False: a copy of a
     # step already checked (the paired overhead measurement)
     if integrity and private and runs_own_step(mechanism):

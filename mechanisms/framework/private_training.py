@@ -95,7 +95,7 @@ class PrivateOptimizerMixin:
         self.released_hook = released_hook
         self.bound_key, self.declared_bound = bound_key, declared_bound
         self.example_weights: torch.Tensor | None = None  # 0 on padding rows of the batch in flight
-        self.row_groups: RowGroups | None = None  # the batch in flight's privacy units, when rows are grouped
+        self._row_groups: RowGroups | None = None
         self.last_released: Released | None = None
         self.steps_taken = 0
         self.observers: list[ReleaseObserver] = []
@@ -105,6 +105,20 @@ class PrivateOptimizerMixin:
         self._hook_copy: Released | None = None
         if bound_key is not None:
             self.max_grad_norm = self.mechanism_state[bound_key]  # type: ignore[has-type]
+
+    @property
+    def row_groups(self) -> RowGroups | None:
+        """The batch in flight's privacy units, when a unit's rows are clipped together (`Batch.groups`): set
+        before the forward pass, so that the book-keeping engine, which clips during the backward pass, sees
+        them too; Opacus' per-row gradients are summed by them before clipping (`pre_step`)."""
+        return self._row_groups
+
+    @row_groups.setter
+    def row_groups(self, groups: RowGroups | None) -> None:
+        self._row_groups = groups
+        engine = getattr(self, "engine", None)
+        if engine is not None and hasattr(engine, "groups"):
+            engine.groups = groups
 
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
@@ -203,9 +217,9 @@ class PrivateOptimizerMixin:
             trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
-        if self.row_groups is not None:  # one unit's rows become one example before anything clips or reads norms
-            for p in self.params:  # type: ignore[attr-defined]
-                p.grad_sample = group_rows(self._get_flat_grad_sample(p), self.row_groups)  # type: ignore[attr-defined]
+        if self._row_groups is not None and getattr(self, "engine", None) is None:  # per-row gradients (Opacus)
+            for p in self.params:  # one unit's rows become one example before anything clips or reads norms  # type: ignore[attr-defined]
+                p.grad_sample = group_rows(self._get_flat_grad_sample(p), self._row_groups)  # type: ignore[attr-defined]
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
         return self.update_applied
 
@@ -394,21 +408,25 @@ class Grouping:
         host = self.units is not None  # the rows of drawn units are found on the host, where the draw is
         for step in source.selection.epoch(source.generator, None if host else source.device_generator):
             if self.units is not None:
-                rows_np, group_np = self.units.expand(step.index.numpy())
-                rows = torch.from_numpy(rows_np).to(device, non_blocking=True)
-                group = torch.from_numpy(group_np).to(device, non_blocking=True)
+                rows_np, group_np, slot_np = self.units.expand(step.index.numpy())
+                rows, group, slot = (torch.from_numpy(a).to(device, non_blocking=True)
+                                     for a in (rows_np, group_np, slot_np))
+                width = int(slot_np.max()) + 1 if len(slot_np) else 1
                 longest = int(source.lengths[rows_np].max()) if source.lengths is not None and len(rows_np) else None
             else:
                 rows, group, longest = step.index, torch.arange(step.size, device=device), None
-            if k > 1:
-                rows, group = rows.repeat_interleave(k), group.repeat_interleave(k)
+                slot, width = torch.zeros_like(group), 1
+            if k > 1:  # each row k times in a row (expanded, not `repeat_interleave`: no size to read back)
+                rows, group, slot = (t.unsqueeze(1).expand(-1, k).reshape(-1) for t in (rows, group, slot * k))
+                slot = slot + torch.arange(k, device=device).repeat(len(rows) // k)
+                width *= k
             batch = [t.index_select(0, rows) for t in tensors]
             if k > 1:
                 generator = source.device_generator or source.generator
                 batch[:-1] = [augment_crop_flip(x, generator, crop_padding(x.shape[2])) for x in batch[:-1]]
             if longest is not None:
                 batch = [_cut(t, longest, i == len(batch) - 1) for i, t in enumerate(batch)]
-            yield Batch(batch, len(rows), None, RowGroups(group, step.size, 1.0 / k))
+            yield Batch(batch, len(rows), None, RowGroups(group, step.size, 1.0 / k, slot, width))
 
 
 def _cut(tensor: torch.Tensor, length: int, labels: bool) -> torch.Tensor:
@@ -491,9 +509,9 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
     if pad_to and grad_sample_mode != "bk":  # Opacus' hooks scale per-sample gradients by the rows, padding included
         raise ValueError(f"padded batches (pad_to) need grad_sample_mode bk, got {grad_sample_mode!r}")
-    if Grouping.of(data) is not None and grad_sample_mode in ("bk", "ghost"):  # they clip rows, never see groups
-        raise ValueError(f"declared privacy units and augmult clip a unit's rows together, from per-row gradients "
-                         f"(grad_sample_mode hooks, functorch or ew), not {grad_sample_mode}")
+    if Grouping.of(data) is not None and grad_sample_mode == "ghost":  # Opacus' ghost clips rows, never sees groups
+        raise ValueError("declared privacy units and augmult clip a unit's rows together (grad_sample_mode bk, "
+                         "hooks, functorch or ew), not ghost")
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     tensors = {name: torch.tensor(float(value), device=device) for name, value in (state or {}).items()}
     bound_key = clipper.state_key

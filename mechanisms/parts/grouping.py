@@ -30,11 +30,43 @@ if TYPE_CHECKING:  # torch loads when a step is drawn, not when a plan is made
 @dataclasses.dataclass(frozen=True)
 class RowGroups:
     """One step's grouping: `index[r]` is row r's group in [0, count), a device tensor; `count` is a host integer
-    (no synchronisation to read it); each group's gradient is `scale` times the sum of its rows' gradients."""
+    (no synchronisation to read it); each group's gradient is `scale` times the sum of its rows' gradients.
+    `slot[r]` is row r's place among its group's rows, below `width` (a host integer, at least the largest
+    group): where the book-keeping engine puts it when it lays a group's rows out as one example's positions."""
 
     index: torch.Tensor
     count: int
     scale: float = 1.0
+    slot: torch.Tensor | None = None
+    width: int = 1
+
+    @classmethod
+    def of(cls, group: np.ndarray, count: int, scale: float = 1.0) -> RowGroups:
+        """The grouping of rows whose groups are `group` (host integers in [0, count)), slots in row order."""
+        import torch
+
+        group = np.asarray(group, dtype=np.int64)
+        order = np.argsort(group, kind="stable")
+        sizes = np.bincount(group, minlength=count)
+        slot = np.empty_like(group)
+        slot[order] = np.arange(len(group)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        return cls(torch.from_numpy(group), count, scale, torch.from_numpy(slot), max(1, int(sizes.max(initial=1))))
+
+
+def regroup(x: torch.Tensor, groups: RowGroups, scaled: bool = False) -> torch.Tensor:
+    """Rows (B, T, k) laid out as groups (count, width * T, k): a group's rows become the positions of one
+    example (zeros where a group has fewer rows than `width`), times `scale` when `scaled`. A layer's per-example
+    gradient sum_t g_t a_t^T over these positions is the group's, scale * sum over its rows: the engine's norms
+    and clipped sums of an example then hold for the group, unchanged."""
+
+    if groups.slot is None:
+        raise ValueError("rows grouped for the book-keeping engine need each row's slot in its group")
+    if x.shape[0] != groups.index.shape[0]:
+        raise RuntimeError(f"book-keeping: a layer saw a leading dimension of {x.shape[0]}, the step has "
+                           f"{groups.index.shape[0]} rows in {groups.count} groups")
+    out = x.new_zeros((groups.count, groups.width, *x.shape[1:]))
+    out[groups.index, groups.slot] = x * groups.scale if scaled and groups.scale != 1.0 else x
+    return out.reshape(groups.count, groups.width * x.shape[1], *x.shape[2:])
 
 
 def group_rows(per_row: torch.Tensor, groups: RowGroups) -> torch.Tensor:
@@ -76,13 +108,14 @@ class Units:
         """The most rows one unit owns."""
         return int(np.diff(self.offsets).max())
 
-    def expand(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of the units `chosen` (host indices), and each row's group: the unit's position in `chosen`."""
+    def expand(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows of the units `chosen` (host indices), each row's group (the unit's position in `chosen`) and
+        its place among the unit's rows."""
         starts, ends = self.offsets[chosen], self.offsets[chosen + 1]
         sizes = ends - starts
         group = np.repeat(np.arange(len(chosen), dtype=np.int64), sizes)
         within = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        return self.rows[np.repeat(starts, sizes) + within], group
+        return self.rows[np.repeat(starts, sizes) + within], group, within
 
 
 def augment_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: int) -> torch.Tensor:
@@ -113,4 +146,4 @@ def crop_padding(height: int) -> int:
     return max(1, round(height / 8))
 
 
-__all__ = ["RowGroups", "Units", "augment_crop_flip", "crop_padding", "group_rows"]
+__all__ = ["RowGroups", "Units", "augment_crop_flip", "crop_padding", "group_rows", "regroup"]

@@ -57,8 +57,8 @@ def test_units_trial_is_ok_at_plain_dpsgds_epsilon_over_as_many_rows_as_units(re
     p, q = units["privacy"], same["privacy"]
     assert p["claim_status"] == q["claim_status"] == "ok" and p["integrity_failed"] == []
     assert p["row_grouping"] == {"privacy_unit": "declared units", "units": 719, "rows": 1438, "largest_unit": 2,
-                                 "augmult": 1}
-    assert p["grad_sample_mode"] == "hooks" and "grouped before clipping" in p["bk_fallback"]
+                                 "augmult": 1, "engine": "bk"}
+    assert p["grad_sample_mode"] == "bk" and p["bk_fallback"] is None
     for key in ("sigma", "sample_rate", "steps", "epsilon_certified", "effective_event"):
         assert p[key] == q[key], key
     assert (p["sample_rate"], p["steps"]) == (64 / 719, 2 * round(719 / 64))
@@ -92,7 +92,8 @@ def test_units_with_an_engine_that_clips_rows_fail_the_trial(records):
 
 
 @pytest.mark.parametrize(("train", "message"), [
-    ({"augmult": 2, "grad_sample_mode": "bk"}, "augmult 2 averages per-row gradients"),
+    ({"augmult": 2, "grad_sample_mode": "ghost"}, "augmult 2 clips each record's copies together"),
+    ({"augmult": 2, "precision": "bf16"}, "augmult 2 clips each record's copies together"),
     ({"augmult": 2, "compile": True}, "augmult 2"),
     ({"augmult": 0}, "augmult must be >= 1"),
 ])
