@@ -56,8 +56,8 @@ def build(model: str, rows: int, mode: str | None, unit_rows: int, augmult: int,
                                            augmult=augmult), audit=AuditConfig(mode="off"))
     generator = seed_everything(seed)
     bundle = models.build(model, splits, {})
-    spec = privacy_spec(config, splits.train.unit_count, [p for p in bundle.module.parameters() if p.requires_grad],
-                        bundle)
+    trainable = [p for p in bundle.module.parameters() if p.requires_grad]
+    spec = privacy_spec(config, datasets.unit_count(splits.train), trainable, bundle)
     mech = mechanisms.get("dpsgd")
     s = setup(bundle, splits.train, {}, mech, mech.plan(spec), config.train, device=torch.device("cpu"),
               generator=generator, noise_generator=noise_generator(seed, torch.device("cpu")))
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{args.model}, {args.rows} rows per step, CPU seconds of this process (1 thread)")
-    print(f"{'variant':<16}{'ms/step':>10}{'rows':>8}{'us/row':>9}{'vs bk':>8}{'syncs':>7}")
+    print(f"{'variant':<20}{'ms/step':>10}{'rows':>8}{'us/row':>9}{'vs bk':>8}{'syncs':>7}")
     for name, m in result.items():
-        print(f"{name:<16}{m['cpu_ms_per_step']:>10.1f}{m['rows_per_step']:>8.0f}{m['cpu_us_per_row']:>9.1f}"
+        print(f"{name:<20}{m['cpu_ms_per_step']:>10.1f}{m['rows_per_step']:>8.0f}{m['cpu_us_per_row']:>9.1f}"
               f"{m['vs_bk']:>8.2f}{m['syncs_per_step']:>7.1f}")
     return 0
 

@@ -211,7 +211,7 @@ def plan_phase(config: TrialConfig) -> Planned:
     with watch.part("prepare_s"):
         _prepare(config)
     _, train_split, bundle = _workload(config, watch)
-    spec = privacy_spec(config, train_split.unit_count, _trainable(bundle), bundle)
+    spec = privacy_spec(config, datasets.unit_count(train_split), _trainable(bundle), bundle)
     t1 = time.perf_counter()
     with watch.part("calibration_s"):
         plan, tuning = _plan(config, spec)
@@ -268,7 +268,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
         generator = seed_everything(config.seed)
     splits, train_split, bundle = _workload(config, watch)
     with watch.part("setup_s"):  # every line of the phase is in a part: the parts explain its span
-        spec = privacy_spec(config, train_split.unit_count, _trainable(bundle), bundle)
+        spec = privacy_spec(config, datasets.unit_count(train_split), _trainable(bundle), bundle)
         mechanism = mechanisms.get(config.mechanism)
     made_here = None
     if planned is None:

@@ -121,8 +121,8 @@ def test_a_units_rows_are_one_contribution_to_a_released_statistic():
         bundle = ModelBundle(torch.nn.Linear(2, 2), lambda s: (torch.from_numpy(s.inputs),),
                              statistics=(Statistic(release, lambda xs: xs[0].unsqueeze(1).double(),
                                                    lambda sums, n: received.append(sums)),))
-        spec = PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=split.unit_count, batch_size=1,
-                           epochs=1, dataset_statistics=(release,))
+        spec = PrivacySpec(epsilon=None, sigma=1.0, delta=1e-5, dataset_size=datasets.unit_count(split),
+                           batch_size=1, epochs=1, dataset_statistics=(release,))
         release_statistics(bundle, split, mechanisms.get("dpsgd").plan(spec), torch.Generator().manual_seed(0))
         return received[-1]
 

@@ -16,7 +16,8 @@ from workers.datasets.contract import (
     names,
     option_problems,
     register,
+    unit_count,
 )
 
 __all__ = ["DATASETS", "Dataset", "Splits", "dataset", "describe", "get_loader", "load", "names", "option_problems",
-           "register"]
+           "register", "unit_count"]

@@ -36,11 +36,6 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
-    @property
-    def unit_count(self) -> int:
-        """The number of privacy units: what the sampler draws from and the accountant counts."""
-        return len(self) if self.units is None else len(np.unique(self.units))
-
     def subset(self, index: np.ndarray) -> Split:
         inputs = ([self.inputs[i] for i in index] if isinstance(self.inputs, list)
                   else self.inputs[index])
@@ -64,6 +59,13 @@ class Splits:
 
 
 Loader = Callable[..., Splits]
+
+
+def unit_count(split: Any) -> int:
+    """The number of privacy units of a training split (`Split.units`; a split that declares none has one per
+    row): what the sampler draws from and the accountant counts."""
+    units = getattr(split, "units", None)
+    return len(split) if units is None else len(np.unique(units))
 
 
 @dataclasses.dataclass(frozen=True)
