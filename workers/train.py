@@ -146,7 +146,8 @@ def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module, g
         from mechanisms.clipping_engine import unsupported
 
         if why := unsupported(module):
-            return GradSampleMode(bundle.info.get("fallback_grad_sample_mode", "hooks"), mode.source, "; ".join(why))
+            fallback = bundle.info.get("fallback_grad_sample_mode", "hooks")
+            return GradSampleMode("hooks" if grouped else fallback, mode.source, "; ".join(why))
     return mode
 
 

@@ -217,8 +217,8 @@ class PrivateOptimizerMixin:
             trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
-        if self._row_groups is not None and getattr(self, "engine", None) is None:  # per-row gradients (Opacus)
-            for p in self.params:  # one unit's rows become one example before anything clips or reads norms  # type: ignore[attr-defined]
+        if self._row_groups is not None and getattr(self, "engine", None) is None:  # Opacus' per-row gradients:
+            for p in self.params:  # type: ignore[attr-defined]  # a unit's rows become one example before clipping
                 p.grad_sample = group_rows(self._get_flat_grad_sample(p), self._row_groups)  # type: ignore[attr-defined]
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
         return self.update_applied
@@ -389,7 +389,7 @@ class Grouping:
     """How a step's rows form its privacy units (`mechanisms.parts.grouping`): the training set's declared
     `units` (the sampler draws units; every row of a drawn unit joins the step), and `augmult` K (each drawn
     record's image cropped and flipped K times, the copies' gradients averaged). The batches carry the grouping
-    (`Batch.groups`) that the private optimizer sums the per-row gradients by before clipping."""
+    (`Batch.groups`) by which the clipping engine clips a unit's rows as one example."""
 
     units: Units | None = None
     augmult: int = 1
