@@ -452,7 +452,9 @@ def _train(raw: dict[str, Any], axes: Axes,
     for (d, m), mech in itertools.product(axes.pairs, axes.mechanisms):
         settings = (base | tables["dataset_train"].get(d, {}) | tables["model_train"].get(m, {})
                     | axes.pair_train.get((d, m), ("", {}))[1] | tables["mechanism_train"].get(mech, {}))
-        out[d, m, mech] = _section(TrainConfig, settings, f"train of {m} on {d} with {mech}", problems)
+        out[d, m, mech] = cfg = _section(TrainConfig, settings, f"train of {m} on {d} with {mech}", problems)
+        if cfg is not None and cfg.augmult > 1 and (kind := datasets.get_loader(d)[0].kind) != "image":
+            problems.append(f"train of {m} on {d}: augmult crops and flips images, dataset {d!r} is {kind}")
     return out
 
 

@@ -156,10 +156,17 @@ class TrainConfig:
     grad_sample_mode: str | None = bounded(None, choices=_grad_sample_modes)
     precision: str = bounded("fp32", choices=PRECISIONS)  # autocast dtype of the forward and backward passes
     compile: bool = False  # torch.compile the module (bk and non-private only; workers/acceleration.py)
+    # augmentation with multiplicity (De et al. 2022): each drawn image cropped and flipped K times, the K
+    # gradients averaged before clipping (mechanisms/parts/grouping.py); 1: the records as they are
+    augmult: int = bounded(1, ge=1, most=256)
 
     def __post_init__(self) -> None:
         check(self)
-        if problems := step_problems(self.precision, self.compile, self.grad_sample_mode):
+        problems = step_problems(self.precision, self.compile, self.grad_sample_mode)
+        if self.augmult > 1 and (self.grad_sample_mode == "ghost" or self.compile or self.precision != "fp32"):
+            problems.append(f"augmult {self.augmult} clips each record's copies together (grad_sample_mode bk, hooks, "
+                            "functorch or ew; fp32; no compile)")
+        if problems:
             raise ValueError("; ".join(problems))
 
 

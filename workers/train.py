@@ -14,6 +14,7 @@ from torch.utils.data import TensorDataset
 
 from mechanisms.framework.integrity.verdict import runs_own_step, step_findings
 from mechanisms.framework.model_checks import PROBE_ROWS, RowWatch
+from mechanisms.parts.grouping import RowGroups, Units, group_rows
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig
 from workers.datasets.contract import Split
@@ -130,19 +131,24 @@ class GradSampleMode:
     fallback: str | None = None
 
 
-def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module) -> GradSampleMode:
+def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module, grouped: bool = False) -> GradSampleMode:
     """The grid's `grad_sample_mode`, else the model's (`info["grad_sample_mode"]`), else the book-keeping
     engine; bk falls back to the model's `fallback_grad_sample_mode` (Opacus hooks by default) where it cannot
-    clip the model, and the record says so. A model that names none is told, in the record, which it got."""
+    clip the model, and the record says so. A model that names none is told, in the record, which it got.
+    `grouped` rows (`private_training.Grouping`): Opacus' ghost mode clips rows, so a model's ghost gives way to
+    bk (which clips a unit's rows as one example) or, where bk cannot clip the model, Opacus' hooks."""
     if cfg.grad_sample_mode is not None:
         return GradSampleMode(cfg.grad_sample_mode, "grid")
     named = bundle.info.get("grad_sample_mode")
     mode = GradSampleMode(named, "model") if named else GradSampleMode("bk", "default")
+    if grouped and mode.name == "ghost":
+        mode = GradSampleMode("bk", mode.source)
     if mode.name == "bk":
         from mechanisms.clipping_engine import unsupported
 
         if why := unsupported(module):
-            return GradSampleMode(bundle.info.get("fallback_grad_sample_mode", "hooks"), mode.source, "; ".join(why))
+            fallback = bundle.info.get("fallback_grad_sample_mode", "hooks")
+            return GradSampleMode("hooks" if grouped else fallback, mode.source, "; ".join(why))
     return mode
 
 
@@ -185,9 +191,13 @@ def release_statistics(bundle: ModelBundle, train_split: Split, plan: Any, gener
         return
     inputs = bundle.encode(train_split)
     n = len(train_split)
+    units = getattr(train_split, "units", None)
     for name, use in declared.items():
         rows = torch.cat([use.per_example(tuple(x[i:i + STATISTICS_CHUNK] for x in inputs)).double()
                           for i in range(0, n, STATISTICS_CHUNK)])
+        if units is not None:  # a unit's rows summed before the release clips: one unit moves it by one bound
+            index = Units.of(units)
+            rows = group_rows(rows, RowGroups(torch.from_numpy(index.unit), index.count))
         if planned is None:
             released = rows.sum(0)
         else:
@@ -218,6 +228,11 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     already checked."""
     module = bundle.module.to(device)
     train_data = tensor_dataset(bundle, train_split)
+    grouping = row_grouping(train_data, train_split, cfg.augmult)
+    if grouping is not None and (cfg.precision != "fp32" or cfg.compile):
+        raise ValueError("declared privacy units and augmult run in fp32, without compile (a unit's rows are one "
+                         f"clipped example; its rounding margin and static shapes are not covered), got precision "
+                         f"{cfg.precision}, compile {cfg.compile}")
     checked = integrity and private and runs_own_step(mechanism)
     # the row probe's twin of the model is taken before the private step wraps it; its first probe runs now
     rows = RowWatch(module, plan.steps, seed=generator.initial_seed()) if checked else None
@@ -226,13 +241,18 @@ def setup(bundle: ModelBundle, train_split: Split, eval_splits: dict[str, Split]
     evals = {name: tensor_dataset(bundle, s) for name, s in eval_splits.items() if len(s)}
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = OPTIMIZERS[cfg.optimizer](params, cfg)
-    mode = grad_sample_mode(cfg, bundle, module)
+    mode = grad_sample_mode(cfg, bundle, module, grouped=grouping is not None)
     info: dict[str, Any] = {"grad_sample_mode": mode.name, "grad_sample_mode_source": mode.source}
     if mode.fallback:
         info["bk_fallback"] = mode.fallback
     training = mechanism.make_private(module, optimizer, train_data, plan, criterion=nn.CrossEntropyLoss(),
                                       generator=generator, grad_sample_mode=mode.name, noise_generator=noise_generator,
                                       secure_mode=secure_mode, pad_to=PAD_TO if cfg.compile else None)
+    if grouping is not None:
+        if getattr(training.loader, "grouping", None) is None:  # a make_private of its own drew rows, not units
+            raise ValueError(f"{plan.mechanism}'s make_private does not run privbench's loader, which declared privacy "
+                             "units and augmult need (its batches would not be the accounted ones)")
+        info["row_grouping"] = grouping | {"engine": mode.name}  # bk: a unit's rows as one example's positions
     # the step that runs is checked whoever wrote it: privbench's private step, a built-in's forward-noise step (what
     # is checked instead: `step_findings`), or a plugin's own, which fails; `integrity` False: a copy of a step already
     # checked (the paired overhead measurement)
@@ -255,12 +275,27 @@ def probe_batch(data: TensorDataset, batch_size: int, seed: int, device: torch.d
             y[donor].to(device))
 
 
+def row_grouping(data: TensorDataset, split: Split, augmult: int) -> dict[str, Any] | None:
+    """Mark `data` with the training split's declared privacy units and the `augmult` setting, which the plan's
+    loader reads (`private_training.Grouping`); what the record says about them (None: one row per unit)."""
+    ids = getattr(split, "units", None)
+    data.units = None if ids is None else Units.of(ids)  # type: ignore[attr-defined]
+    data.augmult = augmult  # type: ignore[attr-defined]
+    if data.units is None and augmult == 1:  # type: ignore[attr-defined]
+        return None
+    units = data.units  # type: ignore[attr-defined]
+    return {"privacy_unit": "declared units" if units is not None else "record",
+            "units": units.count if units is not None else len(split), "rows": len(split),
+            "largest_unit": units.largest if units is not None else 1, "augmult": augmult}
+
+
 def train_step(s: Setup, batch: Any) -> torch.Tensor:
     """One training step on `batch` (launched, not waited for): the loss, a device scalar."""
     *xs, y = batch
     optimizer = s.training.optimizer
     if hasattr(optimizer, "example_weights"):  # a padded batch's releases count its examples only
         optimizer.example_weights = getattr(batch, "weights", None)
+        optimizer.row_groups = getattr(batch, "groups", None)  # a unit's rows are clipped together
     optimizer.zero_grad(set_to_none=True)
     with s.precision.autocast():
         loss = step_loss(s.training.criterion, s.step_module(*xs), y, batch)

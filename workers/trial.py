@@ -245,7 +245,7 @@ def _plan_time(config: TrialConfig, watch: Stopwatch, cached: bool = True) -> ne
     splits, train_split, bundle = _workload(config, watch, cached, seed=config.seed)
     if config.private:  # a model that mixes rows is refused here, the first code a trial runs, before any device
         model_checks.refuse(bundle.module)
-    spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+    spec = privacy_spec(config, datasets.unit_count(train_split), _trainable(bundle), bundle)
     with watch.part("calibration_s"), _rng_kept():
         seed_everything(config.seed)
         plan, tuning = _plan(config, spec)
@@ -301,7 +301,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
         generator = seed_everything(config.seed)
     splits, train_split, bundle = _workload(config, watch)
     with watch.part("setup_s"):  # every line of the phase is in a part: the parts explain its span
-        spec = privacy_spec(config, len(train_split), _trainable(bundle), bundle)
+        spec = privacy_spec(config, datasets.unit_count(train_split), _trainable(bundle), bundle)
         mechanism = mechanisms.get(config.mechanism)
     made_here = None
     if planned is None:
@@ -389,6 +389,7 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
         "private": private,  # whether the trial claims any privacy (dashboards read this, not a name)
         "grad_sample_mode": info.get("grad_sample_mode") if private else None,
         "bk_fallback": info.get("bk_fallback") if private else None,  # why bk could not clip it
+        "row_grouping": info.get("row_grouping") if private else None,  # declared units, augmult (else None)
         # where the engine came from: the grid, the model's info, or privbench's default (a model naming none)
         "grad_sample_mode_source": info.get("grad_sample_mode_source") if private else None,
         "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],

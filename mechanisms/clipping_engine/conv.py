@@ -70,9 +70,9 @@ class _Conv2d(torch.autograd.Function):
             grad_x = torch.nn.grad.conv2d_input(x.shape, weight.to(g.dtype), g, module.stride, padding,
                                                 module.dilation, 1)
         batch, fan_out = g.shape[:2]
-        g3 = g.reshape(batch, fan_out, -1).transpose(1, 2)  # (B, T, d)
+        g3 = tap.grouped(g.reshape(batch, fan_out, -1).transpose(1, 2), scaled=True)  # (B, T, d)
         if ctx.needs_input_grad[1]:
-            a = patches(x, module.kernel_size, module.dilation, padding, module.stride).transpose(1, 2)
+            a = tap.grouped(patches(x, module.kernel_size, module.dilation, padding, module.stride).transpose(1, 2))
             ghost = prefer_ghost(a.shape[1], a.shape[2], fan_out, tap.norm_mode)
             norm2, clipped, up = outer_sum(a, g3, ghost)
             shape = weight.shape

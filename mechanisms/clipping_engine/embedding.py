@@ -34,10 +34,10 @@ def _check(module: nn.Embedding) -> str | None:
 
 def record_embedding(tap: Tap, weight: torch.Tensor, ids: torch.Tensor, g: torch.Tensor,
                      padding_idx: int | None) -> None:
-    batch = ids.shape[0]
     vocab, dim = weight.shape
-    ids2 = ids.reshape(batch, -1)
-    g2 = g.reshape(batch, ids2.shape[1], dim)
+    ids2 = tap.grouped(ids.reshape(ids.shape[0], -1, 1)).squeeze(2)  # a group's rows, one example's positions
+    g2 = tap.grouped(g.reshape(ids.shape[0], -1, dim), scaled=True)
+    batch = ids2.shape[0]
     if padding_idx is not None:
         g2 = g2 * (ids2 != padding_idx).unsqueeze(-1).to(g2.dtype)
     sample = torch.arange(batch, device=ids.device).unsqueeze(1)

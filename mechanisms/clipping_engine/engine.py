@@ -43,6 +43,7 @@ from mechanisms.clipping_engine.norms import (
 )
 from mechanisms.clipping_engine.rules import Tap, UnsupportedModule, rule_for
 from mechanisms.parts.clipping import CLIPPINGS as CLIPPING_RULES
+from mechanisms.parts.grouping import RowGroups
 
 CLIPPINGS = tuple(rule.opacus_clipping for rule in CLIPPING_RULES.values())  # Opacus' spelling of each rule
 
@@ -112,6 +113,7 @@ class BookkeepingEngine:
         self.max_grad_norm = float(max_grad_norm) if clipping == "flat" else None  # type: ignore[arg-type]
         self._bounds = {id(p): c for p, c in zip(self.params, bounds, strict=True)}
         self.enabled = True
+        self.groups: RowGroups | None = None  # the step's privacy units, when a unit's rows are clipped together
         self._batch: int | None = None
         self._pending: dict[int, tuple[torch.Tensor, ClippedSum, torch.Tensor | None]] = {}
         self._done: dict[int, torch.Tensor] = {}
@@ -136,7 +138,11 @@ class BookkeepingEngine:
         """Backpropagate sum_i l_i once and write sum_i c_i G_i into every trainable `p.grad`."""
         if loss_per_sample.dim() != 1:
             raise ValueError(f"expected one loss per example (B,), got shape {tuple(loss_per_sample.shape)}")
-        self._batch = loss_per_sample.shape[0]
+        groups = self.groups
+        if groups is not None and groups.index.shape[0] != loss_per_sample.shape[0]:
+            raise ValueError(f"the step's groups cover {groups.index.shape[0]} rows, its loss has "
+                             f"{loss_per_sample.shape[0]}")
+        self._batch = loss_per_sample.shape[0] if groups is None else groups.count  # what is clipped: rows or groups
         self._pending, self._done, self._param_norms, self._stacked = {}, {}, {}, None
         self.per_sample_bounds = None
         try:

@@ -43,7 +43,7 @@ class _PerSampleCopy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        norm2, clipped, up = instantiated(g)
+        norm2, clipped, up = instantiated(ctx.tap.grouped(g.unsqueeze(1), scaled=True).sum(1))
         ctx.tap.record(ctx.param, norm2, lambda c: clipped(c).unsqueeze(0), up)
         return None, None, None
 

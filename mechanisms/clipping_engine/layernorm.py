@@ -38,9 +38,9 @@ class _LayerNorm(torch.autograd.Function):
             grad_x = torch.ops.aten.native_layer_norm_backward(g, x, shape, mean, rstd, weight, bias,
                                                                [True, False, False])[0]
         batch = x.shape[0]
-        g3 = g.reshape(batch, -1, *shape)
+        g3 = tap.grouped(g.reshape(batch, -1, *shape), scaled=True)
         if ctx.needs_input_grad[1]:
-            xhat = ((x - mean) * rstd).reshape(g3.shape)
+            xhat = tap.grouped(((x - mean) * rstd).reshape(batch, -1, *shape))
             tap.record(weight, *instantiated((g3 * xhat).sum(1)))
         if ctx.needs_input_grad[2]:
             tap.record(bias, *instantiated(g3.sum(1)))

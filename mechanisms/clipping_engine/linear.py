@@ -25,8 +25,8 @@ def record_linear(tap: Tap, a: torch.Tensor, g: torch.Tensor, weight: torch.Tens
     `transpose`: the weight is stored (p, d) (Hugging Face `Conv1D`), so its gradient is G_i^T.
     """
     batch = a.shape[0]
-    a3 = a.reshape(batch, -1, a.shape[-1])
-    g3 = g.reshape(batch, -1, g.shape[-1])
+    a3 = tap.grouped(a.reshape(batch, -1, a.shape[-1]))
+    g3 = tap.grouped(g.reshape(batch, -1, g.shape[-1]), scaled=True)
     if weight is not None:
         ghost = prefer_ghost(a3.shape[1], a3.shape[2], g3.shape[2], tap.norm_mode)
         norm2, clipped, up = outer_sum(a3, g3, ghost)

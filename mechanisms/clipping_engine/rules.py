@@ -48,6 +48,17 @@ class Tap:
         """Record only when autograd records (evaluation under no_grad runs the original forward)."""
         return self.engine.enabled and torch.is_grad_enabled()
 
+    def grouped(self, x: torch.Tensor, scaled: bool = False) -> torch.Tensor:
+        """A layer's per-row tensor (B, T, k) as the step's groups (count, width * T, k) when the engine clips
+        groups of rows (`mechanisms.parts.grouping.regroup`; `scaled`: the output gradient, which carries the
+        group's scale); as it is otherwise."""
+        groups = self.engine.groups
+        if groups is None:
+            return x
+        from mechanisms.parts.grouping import regroup
+
+        return regroup(x, groups, scaled)
+
     def trainable(self, param: torch.Tensor | None) -> bool:
         return param is not None and param.requires_grad
 

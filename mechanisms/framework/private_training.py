@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from mechanisms.framework.integrity.guard import StepGuard, apply_state, copied
 from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
+from mechanisms.parts.grouping import RowGroups, Units, augment_crop_flip, crop_padding, group_rows
 from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
 from mechanisms.parts.releases import ExampleView, Release, Released
 
@@ -95,6 +96,7 @@ class PrivateOptimizerMixin:
         self.released_hook = released_hook
         self.bound_key, self.declared_bound = bound_key, declared_bound
         self.example_weights: torch.Tensor | None = None  # 0 on padding rows of the batch in flight
+        self._row_groups: RowGroups | None = None
         self.last_released: Released | None = None
         self.steps_taken = 0
         self.observers: list[ReleaseObserver] = []
@@ -104,6 +106,20 @@ class PrivateOptimizerMixin:
         self._hook_copy: Released | None = None
         if bound_key is not None:
             self.max_grad_norm = self.mechanism_state[bound_key]  # type: ignore[has-type]
+
+    @property
+    def row_groups(self) -> RowGroups | None:
+        """The batch in flight's privacy units, when a unit's rows are clipped together (`Batch.groups`): set
+        before the forward pass, so that the book-keeping engine, which clips during the backward pass, sees
+        them too; Opacus' per-row gradients are summed by them before clipping (`pre_step`)."""
+        return self._row_groups
+
+    @row_groups.setter
+    def row_groups(self, groups: RowGroups | None) -> None:
+        self._row_groups = groups
+        engine = getattr(self, "engine", None)
+        if engine is not None and hasattr(engine, "groups"):
+            engine.groups = groups
 
     def observe_releases(self, observer: ReleaseObserver) -> None:
         self.observers.append(observer)
@@ -195,6 +211,9 @@ class PrivateOptimizerMixin:
             trace.add(self.last_released, self.mechanism_state)
 
     def pre_step(self, closure: Callable[[], float] | None = None) -> bool:
+        if self._row_groups is not None and getattr(self, "engine", None) is None:  # Opacus' per-row gradients:
+            for p in self.params:  # type: ignore[attr-defined]  # a unit's rows become one example before clipping
+                p.grad_sample = group_rows(self._get_flat_grad_sample(p), self._row_groups)  # type: ignore[attr-defined]
         self.update_applied = bool(super().pre_step(closure))  # type: ignore[misc]
         return self.update_applied
 
@@ -299,14 +318,17 @@ RESIDENT_SHARE = 0.3
 class Batch(tuple):
     """One step's tensors, unpacking as `(*inputs, labels)` like a DataLoader's batch, with how many of its rows
     are examples (`size`, a host integer: no synchronisation to count them) and, when it is padded, each row's
-    weight (`weights`: 1 for an example, 0 for a padding row; None when every row is an example)."""
+    weight (`weights`: 1 for an example, 0 for a padding row; None when every row is an example). `groups`: which
+    rows one privacy unit owns, when they are clipped together (declared units, augmentation with multiplicity)."""
 
     size: int
     weights: torch.Tensor | None
+    groups: RowGroups | None
 
-    def __new__(cls, tensors: Any, size: int, weights: torch.Tensor | None = None) -> Batch:
+    def __new__(cls, tensors: Any, size: int, weights: torch.Tensor | None = None,
+                groups: RowGroups | None = None) -> Batch:
         batch = super().__new__(cls, tensors)
-        batch.size, batch.weights = size, weights
+        batch.size, batch.weights, batch.groups = size, weights, groups
         return batch
 
 
@@ -330,14 +352,18 @@ class ResidentBatches:
     drawn on the host, where the batch's length is read for free, and copied to the device with the step."""
 
     def __init__(self, tensors: Any, selection: Any, generator: torch.Generator,
-                 device_generator: torch.Generator | None, pad_to: int | None, lengths: Any = None) -> None:
-        self.tensors, self.selection, self.lengths = tensors, selection, lengths
+                 device_generator: torch.Generator | None, pad_to: int | None, lengths: Any = None,
+                 grouping: Grouping | None = None) -> None:
+        self.tensors, self.selection, self.lengths, self.grouping = tensors, selection, lengths, grouping
         self.generator, self.device_generator, self.pad_to = generator, device_generator, pad_to
 
     def __len__(self) -> int:
         return self.selection.steps_per_epoch
 
     def __iter__(self) -> Any:
+        if self.grouping is not None:
+            yield from self.grouping.batches(self)
+            return
         if self.lengths is None:
             for step in self.selection.epoch(self.generator, self.device_generator, self.pad_to):
                 yield Batch([t.index_select(0, step.index) for t in self.tensors], step.size, step.weights)
@@ -350,6 +376,51 @@ class ResidentBatches:
             last = len(self.tensors) - 1
             yield Batch([_cut(t.index_select(0, index), longest, i == last) for i, t in enumerate(self.tensors)],
                         step.size, weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouping:
+    """How a step's rows form its privacy units (`mechanisms.parts.grouping`): the training set's declared
+    `units` (the sampler draws units; every row of a drawn unit joins the step), and `augmult` K (each drawn
+    record's image cropped and flipped K times, the copies' gradients averaged). The batches carry the grouping
+    (`Batch.groups`) by which the clipping engine clips a unit's rows as one example."""
+
+    units: Units | None = None
+    augmult: int = 1
+
+    @classmethod
+    def of(cls, data: Any) -> Grouping | None:
+        """The grouping a training set asks for (its `units` and `augmult` attributes); None: one row per unit."""
+        units, augmult = getattr(data, "units", None), int(getattr(data, "augmult", 1) or 1)
+        return cls(units, augmult) if units is not None or augmult > 1 else None
+
+    def batches(self, source: ResidentBatches) -> Any:
+        """`source`'s steps, drawn by its sampler (over units when declared: their indices are drawn on the host,
+        which maps them to rows), gathered and, with augmult, augmented on the device."""
+        tensors, k = source.tensors, self.augmult
+        device = tensors[0].device
+        host = self.units is not None  # the rows of drawn units are found on the host, where the draw is
+        for step in source.selection.epoch(source.generator, None if host else source.device_generator):
+            if self.units is not None:
+                rows_np, group_np, slot_np = self.units.expand(step.index.numpy())
+                rows, group, slot = (torch.from_numpy(a).to(device, non_blocking=True)
+                                     for a in (rows_np, group_np, slot_np))
+                width = int(slot_np.max()) + 1 if len(slot_np) else 1
+                longest = int(source.lengths[rows_np].max()) if source.lengths is not None and len(rows_np) else None
+            else:
+                rows, group, longest = step.index, torch.arange(step.size, device=device), None
+                slot, width = torch.zeros_like(group), 1
+            if k > 1:  # each row k times in a row (expanded, not `repeat_interleave`: no size to read back)
+                rows, group, slot = (t.unsqueeze(1).expand(-1, k).reshape(-1) for t in (rows, group, slot * k))
+                slot = slot + torch.arange(k, device=device).repeat(len(rows) // k)
+                width *= k
+            batch = [t.index_select(0, rows) for t in tensors]
+            if k > 1:
+                generator = source.device_generator or source.generator
+                batch[:-1] = [augment_crop_flip(x, generator, crop_padding(x.shape[2])) for x in batch[:-1]]
+            if longest is not None:
+                batch = [_cut(t, longest, i == len(batch) - 1) for i, t in enumerate(batch)]
+            yield Batch(batch, len(rows), None, RowGroups(group, step.size, 1.0 / k, slot, width))
 
 
 def _cut(tensor: torch.Tensor, length: int, labels: bool) -> torch.Tensor:
@@ -385,10 +456,16 @@ def plan_loader(data: Dataset, plan: Any, generator: torch.Generator, *, device:
     comes from Opacus' collate wrapper, shaped like the dataset's items.
     """
     sampler = plan.batch_selection
-    if len(data) != sampler.dataset_size:  # type: ignore[arg-type]
-        raise ValueError(f"the plan accounts for {sampler.dataset_size} examples, the data has {len(data)}")  # type: ignore[arg-type]
+    grouping = Grouping.of(data)
+    units = grouping.units if grouping is not None else None
+    size, what = (units.count, "privacy units") if units is not None else (len(data), "examples")  # type: ignore[arg-type]
+    if size != sampler.dataset_size:
+        raise ValueError(f"the plan accounts for {sampler.dataset_size} {what}, the data has {size}")
     device = torch.device(device or "cpu")
     tensors = getattr(data, "tensors", None)
+    if grouping is not None and (tensors is None or pad_to or not resident(tensors, device)):
+        raise ValueError("declared privacy units and augmult need the training set's tensors resident on the "
+                         "training device, unpadded")
     if tensors is not None and resident(tensors, device):
         device_generator = generator
         if device.type != "cpu":
@@ -397,7 +474,7 @@ def plan_loader(data: Dataset, plan: Any, generator: torch.Generator, *, device:
         trim_by = getattr(data, "trim_by", None)
         lengths = None if trim_by is None else tensors[trim_by].sum(dim=1).cpu().numpy()
         return ResidentBatches([t.to(device) for t in tensors], sampler, generator, device_generator, pad_to,
-                               lengths)
+                               lengths, grouping)
     first = data[0]
     collate = wrap_collate_with_empty(collate_fn=default_collate,
                                       sample_empty_shapes=[(0, *shape_safe(x)) for x in first],
@@ -426,6 +503,9 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
         raise ValueError("make_private takes the plain module, not one Opacus already wrapped")
     if pad_to and grad_sample_mode != "bk":  # Opacus' hooks scale per-sample gradients by the rows, padding included
         raise ValueError(f"padded batches (pad_to) need grad_sample_mode bk, got {grad_sample_mode!r}")
+    if Grouping.of(data) is not None and grad_sample_mode == "ghost":  # Opacus' ghost clips rows, never sees groups
+        raise ValueError("declared privacy units and augmult clip a unit's rows together (grad_sample_mode bk, "
+                         "hooks, functorch or ew), not ghost")
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
     tensors = {name: torch.tensor(float(value), device=device) for name, value in (state or {}).items()}
     bound_key = clipper.state_key
@@ -471,7 +551,7 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
                            criterion)
 
 
-__all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "PlanViolation", "PrivateBookkeepingOptimizer",
+__all__ = ["GRAD_SAMPLE_MODES", "Batch", "CanaryProbe", "Grouping", "PlanViolation", "PrivateBookkeepingOptimizer",
            "PrivateDPOptimizer", "PrivateGhostOptimizer", "PrivateOptimizerMixin", "PrivatePerLayerOptimizer",
            "PrivateTraining", "ReleaseObserver", "ReleasedHook", "ResidentBatches", "StateUpdate", "StreamedBatches",
            "make_private", "optimizer_class", "plan_loader", "resident"]

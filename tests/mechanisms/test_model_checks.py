@@ -23,7 +23,7 @@ from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.framework import integrity, model_checks
-from mechanisms.framework.mechanism import plan_for
+from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacySpec
 
 

@@ -471,6 +471,16 @@ def test_tabular_data_goes_only_to_models_that_take_it():
                         "mechanism": ["dpsgd"]}})
 
 
+def test_augmult_goes_only_to_image_data():
+    spec = parse({"train": TINY["train"] | {"augmult": 4}})
+    assert {t.train.augmult for t in spec.trials} == {4}
+    with pytest.raises(grid.GridError) as e:
+        parse({"grid": TINY["grid"] | {"dataset": ["breast-cancer"], "model": ["linear"]},
+               "train": TINY["train"] | {"augmult": 4}})
+    assert e.value.problems[0] == ("train of linear on breast-cancer: augmult crops and flips images, dataset "
+                                   "'breast-cancer' is tabular")
+
+
 PAIR = {"dataset": "digits", "model": "mlp"}
 
 

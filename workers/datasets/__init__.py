@@ -17,7 +17,8 @@ from workers.datasets.contract import (
     names,
     option_problems,
     register,
+    unit_count,
 )
 
 __all__ = ["DATASETS", "Dataset", "PublicSplits", "Splits", "dataset", "describe", "get_loader", "load", "names",
-           "option_problems", "register"]
+           "option_problems", "register", "unit_count"]

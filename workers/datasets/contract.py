@@ -23,10 +23,19 @@ REPLACEMENTS = 256  # candidates `replace_record` looks at for the farthest repl
 @dataclasses.dataclass(frozen=True)
 class Split:
     """Inputs and integer labels of one split: images as float32 (N, C, H, W), texts as list[str], tabular
-    feature vectors as float32 (N, F)."""
+    feature vectors as float32 (N, F).
+
+    `units` (training split): one privacy-unit id per row, for data where one person owns several rows (their
+    messages, their photos). The guarantee is then about units (user-level DP): the sampler draws units, a
+    unit's rows are clipped together, and the accountant counts units. None: every row is its own unit."""
 
     inputs: Any
     labels: np.ndarray
+    units: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.units is not None and np.shape(self.units) != (len(self.labels),):
+            raise ValueError(f"units must give one id per row ({len(self.labels)}), got shape {np.shape(self.units)}")
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -34,7 +43,7 @@ class Split:
     def subset(self, index: np.ndarray) -> Split:
         inputs = ([self.inputs[i] for i in index] if isinstance(self.inputs, list)
                   else self.inputs[index])
-        return Split(inputs, self.labels[index])
+        return Split(inputs, self.labels[index], units=None if self.units is None else np.asarray(self.units)[index])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +90,13 @@ class PublicSplits:
 
 Loader = Callable[..., Splits]
 Transform = Callable[..., Any]
+
+
+def unit_count(split: Any) -> int:
+    """The number of privacy units of a training split (`Split.units`; a split that declares none has one per
+    row): what the sampler draws from and the accountant counts."""
+    units = getattr(split, "units", None)
+    return len(split) if units is None else len(np.unique(units))
 
 
 @dataclasses.dataclass(frozen=True)

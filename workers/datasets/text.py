@@ -75,7 +75,7 @@ class AttributedSplit(Split):
     def subset(self, index: np.ndarray) -> AttributedSplit:
         base = super().subset(index)
         attrs = None if self.attributes is None else self.attributes[index]
-        return AttributedSplit(base.inputs, base.labels, attrs)
+        return AttributedSplit(base.inputs, base.labels, attrs, units=base.units)
 
 
 # Words a WordPiece/BPE tokenizer knows as whole tokens, so the signal survives tokenization.
