@@ -56,3 +56,39 @@ def digits_pairs() -> Splits:
     x, y = d.train.inputs, d.train.labels
     mixed = ((x + np.roll(x, 1, axis=0)) / 2).astype(np.float32)
     return Splits("digits-pairs", "image", 10, Split(mixed, y), d.val, d.test, d.input_shape)
+
+
+# correct pipelines: the checkable shape (records plus a per-record transform) and declared privacy units
+def _digit_records() -> Splits:
+    """digits' records: scikit-learn's 0-16 intensities as stored, one (8, 8) image per record."""
+    from sklearn.datasets import load_digits
+
+    from workers.datasets.contract import three_way
+
+    d = load_digits()
+    train, val, test = three_way(d.images.astype(np.float32), d.target.astype(np.int64), test_fraction=0.2,
+                                 val_fraction=0.0, seed=0)
+    return Splits("digits-records", "image", 10, train, val, test, (1, 8, 8))
+
+
+def contrast_rows(records: np.ndarray) -> np.ndarray:
+    """Each record scaled by its own range (a per-record contrast stretch), never by the training set's."""
+    x = records.reshape(len(records), 64)
+    low, high = x.min(1, keepdims=True, initial=np.inf), x.max(1, keepdims=True, initial=-np.inf)
+    return (2 * (x - low) / np.maximum(high - low, 1e-6) - 1).reshape(-1, 1, 8, 8).astype(np.float32)
+
+
+@dataset("digits-records", "image", "digits as records, each contrast-stretched by a per-record transform",
+         transform=contrast_rows)
+def digits_records() -> Splits:
+    return _digit_records()
+
+
+@dataset("digits-units", "image", "digits whose writers own two rows each (an image and its mirror): declared units",
+         transform=contrast_rows)
+def digits_units() -> Splits:
+    d = _digit_records()
+    x, y = d.train.inputs, d.train.labels
+    rows = np.concatenate([x, x[:, :, ::-1]])
+    train = Split(rows, np.concatenate([y, y]), units=np.concatenate([np.arange(len(y))] * 2))
+    return Splits("digits-units", "image", 10, train, d.val, d.test, d.input_shape)
