@@ -235,7 +235,7 @@ FIELDS: tuple[Field, ...] = (
       "is then null): a part or step privbench did not write, or a known gap", column="uncertified_reason",
       aggregate="first", private_only=True),
     F("integrity_checks", "privacy", (dict, type(None)), "each integrity check the trial ran (what ran is what "
-      "was planned: mechanisms/framework/integrity.py) and whether it passed", private_only=True),
+      "was planned: mechanisms/framework/integrity/) and whether it passed", private_only=True),
     F("integrity_failed", "privacy", (list, type(None)), "every failed integrity check with its reason, in words: "
       "any makes the trial uncertified (its reasons join uncertified_reason)", private_only=True),
     F("release_multipliers", "privacy", dict, "each release's own noise multiplier (std over sensitivity); the "
@@ -245,6 +245,9 @@ FIELDS: tuple[Field, ...] = (
     F("epsilon_target", "privacy", NUM + OPT, "config.epsilon, kept beside the epsilons it is compared with"),
     F("grad_sample_mode", "privacy", (str, type(None)), "per-sample gradient engine"),
     F("bk_fallback", "privacy", (str, type(None)), "why the book-keeping engine could not clip the model"),
+    F("row_grouping", "privacy", (dict, type(None)), "rows clipped together: declared privacy units (user-level DP) "
+      "or augmentation multiplicity (privacy_unit, units, rows, largest_unit, augmult, engine); null: every row is "
+      "its own unit"),
     F("grad_sample_mode_source", "privacy", (str, type(None)), "where the engine came from: grid, model (its "
       "info), or default (the model names none: privbench's book-keeping engine)"),
     F("claim_status", "privacy", (str, type(None)), "ok, overclaimed, violated or uncertified (worst over seeds)",

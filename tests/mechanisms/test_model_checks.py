@@ -23,6 +23,7 @@ from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.framework import integrity, model_checks
+from mechanisms.framework.integrity import trust
 from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacySpec
 
@@ -285,7 +286,7 @@ def test_state_that_stays_put_passes_frozen_parameters_and_released_buffers_incl
 
 
 def test_the_docs_checks_table_mirrors_checks():
-    table = (Path(integrity.HOME) / "docs" / "plugins.md").read_text()
+    table = (Path(trust.HOME) / "docs" / "plugins.md").read_text()
     assert {"row_independence", "model_state"} <= set(integrity.CHECKS)
     for name, what in integrity.CHECKS.items():
         assert f"| `{name}` | {what} |" in table, name
