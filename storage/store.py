@@ -306,6 +306,7 @@ class Store:
                 self._ledger.check()
             self.started = self._ledger.now()  # the database's clock (claims compare with it)
 
+    @_translating  # a file locked while the store is opened is named, with the wait, as at any later moment
     def _create(self) -> None:
         loc = self.location
         refuse_odd_files(loc)
