@@ -96,19 +96,24 @@ def sqlite_locked(path: Path, where: str) -> None:
     """One line when another process holds SQLite's write lock on the file for more than `LOCK_WAIT_S`
     (an open transaction in a `sqlite3` shell, a backup tool): MLflow would otherwise retry, then print
     two tracebacks. Takes the write lock and gives it back at once; writes nothing (the driver calls it
-    just before it writes)."""
+    just before it writes, after the store's check: a damaged file is said there)."""
     if not path.is_file() or path.stat().st_size == 0 or not os.access(path, os.W_OK):
         return  # a read-only store: whether it may be written is said where it would be
+    if write_locked(path, LOCK_WAIT_S):
+        raise StoreError(f"store {where}: {path} is locked by another process (an open transaction, held "
+                         f"over {LOCK_WAIT_S:g} s); nothing was written. End it and run again")
+
+
+def write_locked(path: Path, wait: float = 0.0) -> bool:
+    """Whether another process holds SQLite's write lock on the file (still, after `wait` seconds). Takes the
+    lock and gives it back at once; any other error (a read-only file) is not a lock: False."""
     try:
-        with contextlib.closing(sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)) as db:
+        with contextlib.closing(sqlite3.connect(path, timeout=wait, isolation_level=None)) as db:
             db.execute("BEGIN IMMEDIATE")
             db.execute("ROLLBACK")
     except sqlite3.OperationalError as e:
-        if "locked" in str(e) or "busy" in str(e):
-            raise StoreError(f"store {where}: {path} is locked by another process (an open transaction, held "
-                             f"over {LOCK_WAIT_S:g} s); nothing was written. End it and run again") from None
-        if "readonly" not in str(e) and "read-only" not in str(e) and "unable to open" not in str(e):
-            raise
+        return "locked" in str(e) or "busy" in str(e)
+    return False
 
 
 def fold_log(path: Path) -> bool:
@@ -127,17 +132,6 @@ def fold_log(path: Path) -> bool:
         if "locked" not in str(e) and "busy" not in str(e):
             raise
     return True
-
-
-def write_locked(path: Path) -> bool:
-    """Whether another process holds SQLite's write lock on the file right now (asked without waiting)."""
-    try:
-        with contextlib.closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as db:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("ROLLBACK")
-    except sqlite3.OperationalError as e:
-        return "locked" in str(e) or "busy" in str(e)
-    return False
 
 
 def stamp_name(path: Path, why: str) -> Path:

@@ -306,6 +306,7 @@ class Store:
                 self._ledger.check()
             self.started = self._ledger.now()  # the database's clock (claims compare with it)
 
+    @_translating  # a file locked while the store is opened is named, with the wait, as at any later moment
     def _create(self) -> None:
         loc = self.location
         refuse_odd_files(loc)
@@ -430,11 +431,13 @@ class Store:
             if exp is not None:
                 return self._check_owner(name, exp, row, grid_yaml)
             if row is not None and row["experiment_id"]:
+                tracking = sqlite_path(self.location.tracking_uri)
+                command = mend_command(self.location, tracking, force=True) if tracking is not None else None
+                rebuild = f", rebuild the MLflow runs from the ledger (`{command}`)" if command else ""
                 raise StoreError(
                     f"the ledger lists sweep {name!r} (MLflow experiment {row['experiment_id']}) but {self.where} "
                     "has no experiment of that name: it was deleted permanently, renamed, or the tracking "
-                    "store was replaced. Restore it, rebuild the MLflow runs from the ledger (`privbench store "
-                    "rebuild-mirror`), or give the sweep another name (`name:` in the grid)")
+                    f"store was replaced. Restore it{rebuild}, or give the sweep another name (`name:` in the grid)")
             if row is None:  # the ledger row first: a crash after it leaves an experiment we recognise
                 self._ledger.create_sweep(name, uuid.uuid4().hex, "", grid_yaml)
                 row = self._ledger.sweep(name)

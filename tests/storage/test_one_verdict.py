@@ -175,3 +175,22 @@ def test_a_file_whose_missing_pages_are_not_in_its_log_is_cut_short(tmp_path):
     assert "cut short" in (sqlite_damage(path, full=True) or "")
     log.unlink()
     assert "cut short" in (sqlite_damage(path, full=True) or "")
+
+
+def test_a_mirror_without_the_sweeps_experiment_names_the_rebuild_that_mends_it(store, store_template, cli):
+    """mlflow.db replaced by another, sound MLflow database (no experiment for the ledger's sweep): the line
+    used to name `privbench store rebuild-mirror`, which refuses a sound file; it names the forced one now."""
+    from storage.errors import StoreError
+    from tests.storage.conftest import _copy_db
+    from tests.storage.test_integrity import opened
+
+    recorded(store)
+    (store / "mlflow.db").unlink()
+    _copy_db(store_template / "mlflow.db", store / "mlflow.db")
+    with pytest.raises(StoreError) as info:
+        opened(store)
+    assert advice(str(info.value)) == ["store", "rebuild-mirror", "--store", str(store), "--force"]
+    assert cli(*advice(str(info.value))).exit_code == 0
+    again = opened(store)
+    assert len(again.records("s1")) == 4 and again.pending("s1") == []
+    assert active_runs(store) == {f"k{i}": 1 for i in range(4)}

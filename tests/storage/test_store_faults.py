@@ -224,3 +224,35 @@ def test_a_disk_that_fills_while_the_store_is_created_leaves_it_usable_once_spac
         assert st.claim("s1", "k0") and st.record(record_for("k0"))
         st.close()
         assert sorted(p.name for p in (disk / "store").iterdir() if "creating" in p.name) == []
+
+
+def test_a_store_file_locked_after_the_first_result_is_one_line_naming_it_and_the_wait(store):
+    """Another process takes mlflow.db's write lock (BEGIN EXCLUSIVE) after the first result: main raised
+    SQLAlchemy's 'raised as a result of Query-invoked autoflush', after MLflow logged 95 lines. Now `Locked`
+    (exit 2 in the CLI) names the file and the wait, the first result is kept, and a rerun resumes."""
+    from storage.errors import Locked
+
+    st = opened(store)
+    assert st.claim("s1", "k0") and st.record(record_for("k0"))
+    code = ("import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "db.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(300)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store / "mlflow.db")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert st.claim("s1", "k1")
+        with pytest.raises(Locked) as info:
+            st.record(record_for("k1"))
+    finally:
+        holder.kill()
+        holder.wait()
+    line = str(info.value)
+    assert line.startswith(f"store file {store / 'mlflow.db'} is locked by another process") and "\n" not in line
+    assert "waited" in line and "what was recorded is kept" in line, line
+    st.release("s1")  # as the driver does on its way out
+    st.close()
+    again = opened(store)
+    pending = [c["trial_key"] for c in again.pending("s1")]
+    assert "k0" not in pending and "k1" in pending, pending  # the first result kept, the locked one to redo
+    assert again.claim("s1", "k1") and again.record(record_for("k1"))
+    assert active(client_of(store), "s1") and len(again.records("s1")) == 2
