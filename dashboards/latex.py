@@ -158,9 +158,18 @@ def _formatted(values: Sequence[float | None], f: schema.Field) -> tuple[Tex, ..
     return tuple(NONE if v is None else number(schema.shown(v, f)) for v in values)
 
 
+def _intervals(board: Sequence[LeaderboardRow]) -> tuple[Tex, ...]:
+    """Each row's `step x` interval, ` (1.50--1.81)`, as every output writes its ends."""
+    low, high = schema.field("metrics", "step_time_ratio_low"), schema.field("metrics", "step_time_ratio_high")
+    return tuple(EMPTY if r.step_time_ratio_low is None or r.step_time_ratio_high is None else
+                 text(" (") + number(schema.shown(r.step_time_ratio_low, low)) + text("--")
+                 + number(schema.shown(r.step_time_ratio_high, high)) + text(")") for r in board)
+
+
 def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str,
-            best: set[int]) -> list[Column]:
-    """The columns of the text-table `headers` (schema order), their cells computed once for every size."""
+            best: set[int], intervals: bool = False) -> list[Column]:
+    """The columns of the text-table `headers` (schema order), their cells computed once for every size.
+    `intervals`: `step x` with its 95% interval beside it (where the spread matters: the overhead columns)."""
     out = []
     bold = [i in best for i in range(len(board))]
     for header in headers:
@@ -183,6 +192,8 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
             align = "r@{}l"
         elif header == "status":
             cells, align = tuple(text(status(r)) for r in board), "l"
+        elif header == "step x" and intervals:
+            cells, std, align = _formatted([r.step_time_ratio for r in board], f), _intervals(board), "r@{}l"
         elif header == "runs":
             cells = tuple(text(f"{r.n_finished}" + (f" ({r.n_failed} failed)" if r.n_failed else "")) for r in board)
         elif header == "mu claimed/audited":
@@ -298,6 +309,8 @@ def _legend(lay: Layout, part: Sequence[Column], metric: str, board: Sequence[Le
         notes += [f"{STATUS_ABBR[s]}: {s}" for s in used if any(c.header == "status" for c in part)]
     if any(c.unit == "x" for c in part):
         notes.append(r"($\times$): relative to non-private")
+    if any(c.header == "step x" and c.std for c in part):
+        notes.append(r"step time (a--b): its 95\% interval")
     if best and any(c.header == "utility" for c in part):
         notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} among rows with status ok at each "
                      r"target $\varepsilon$")
@@ -360,7 +373,7 @@ def resolve_width(width: str | float, venue: Venue) -> float:
 
 def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue, metric: str = "accuracy",
           width: str | float = "single", float_env: str = "none", caption: str | None = None,
-          label: str | None = None) -> str:
+          label: str | None = None, intervals: bool = False) -> str:
     """The table(s) for `width` at `venue`: one booktabs tabular, or stacked ones repeating the key columns;
     in a `table` / `table*` float with `caption` and `label` when asked. `headers`: the text-table
     headers of the chosen columns, in order (dashboards/render.py picks them)."""
@@ -380,7 +393,7 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     order = sorted(range(len(board)), key=lambda i: firsts.index(group_of(board[i])))  # stable: keeps the rank
     titles = [text(" / ".join(str(g) for g in group if g), "cmti") for group in firsts]
     best = best_utility(board)
-    cols = columns(board, headers, metric, best)
+    cols = columns(board, headers, metric, best, intervals)
     lay = layout({False: cols, True: _abbreviate_statuses(cols, board)}, points, venue.font_pt, titles)
     what = f"{width} width" if isinstance(width, str) and width in WIDTHS else "width"
     parts = len(lay.parts)

@@ -254,7 +254,8 @@ def render(board: list[LeaderboardRow], fmt: str, title: str = "", columns: str 
         if groups_of(columns) == ("core",):  # the compact table: `runs` with a wider selection only
             headers.remove("runs")
         return tex.latex(board, headers, venue(venue_name), board[0].metric if board else "accuracy",
-                         width or ("double" if float_env == "table*" else "single"), float_env, caption, label)
+                         width or ("double" if float_env == "table*" else "single"), float_env, caption, label,
+                         intervals="overhead" in groups_of(columns))  # where the spread of step x matters
     if fmt == "html":
         body = text_table(board, columns).to_html(index=False, escape=True, border=0)
         return (f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
