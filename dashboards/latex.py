@@ -309,7 +309,7 @@ def _legend(lay: Layout, part: Sequence[Column], metric: str, board: Sequence[Le
         notes += [f"{STATUS_ABBR[s]}: {s}" for s in used if any(c.header == "status" for c in part)]
     if any(c.unit == "x" for c in part):
         notes.append(r"($\times$): relative to non-private")
-    if any(c.header == "step x" and c.std for c in part):
+    if any(c.header == "step x" and any(t.latex for t in c.std) for c in part):
         notes.append(r"step time (a--b): its 95\% interval")
     if best and any(c.header == "utility" for c in part):
         notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} among rows with status ok at each "
