@@ -38,7 +38,7 @@ def _utility(r: LeaderboardRow) -> str:
     if r.utility_mean is None:
         return "-"
     u = schema.utility_field(r.metric)
-    one_run = r.utility_std is None or r.n_finished < 2  # no spread to show: `0.4568`, never `0.4568 ± 0.0000`
+    one_run = r.utility_std is None or r.n_finished < 2  # no spread to show: `45.7`, never `45.7 ± 0.0`
     mean = schema.shown(r.utility_mean, u)
     return mean if one_run else f"{mean} ± {schema.shown(r.utility_std, u)}"
 
