@@ -158,9 +158,18 @@ def _formatted(values: Sequence[float | None], f: schema.Field) -> tuple[Tex, ..
     return tuple(NONE if v is None else number(schema.shown(v, f)) for v in values)
 
 
+def _intervals(board: Sequence[LeaderboardRow]) -> tuple[Tex, ...]:
+    """Each row's `step x` interval, ` (1.50--1.81)`, as every output writes its ends."""
+    low, high = schema.field("metrics", "step_time_ratio_low"), schema.field("metrics", "step_time_ratio_high")
+    return tuple(EMPTY if r.step_time_ratio_low is None or r.step_time_ratio_high is None else
+                 text(" (") + number(schema.shown(r.step_time_ratio_low, low)) + text("--")
+                 + number(schema.shown(r.step_time_ratio_high, high)) + text(")") for r in board)
+
+
 def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str,
-            best: set[int]) -> list[Column]:
-    """The columns of the text-table `headers` (schema order), their cells computed once for every size."""
+            best: set[int], intervals: bool = False) -> list[Column]:
+    """The columns of the text-table `headers` (schema order), their cells computed once for every size.
+    `intervals`: `step x` with its 95% interval beside it (where the spread matters: the overhead columns)."""
     out = []
     bold = [i in best for i in range(len(board))]
     for header in headers:
@@ -183,6 +192,8 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
             align = "r@{}l"
         elif header == "status":
             cells, align = tuple(text(status(r)) for r in board), "l"
+        elif header == "step x" and intervals:
+            cells, std, align = _formatted([r.step_time_ratio for r in board], f), _intervals(board), "r@{}l"
         elif header == "runs":
             cells = tuple(text(f"{r.n_finished}" + (f" ({r.n_failed} failed)" if r.n_failed else "")) for r in board)
         elif header == "mu claimed/audited":
@@ -288,17 +299,19 @@ def _tabular(part: Sequence[Column], lay: Layout, board: Sequence[LeaderboardRow
     return lines + [r"\bottomrule", r"\end{tabular}" if width is None else r"\end{tabular*}"]
 
 
-def _legend(lay: Layout, metric: str, board: Sequence[LeaderboardRow], best: set[int]) -> str:
-    """One line under the table: what its abbreviations, units and bold cells mean."""
-    shown = [c for part in lay.parts for c in part]
+def _legend(lay: Layout, part: Sequence[Column], metric: str, board: Sequence[LeaderboardRow], best: set[int]) -> str:
+    """What a part's abbreviations, units and bold cells mean, under that part (a split table's parts may be read
+    on different pages)."""
     notes = []
     if lay.abbreviated:
-        notes += [f"{c.label(True)}: {c.label(False)}" for c in dict.fromkeys(shown) if c.short != c.full]
+        notes += [f"{c.label(True)}: {c.label(False)}" for c in part if c.short != c.full]
         used = sorted({r.claim_status for r in board if r.claim_status in STATUS_ABBR})
-        notes += [f"{STATUS_ABBR[s]}: {s}" for s in used]
-    if any(c.unit == "x" for c in shown):
+        notes += [f"{STATUS_ABBR[s]}: {s}" for s in used if any(c.header == "status" for c in part)]
+    if any(c.unit == "x" for c in part):
         notes.append(r"($\times$): relative to non-private")
-    if best:
+    if any(c.header == "step x" and any(t.latex for t in c.std) for c in part):
+        notes.append(r"step time (a--b): its 95\% interval")
+    if best and any(c.header == "utility" for c in part):
         notes.append(rf"bold: best private {escape(metric.replace('_', ' '))} among rows with status ok at each "
                      r"target $\varepsilon$")
     return "; ".join(notes) + ("." if notes else "")
@@ -308,9 +321,17 @@ LABEL_NEEDS_CAPTION = ("--label needs --caption: LaTeX's \\ref to a label in a f
                        "number of the section around it, not the table's")
 
 
-def part_note(n: int, parts: int) -> str:
-    """What the caption of part `n` (from 0) of a split table adds: which part it is."""
-    return "" if parts == 1 else f" (part {n + 1} of {parts})"
+def continued(n: int, caption: str, label: str | None) -> list[str]:
+    """The caption of part `n` (from 0) of a split table in floats: one numbered table, its later parts
+    `(continued)` under the same number (the counter stepped back: no package needed), the label on the first."""
+    if n == 0:
+        return [rf"\caption{{{caption}}}"] + ([rf"\label{{{label}}}"] if label else [])
+    return [r"\addtocounter{table}{-1}", rf"\caption{{{caption} (continued)}}"]
+
+
+def _legend_box(legend: str, width: float) -> list[str]:
+    """The legend in a box as wide as its table (never wider, never broken across columns or pages)."""
+    return [r"\par\smallskip", rf"\noindent\parbox[t]{{{width:.2f}pt}}{{\raggedright {legend}\par}}"]
 
 
 def status(r: LeaderboardRow, abbreviated: bool = False) -> str:
@@ -352,7 +373,7 @@ def resolve_width(width: str | float, venue: Venue) -> float:
 
 def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue, metric: str = "accuracy",
           width: str | float = "single", float_env: str = "none", caption: str | None = None,
-          label: str | None = None) -> str:
+          label: str | None = None, intervals: bool = False) -> str:
     """The table(s) for `width` at `venue`: one booktabs tabular, or stacked ones repeating the key columns;
     in a `table` / `table*` float with `caption` and `label` when asked. `headers`: the text-table
     headers of the chosen columns, in order (dashboards/render.py picks them)."""
@@ -372,7 +393,7 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     order = sorted(range(len(board)), key=lambda i: firsts.index(group_of(board[i])))  # stable: keeps the rank
     titles = [text(" / ".join(str(g) for g in group if g), "cmti") for group in firsts]
     best = best_utility(board)
-    cols = columns(board, headers, metric, best)
+    cols = columns(board, headers, metric, best, intervals)
     lay = layout({False: cols, True: _abbreviate_statuses(cols, board)}, points, venue.font_pt, titles)
     what = f"{width} width" if isinstance(width, str) and width in WIDTHS else "width"
     parts = len(lay.parts)
@@ -382,27 +403,22 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
              "% Needs " + " and ".join(rf"\usepackage{{{p}}}" for p in PACKAGES) + "."]
     font = (rf"\begingroup\fontsize{{{lay.size}}}{{{lay.size * LINE_SPACING:g}}}\selectfont"
             rf"\setlength{{\tabcolsep}}{{{lay.separation:g}pt}}%")
-    legend = _legend(lay, metric, board, best)
     for n, part in enumerate(lay.parts):
         if float_env != "none":  # each part its own float: a stack of parts may be taller than a page
             lines += [rf"\begin{{{float_env}}}[t]", r"\centering"]
-            if caption:  # the user's LaTeX, as written (it may hold math); every part has its own
-                lines.append(rf"\caption{{{caption}{part_note(n, parts)}}}")
-                if label:
-                    lines.append(rf"\label{{{label}{'' if n == 0 else f'-{n + 1}'}}}")
-                lines.append(r"\smallskip")
+            if caption:  # the user's LaTeX, as written (it may hold math)
+                lines += [*continued(n, caption, label), r"\smallskip"]
             lines.append(font)
-        elif n == 0:
-            lines.append(font)
-        else:
-            lines.append(r"\par\medskip")
-        if float_env == "none":
-            lines.append(r"\noindent")
-        lines += _tabular(part, lay, board, group_of, order, None if parts == 1 else min(lay.width + MARGIN, points))
-        if n == parts - 1 and legend:
-            lines += [r"\par\smallskip", r"{\raggedright " + legend + r"\par}"]
+        else:  # a paragraph of its own, apart from the text above (also when \input right after a line)
+            lines += [r"\par\medskip", *([font] if n == 0 else []), r"\noindent"]
+        table = min(lay.width + MARGIN, points) if parts > 1 else part_width(part, lay.size, lay.abbreviated,
+                                                                                lay.separation, titles)
+        lines += _tabular(part, lay, board, group_of, order, table if parts > 1 else None)
+        legend = _legend(lay, part, metric, board, best)
+        if legend:
+            lines += _legend_box(legend, table)
         if float_env != "none":
             lines += [r"\par\endgroup", rf"\end{{{float_env}}}"]
     if float_env == "none":
-        lines.append(r"\par\endgroup")
+        lines += [r"\par\endgroup", r"\medskip"]
     return "\n".join(lines) + "\n"

@@ -38,7 +38,7 @@ def _utility(r: LeaderboardRow) -> str:
     if r.utility_mean is None:
         return "-"
     u = schema.utility_field(r.metric)
-    one_run = r.utility_std is None or r.n_finished < 2  # no spread to show: `0.4568`, never `0.4568 ± 0.0000`
+    one_run = r.utility_std is None or r.n_finished < 2  # no spread to show: `45.7`, never `45.7 ± 0.0`
     mean = schema.shown(r.utility_mean, u)
     return mean if one_run else f"{mean} ± {schema.shown(r.utility_std, u)}"
 
@@ -254,7 +254,8 @@ def render(board: list[LeaderboardRow], fmt: str, title: str = "", columns: str 
         if groups_of(columns) == ("core",):  # the compact table: `runs` with a wider selection only
             headers.remove("runs")
         return tex.latex(board, headers, venue(venue_name), board[0].metric if board else "accuracy",
-                         width or ("double" if float_env == "table*" else "single"), float_env, caption, label)
+                         width or ("double" if float_env == "table*" else "single"), float_env, caption, label,
+                         intervals="overhead" in groups_of(columns))  # where the spread of step x matters
     if fmt == "html":
         body = text_table(board, columns).to_html(index=False, escape=True, border=0)
         return (f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"

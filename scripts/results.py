@@ -46,11 +46,19 @@ def privbench(*args: str, capture: bool = False) -> str:
     return done.stdout or ""
 
 
-def machine() -> str:
+def machine(load_before: float) -> str:
+    """Where the numbers were taken, so that a newcomer can tell another machine from a defect (a `step x` of
+    1.14 here read 1.58 on a busy 2-core laptop): the CPU, its cores and memory, the GPU, and the load average
+    before the run and at its end."""
     import torch
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{os.cpu_count()} CPU cores, {device}, load average {os.getloadavg()[0]:.1f} at the end"
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                 "CPU")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{os.cpu_count()} cores of {model}, {memory:.0f} GiB, {device}, load average {load_before:.1f} before "
+            f"and {os.getloadavg()[0]:.1f} at the end")
 
 
 # The docs' tables show every column (the terminal's default is the compact set).
@@ -208,11 +216,12 @@ def block(name: str, store: str, previous: str | None, run: bool = True) -> str:
     sweep = yaml.safe_load((ROOT / grid).read_text())["name"]
     before, _ = finished(sweep, store)
     if run:
+        load = os.getloadavg()[0]
         start = time.monotonic()
         privbench("sweep", "run", grid, "--store", store)
         wall = time.monotonic() - start
         after, total = finished(sweep, store)
-        when = timing(after - before, total, wall, previous, machine())
+        when = timing(after - before, total, wall, previous, machine(load))
     else:
         total = grid_size(grid)
         rest = ", the rest are `not measured`" if before < total else ""

@@ -48,6 +48,9 @@ else apt_install postgresql; fi
 step "headless Chromium, pdflatex and pdffonts (the report, LaTeX and figure tests)"
 have chromium || apt_install chromium fonts-dejavu-core
 have pdflatex || apt_install texlive-latex-recommended
+# IEEEtran.cls (`--venue ieee` tables compiled with the real class) and the Times fonts it sets text in.
+if kpsewhich IEEEtran.cls >/dev/null 2>&1 && kpsewhich ptmr8t.tfm >/dev/null 2>&1; then echo "  already installed: IEEEtran"
+else apt_install texlive-publishers texlive-fonts-recommended; fi
 # pdffonts (the figure test checks that PDFs embed no Type 3 font).
 have pdffonts || apt_install poppler-utils
 

@@ -101,26 +101,38 @@ def test_a_label_needs_a_caption():
         render(rows(RECORDS), "latex", float_env="table", label="tab:lb")
 
 
-def test_every_part_of_a_split_table_has_its_caption_label_and_the_same_width():
+def legends(text: str) -> list[str]:
+    """Each part's legend box: its width (points) and its text."""
+    return re.findall(r"^\\noindent\\parbox\[t\]\{([\d.]+)pt\}\{\\raggedright (.*)\\par\}$", text, re.M)
+
+
+def test_a_split_table_is_one_numbered_table_continued_with_each_part_explained_under_it():
+    """Issue 48, 5: a split float became four numbered tables (Table 1-4), and part 1's abbreviations were
+    explained only under the last part."""
     text = render(rows(BOARD_RECORDS), "latex", columns="all", float_env="table", caption="Results", label="tab:r")
     parts = len(tabulars(text))
     assert parts > 1
     captions = re.findall(r"\\caption\{(.*)\}", text)
-    assert captions == [f"Results (part {n} of {parts})" for n in range(1, parts + 1)]
-    assert re.findall(r"\\label\{(.*)\}", text) == ["tab:r"] + [f"tab:r-{n}" for n in range(2, parts + 1)]
+    assert captions == ["Results"] + ["Results (continued)"] * (parts - 1)
+    assert text.count(r"\addtocounter{table}{-1}") == parts - 1  # the later parts keep the first one's number
+    assert re.findall(r"\\label\{(.*)\}", text) == ["tab:r"]
+    boxes = legends(text)
+    assert len(boxes) == parts and all("mech.: mechanism" in legend for _, legend in boxes)
+    for part, (_, legend) in zip(tabulars(text), boxes, strict=True):
+        assert ("status" in part[2]) == ("viol.: violated" in legend)  # a part explains its own abbreviations
     widths = set(re.findall(r"\\begin\{tabular\*\}\{([\d.]+pt)\}\{@\{\\extracolsep\{\\fill\}\}", text))
     assert len(widths) == 1 and text.count(r"\begin{tabular*}") == parts
 
 
 def test_legend_abbreviations_do_not_break():
     text = render(rows(BOARD_RECORDS), "latex", columns="all")
-    legend = next(ln for ln in text.splitlines() if ln.startswith(r"{\raggedright"))
+    legend = " ".join(legend for _, legend in legends(text))
     assert r"$\varepsilon$~cert.: $\varepsilon$~certified" in legend and r"$\varepsilon$ cert." not in legend
 
 
 def test_abbreviations_are_explained_in_a_legend_line():
     text = render(rows(BOARD_RECORDS), "latex")
-    legend = next(ln for ln in text.splitlines() if ln.startswith(r"{\raggedright"))
+    ((_, legend),) = legends(text)
     header = tabulars(text)[0][2]
     for short, full in (("mech.", "mechanism"), (r"$\varepsilon$~cert.", r"$\varepsilon$~certified")):
         if short.replace("~", " ") in header:
@@ -210,3 +222,19 @@ def test_single_columns_are_selectable():
     assert table[0] == r"\begin{tabular}{@{}lrr@{}lrrr@{}}"  # mechanism, target, mean, +- std, three epsilons
     markdown = render(rows(BOARD_RECORDS), "markdown", columns="eps claimed,utility")
     assert markdown.splitlines()[0] == "| dataset | model | mechanism | eps target | utility | eps claimed |"
+
+
+def test_the_legend_is_no_wider_than_its_table_and_a_bare_table_is_a_paragraph_of_its_own():
+    """Issue 48, 5: a `table*` legend ran the full text width beside a narrower table, a bare table's legend
+    broke across columns, and a bare table input right after a line of text was set inside its paragraph."""
+    for float_env, columns in (("table*", "all"), ("none", "privacy,audit"), ("none", "core")):
+        text = render(rows(BOARD_RECORDS), "latex", columns=columns, float_env=float_env)
+        boxes = legends(text)
+        assert boxes, (float_env, columns)
+        page = float(re.search(r"width ([\d.]+) pt", text.splitlines()[0]).group(1))  # the column or text width
+        starred = re.findall(r"\\begin\{tabular\*\}\{([\d.]+)pt\}", text)
+        for width, _ in boxes:  # an unbreakable box as wide as its table, less than the page's width
+            assert float(width) == float(starred[0]) if starred else float(width) < page - 1
+        if float_env == "none":
+            body = text.split("\n", 2)[2]  # after the two comment lines
+            assert body.startswith("\\par\\medskip\n") and body.rstrip().endswith("\\medskip")

@@ -179,6 +179,10 @@ def test_step_x_is_the_trials_paired_measurement_or_nothing():
 
     page = report([dict(r, sweep="s", curves={}) for r in paired + unpaired + reference], ["s"])
     assert "<td>1.65 (1.50-1.90)</td>" in page and "<td>not measured</td>" in page
+    board = list(board.values())
+    overhead, core = render(board, "latex", columns="overhead"), render(board, "latex")
+    assert "1.65 &  (1.50--1.90)" in overhead and "95\\% interval" in overhead  # the spread where it matters
+    assert "1.50" not in core
 
 
 def test_a_report_of_a_sweep_without_audits_says_nothing_about_audits():
