@@ -125,8 +125,45 @@ def leaderboard(
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
     from dashboards import leaderboard as lb
     from dashboards import tuned_cells
+    from dashboards.render import render
+
+    groups_chosen, groups = _leaderboard_options(fmt, columns, venue, width, float_env, caption, label, view, by)
+    _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
+    name = " + ".join(names)
+    if view == tuned_cells.TUNED_VIEW:
+        tuned = tuned_cells.rows(records, metric)
+        text = (json.dumps([dataclasses.asdict(r) for r in tuned], indent=1) if fmt == "json"
+                else tuned_cells.markdown(tuned))
+        if out_file is None:
+            print(text, end="")
+        else:
+            _write(out_file, text)
+        return
+    board = lb.rows(records, metric=metric, view=view)
+    if len(names) > 1 and "sweep" not in groups:
+        groups = ["sweep", *groups]
+    if fmt == "table" and out_file is None:
+        _print_leaderboard_tables(board, groups, groups_chosen, f"{name} ", f" ({metric}, {view} view)")
+        return
+    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
+                  columns=groups_chosen, float_env=float_env, width=width, venue_name=venue, caption=caption,
+                  label=label)
+    if fmt in ("table", "markdown"):
+        text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
+    if out_file is None:
+        print(text, end="" if text.endswith("\n") else "\n")
+    else:
+        _write(out_file, text)
+
+
+def _leaderboard_options(fmt: str, columns: str, venue: str, width: str | None, float_env: str, caption: str | None,
+                         label: str | None, view: str, by: str) -> tuple[Any, list[str]]:
+    """The leaderboard's options, checked before the store is read (each bad one a one-line error, exit 2):
+    the column groups chosen, and the `--by` grouping."""
+    from dashboards import leaderboard as lb
+    from dashboards import tuned_cells
     from dashboards.latex import resolve_width
-    from dashboards.render import FLOATS, FORMATS, render, rich_tables
+    from dashboards.render import FLOATS, FORMATS
     from dashboards.venues import venue as venue_of
     from storage import schema
 
@@ -159,49 +196,33 @@ def leaderboard(
     groups = [g.strip() for g in by.split(",") if g.strip()]
     if not set(groups) <= {"dataset", "model"}:
         fail(f"--by takes dataset and/or model, got {by!r}")
-    _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
-    name = " + ".join(names)
-    if view == tuned_cells.TUNED_VIEW:
-        tuned = tuned_cells.rows(records, metric)
-        text = (json.dumps([dataclasses.asdict(r) for r in tuned], indent=1) if fmt == "json"
-                else tuned_cells.markdown(tuned))
-        if out_file is None:
-            print(text, end="")
-        else:
-            _write(out_file, text)
-        return
-    board = lb.rows(records, metric=metric, view=view)
-    if len(names) > 1 and "sweep" not in groups:
-        groups = ["sweep", *groups]
-    if fmt == "table" and out_file is None:
-        keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
-        sized = out.is_terminal or bool(os.environ.get("COLUMNS"))  # piped: one table at its natural width
-        for key in keys or [()]:
-            part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
-            tables, note = rich_tables(part, f"{name} " + " / ".join(map(str, key)) + f" ({metric}, {view} view)",
-                                       groups_chosen, out.width if sized else None, not out.encoding.startswith("utf"))
-            for i, table in enumerate(tables):
-                if i:
-                    out.print()
-                _print_whole(table)
-            if note:
-                out.print(f"({note})", style="dim", highlight=False)
-            for r in part:
-                if r.audit_violation and sized:  # the `violation` column, left out of a sized table, in words
-                    out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: violated by its audits: "
-                              f"{r.audit_violation}", highlight=False)
-                if r.tuning:
-                    out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
-        return
-    text = render(board, "markdown" if fmt == "table" else fmt, title=f"privbench leaderboard: {name}",
-                  columns=groups_chosen, float_env=float_env, width=width, venue_name=venue, caption=caption,
-                  label=label)
-    if fmt in ("table", "markdown"):
-        text += "".join(f"\n{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}" for r in board if r.tuning)
-    if out_file is None:
-        print(text, end="" if text.endswith("\n") else "\n")
-    else:
-        _write(out_file, text)
+    return groups_chosen, groups
+
+
+def _print_leaderboard_tables(board: list[Any], groups: list[str], groups_chosen: Any, before: str,
+                              after: str) -> None:
+    """The leaderboard on the terminal: a table per `groups` key, titled `before` + the key + `after`, each sized to
+    the terminal (piped: at its natural width), with the notes a sized table leaves out in words below it."""
+    from dashboards.render import rich_tables
+
+    keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
+    sized = out.is_terminal or bool(os.environ.get("COLUMNS"))  # piped: one table at its natural width
+    for key in keys or [()]:
+        part = [r for r in board if tuple(getattr(r, g) for g in groups) == key]
+        tables, note = rich_tables(part, before + " / ".join(map(str, key)) + after, groups_chosen,
+                                   out.width if sized else None, not out.encoding.startswith("utf"))
+        for i, table in enumerate(tables):
+            if i:
+                out.print()
+            _print_whole(table)
+        if note:
+            out.print(f"({note})", style="dim", highlight=False)
+        for r in part:
+            if r.audit_violation and sized:  # the `violation` column, left out of a sized table, in words
+                out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: violated by its audits: "
+                          f"{r.audit_violation}", highlight=False)
+            if r.tuning:
+                out.print(f"{r.mechanism} eps {_eps(r.epsilon_target)}: {r.tuning}", highlight=False)
 
 
 def _eps(value: float | None) -> str:

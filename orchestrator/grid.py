@@ -51,7 +51,7 @@ class GridError(ValueError):
 class TrialSet(Protocol):
     """What a grid's trials are to whoever reads them: counted, and read in order as often as needed. A large grid's
     are made anew at each pass (`Trials`, `Selected`), a small grid's are kept (a tuple, or a `Trials` that holds
-    one); `samples` and `of` read either kind the same way."""
+    one); `samples` and `of_mechanisms` read either kind the same way."""
 
     def __len__(self) -> int: ...
 

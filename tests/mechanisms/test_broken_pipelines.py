@@ -76,3 +76,42 @@ def test_every_broken_pipeline_is_caught_in_a_sweep_and_the_correct_ones_stay_ok
             assert status != "ok", (case, record["privacy"].get("integrity_failed"))
             reason = record.get("error") or row.uncertified_reason or ""
             assert reason, case
+
+
+CORRECT = [case for case, correct in CASES.items() if correct]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CORRECT, ids=["/".join(c) for c in CORRECT])
+def test_correct_pipelines_raise_no_alarm_over_20_seeds(case, monkeypatch):
+    """The whole-trial checks' false alarms: each correct pipeline trained with 20 seeds (every check on, the
+    audits off: they are not these checks), none of them failing a check."""
+    import dataclasses
+    import warnings
+
+    from orchestrator.grid import parse
+    from workers import plugins
+    from workers.config import Resources
+    from workers.trial import run_trial
+
+    warnings.filterwarnings("ignore")
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    plugins.load(["pipeline_models", "pipeline_datasets"])
+    dataset, model, mechanism = case
+    train = "{epochs: 2, batch_size: 64, lr: 0.5" + (", augmult: 4}" if model == "cnn-small" else "}")
+    grid = parse(f"""
+name: false-alarms
+seeds: {list(range(20))}
+delta: 1e-5
+plugins: [pipeline_models, pipeline_datasets]
+grid: {{dataset: [{dataset}], model: [{model}], mechanism: [{mechanism}], epsilon: [2]}}
+train: {train}
+audit: {{mode: "off"}}
+""")
+    alarms = []
+    for config in grid.trials:
+        record = run_trial(dataclasses.replace(config, resources=Resources(cpus=1, gpus=0)))
+        assert record["status"] == "finished", record.get("error")
+        alarms += record["privacy"]["integrity_failed"]
+        assert record["privacy"]["epsilon_certified"] == pytest.approx(CERTIFIED_BEFORE, rel=1e-9)
+    assert alarms == []
