@@ -360,7 +360,7 @@ def _delta(value: Any) -> Any:
     return value
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Shared:
     """The grid's top-level settings, each checked once against its field's bounds."""
 
@@ -522,7 +522,7 @@ def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, s
                 code=code(mech, m, d, shared.accountant))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckedGrid:
     """A checked grid whose trials are made one at a time (`trials()`): what `--dry-run` prints, so a grid
     of 10^6 trials shows its first line in seconds and in little memory. `count` is known without
@@ -679,8 +679,8 @@ def check(text: str, *, source: str = "grid") -> CheckedGrid:
         chosen = [m for m in axes.mechanisms if m in mechanisms]
         return _expand(name, dataclasses.replace(axes, mechanisms=chosen), shared, train, options, plugins)
 
-    return CheckedGrid(name, None if tune else axes.count(), make, raw, plugins, None if tune else samples,
-                       None if tune else make_of)
+    return CheckedGrid(name=name, count=None if tune else axes.count(), make=make, raw=raw, plugins=plugins,
+                       make_samples=None if tune else samples, make_of=None if tune else make_of)
 
 
 def parse(text: str, *, source: str = "grid") -> GridSpec:

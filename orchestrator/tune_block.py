@@ -226,7 +226,8 @@ def expand(trials: Iterable[TrialConfig], spec: TuneSpec) -> Iterator[TrialConfi
             params = candidate.as_dict()
             train = {k: v for k, v in params.items() if k in TUNABLE}
             options = {k: v for k, v in params.items() if k not in TUNABLE}
-            setting = TuningSetting(spec, cell.trial_key, cell.seed, candidate.index, len(candidates), params)
+            setting = TuningSetting(spec=spec, cell=cell.trial_key, cell_seed=cell.seed, candidate=candidate.index,
+                                    runs=len(candidates), params=params)
             yield dataclasses.replace(
                 cell, seed=candidate_seed(cell.seed, candidate.index),
                 train=dataclasses.replace(cell.train, **train),

@@ -138,7 +138,7 @@ def _accountants() -> list[str]:
     return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Grid key `train` (and its `model_train` / `mechanism_train` overrides)."""
 
@@ -185,7 +185,7 @@ def step_problems(precision: str, compile_step: Any, grad_sample_mode: str | Non
     return problems
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditConfig:
     """Grid key `audit`. `canaries: auto` (see `canaries_for`) takes up to 25 canaries per trainable
     coordinate, as many as a simulation says help (docs/auditing.md)."""
@@ -235,7 +235,7 @@ class AuditConfig:
                                          max_canaries=self.max_canaries)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Resources:
     """Grid key `resources`: what one trial's accelerator phase asks Ray for. `gpus: auto` is resolved
     by the driver (orchestrator/cluster.py `gpus_for`): a share of a GPU when the cluster has one."""
@@ -304,7 +304,7 @@ def _canonical(value: Any) -> Any:
 OPTION_TABLES = ("mechanism_options", "model_options", "dataset_options")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TrialConfig:
     """One (dataset, model, mechanism, epsilon, seed) trial, resolved: every grid setting that applies to it.
 

@@ -60,7 +60,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> TuneSpec:
                     data.get("select", "val_accuracy"), data.get("budget", "total"), data.get("val_noise"))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TuningSetting:
     """What a candidate trial knows of its cell: the spec, the cell (its key and seed), its place among the
     cell's `runs` candidates and the parameters it drew."""
@@ -78,8 +78,8 @@ class TuningSetting:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuningSetting:
-        return cls(spec_from_dict(data["spec"]), str(data["cell"]), int(data["cell_seed"]), int(data["candidate"]),
-                   int(data["runs"]), dict(data["params"]))
+        return cls(spec=spec_from_dict(data["spec"]), cell=str(data["cell"]), cell_seed=int(data["cell_seed"]),
+                   candidate=int(data["candidate"]), runs=int(data["runs"]), params=dict(data["params"]))
 
     def privacy_names(self) -> tuple[str, ...]:
         """The space's parameters that change the run's event: batch size, epochs, mechanism options."""

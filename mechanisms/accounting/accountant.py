@@ -85,7 +85,8 @@ class Accountant:
         """The number for a supported event (a factory's accountant: its `compose(event).get_epsilon(delta)`)."""
         from mechanisms.accounting.reference import EpsilonReport
 
-        return EpsilonReport(float(self.make().compose(event).get_epsilon(delta)), self.name, self.name)
+        value = float(self.make().compose(event).get_epsilon(delta))
+        return EpsilonReport(epsilon=value, accountant=self.name, computed_by=self.name)
 
     def report(self, event: dp_accounting.DpEvent, delta: float,
                relation: dp_accounting.NeighboringRelation | None = None) -> EpsilonReport:
@@ -99,11 +100,13 @@ class Accountant:
         require_delta(delta)
         relation = _relation(relation)
         if isinstance(event, dp_accounting.NonPrivateDpEvent):
-            return EpsilonReport(math.inf, self.name, self.name, "non-private")
+            return EpsilonReport(epsilon=math.inf, accountant=self.name, computed_by=self.name, note="non-private")
         if isinstance(event, dp_accounting.UnsupportedDpEvent):
-            return EpsilonReport(None, self.name, self.name, "no sound analysis is known for this event")
+            return EpsilonReport(epsilon=None, accountant=self.name, computed_by=self.name,
+                                 note="no sound analysis is known for this event")
         if not self.supports(event, relation):
-            return EpsilonReport(None, self.name, self.name, self.unsupported_note(event, relation))
+            return EpsilonReport(epsilon=None, accountant=self.name, computed_by=self.name,
+                                 note=self.unsupported_note(event, relation))
         return self._epsilon(event, delta, relation)
 
     def unsupported_note(self, event: dp_accounting.DpEvent, relation: dp_accounting.NeighboringRelation) -> str:
@@ -194,7 +197,7 @@ class ClaimedDpsgd(Accountant):
 
         module, _, function = self.formula.partition(":")
         value = float(getattr(importlib.import_module(module), function)(event, delta))
-        return EpsilonReport(value, self.name, self.name, self.note(event, value))
+        return EpsilonReport(epsilon=value, accountant=self.name, computed_by=self.name, note=self.note(event, value))
 
     def note(self, event: Any, value: float) -> str:
         return ""

@@ -38,7 +38,7 @@ DEFAULT_SLOPE = -2.0  # d log(eps) / d log(sigma) when nothing better is known (
 COARSE_REL_TOL = 1e-2
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Calibration:
     sigma: float
     epsilon: float  # achieved; never above the target

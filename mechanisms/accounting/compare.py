@@ -40,7 +40,7 @@ def kinds() -> dict[str, str]:
     return {n: described(a) for n, a in REGISTRY.items()}
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdSetting:
     """Everything but sigma: the run's batch selection (the same object a trial runs and accounts), delta,
     and what the claimed analyses additionally need.
@@ -69,13 +69,13 @@ class DpsgdSetting:
 
     @classmethod
     def poisson(cls, sample_rate: float, steps: int, delta: float, **claims: object) -> DpsgdSetting:
-        return cls(PoissonRate(sample_rate, steps), delta, **claims)  # type: ignore[arg-type]
+        return cls(selection=PoissonRate(sample_rate, steps), delta=delta, **claims)  # type: ignore[arg-type]
 
     @classmethod
     def of(cls, sampler: str, dataset_size: int, batch_size: int, epochs: int, delta: float,
            **claims: object) -> DpsgdSetting:
         """The geometry of a trial: `sampler` over N examples in batches of B for `epochs` epochs."""
-        return cls(batch_selection(sampler, dataset_size, batch_size, epochs), delta,
+        return cls(selection=batch_selection(sampler, dataset_size, batch_size, epochs), delta=delta,
                    batch_size=batch_size, **claims)  # type: ignore[arg-type]
 
     @property
@@ -108,8 +108,10 @@ class DpsgdSetting:
 
     def run(self, sigma: float) -> DpsgdRun:
         """The setting at `sigma` as the claimed analyses read it."""
-        return DpsgdRun(sigma, self.sample_rate, self.steps, "poisson" if self.sampler == "poisson" else "uniform",
-                        self.dim, self.batch_clip_ratio, self.batch_size, self.delta_split)
+        return DpsgdRun(noise_multiplier=sigma, sampling_probability=self.sample_rate, steps=self.steps,
+                        sampler="poisson" if self.sampler == "poisson" else "uniform", dim=self.dim,
+                        batch_clip_ratio=self.batch_clip_ratio, batch_size=self.batch_size,
+                        delta_split=self.delta_split)
 
     def event(self, sigma: float, accountant: str) -> DpEvent:
         """What `accountant` is asked about: the parts' event (sound), the setting (claimed)."""

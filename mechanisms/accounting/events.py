@@ -27,7 +27,7 @@ def sampled_without_replacement(
     return dp_accounting.SelfComposedDpEvent(sampled, steps)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdRun(dp_accounting.DpEvent):
     """`steps` DP-SGD steps at noise multiplier `noise_multiplier`, each on a batch the sampler draws at rate
     `sampling_probability` (`poisson`, or `uniform`: fixed-size or shuffled batches of that share).

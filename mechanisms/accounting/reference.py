@@ -107,7 +107,7 @@ def gaussian_ratio(event: dp_accounting.DpEvent) -> float | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EpsilonReport:
     """An epsilon with its provenance: which accountant produced the number, and any caveat."""
 
@@ -143,12 +143,13 @@ def pld_report(event: dp_accounting.DpEvent, delta: float, relation: NeighborRel
     replace-one PLD, fixed-size batches by their dominating pair, the rest by the adaptive-grid PLD."""
     ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
     if ratio is not None:
-        return EpsilonReport(gaussian_epsilon(ratio, delta), name, "exact",
-                             "composition of Gaussians: exact analytic curve")
+        return EpsilonReport(epsilon=gaussian_epsilon(ratio, delta), accountant=name, computed_by="exact",
+                             note="composition of Gaussians: exact analytic curve")
     if relation == NeighborRel.REPLACE_ONE and not _contains_without_replacement(event):
-        return EpsilonReport(float(_replace_one_pld().compose(event).get_epsilon(delta)), name, "pld", "replace-one")
+        value = float(_replace_one_pld().compose(event).get_epsilon(delta))
+        return EpsilonReport(epsilon=value, accountant=name, computed_by="pld", note="replace-one")
     event, note = _pld_event(event)
-    return EpsilonReport(_pld_epsilon(event, delta), name, "pld", note)
+    return EpsilonReport(epsilon=_pld_epsilon(event, delta), accountant=name, computed_by="pld", note=note)
 
 
 def rdp_supports(event: dp_accounting.DpEvent, relation: NeighborRel) -> bool:
@@ -170,7 +171,7 @@ def rdp_report(event: dp_accounting.DpEvent, delta: float) -> EpsilonReport:
         if _contains_without_replacement(event) else ""
     with _quiet_absl():
         value = float(_rdp_for(event).compose(event).get_epsilon(delta))
-    return EpsilonReport(value, "rdp", "rdp", note)
+    return EpsilonReport(epsilon=value, accountant="rdp", computed_by="rdp", note=note)
 
 
 def prv_supports(event: dp_accounting.DpEvent, relation: NeighborRel) -> bool:
@@ -186,10 +187,11 @@ def prv_report(event: dp_accounting.DpEvent, delta: float, relation: NeighborRel
         return dataclasses.replace(pld_report(event, delta, relation, "prv"), computed_by="pld")
     ratio = gaussian_ratio(event) if relation == NeighborRel.ADD_OR_REMOVE_ONE else None
     if ratio is not None:
-        return EpsilonReport(gaussian_epsilon(ratio, delta), "prv", "exact",
-                             "composition of Gaussians: exact analytic curve")
+        return EpsilonReport(epsilon=gaussian_epsilon(ratio, delta), accountant="prv", computed_by="exact",
+                             note="composition of Gaussians: exact analytic curve")
     event, note = _pld_event(event)
     acc = prv_accountant()
     value = float(acc.compose(event).get_epsilon(delta))
     notes = [n for n in (note, acc.note) if n]
-    return EpsilonReport(value, "prv", "pld" if acc.note else "prv", "; ".join(notes))
+    return EpsilonReport(epsilon=value, accountant="prv", computed_by="pld" if acc.note else "prv",
+                         note="; ".join(notes))

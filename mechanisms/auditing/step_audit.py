@@ -59,7 +59,7 @@ class Point:
     below_claim: bool
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CaseResult:
     case: str
     path: str
@@ -157,7 +157,7 @@ def held_out_test(scores: CanaryScores, *, delta: float, claim: tradeoff.TradeOf
                       violated=bool(below.any()), points=points, p_value=p_value)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StepAudit:
     """A mechanism-level audit. epsilon_claimed/certified are those of ONE un-subsampled step."""
 

@@ -274,7 +274,7 @@ def best_guess_count(fractions: np.ndarray, precision: np.ndarray, m: int, delta
     return best_r, best
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CanaryDesign:
     """Decided before training: how many canaries, which guess counts, and the ceiling they allow (with the
     spread one run's bound has around it, `ceiling_noise`)."""
@@ -353,8 +353,8 @@ def plan_guesses(m: int, steps: int, sample_rate: float, sigma: float, delta: fl
     bounds = sorted((one_run_bounds(scores, included, delta, significance=significance, guess_counts=counts)
                      for scores, included in draws), key=lambda b: b.epsilon_audited)
     ceiling = bounds[(len(bounds) - 1) // 2]  # the median run (the lower of the two middle ones)
-    return CanaryDesign(m, counts, ceiling, score,
-                     ceiling_noise(draws, counts, delta, float(ceiling.epsilon_audited), significance))
+    return CanaryDesign(canaries=m, guess_counts=counts, ceiling=ceiling, score=score,
+                        ceiling_noise=ceiling_noise(draws, counts, delta, float(ceiling.epsilon_audited), significance))
 
 
 def choose_canaries(n_params: int, steps: int, sample_rate: float, sigma: float, delta: float, *,

@@ -50,7 +50,8 @@ def claimed_run(sigma: float, spec: PrivacySpec) -> Any:
 
     claimed = _selection(spec, CLAIMED_SAMPLER)
     once = tuple(z for statistic in spec.dataset_statistics for z in statistic.row_multipliers())
-    return DpsgdRun(sigma, claimed.sample_rate, claimed.steps, sampler=CLAIMED_SAMPLER, once=once)
+    return DpsgdRun(noise_multiplier=sigma, sampling_probability=claimed.sample_rate, steps=claimed.steps,
+                    sampler=CLAIMED_SAMPLER, once=once)
 
 
 def claimed_epsilon(sigma: float, spec: PrivacySpec) -> float:

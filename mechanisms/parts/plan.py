@@ -25,7 +25,7 @@ from mechanisms.parts.releases import DatasetStatistic, Release
 GRADIENT = "gradient"  # the clipped gradient sum's name among a step's releases
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PrivacySpec:
     """The privacy side of one trial: target, batch geometry and how to calibrate."""
 
@@ -246,7 +246,7 @@ def foreign_parts(parts: Parts) -> list[str]:
     return found
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PrivacyPlan:
     """A mechanism's answer: its noise, and the three sources of truth about that noise.
 

@@ -102,7 +102,7 @@ def test_an_analysis_that_does_not_compose_one_time_releases_does_not_support_th
     from mechanisms.accounting.events import DpsgdRun
     from mechanisms.framework.registry import ACCOUNTANTS
 
-    run = DpsgdRun(3.0, 4096 / N, 600, once=(8.0, 8.0))
+    run = DpsgdRun(noise_multiplier=3.0, sampling_probability=4096 / N, steps=600, once=(8.0, 8.0))
     assert ACCOUNTANTS.get("ma_classic").supports(run)
     gdp = ACCOUNTANTS.get("gdp")
     assert not gdp.supports(run) and gdp.supports(dataclasses.replace(run, once=()))
