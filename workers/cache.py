@@ -33,9 +33,12 @@ def dataset_key(name: str, options: Mapping[str, Any]) -> str:
 
 
 def cached_dataset(name: str, options: Mapping[str, Any], load: Callable[[], Any]) -> tuple[Any, bool]:
-    """The splits `load()` returns for (name, options), from the cache when there (True: it was)."""
+    """The splits `load()` returns for (name, options), from the cache when there (True: it was); never during a
+    neighbouring-data check, whose loads are the neighbour's."""
+    from workers.datasets.contract import in_neighbour_check
+
     size = capacity()
-    if size == 0:
+    if size == 0 or in_neighbour_check():
         return load(), False
     key = dataset_key(name, options)
     if key in _DATASETS:

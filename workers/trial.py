@@ -134,17 +134,14 @@ def as_config(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
     return config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
 
 
-def _workload(config: TrialConfig, watch: Stopwatch | None = None, cached: bool = True,
-              seed: int | None = None) -> tuple[Any, Any, Any]:
+def _workload(config: TrialConfig, watch: Stopwatch | None = None, seed: int | None = None) -> tuple[Any, Any, Any]:
     """The trial's data splits (the test split at most `max_test_examples`), its training split (at most
     `max_train_examples`), each the same subset in every phase, and its model (built under `seed` when given).
-    The splits come from the worker's cache (`workers.cache`) when an earlier trial in this process loaded them,
-    unless not `cached` (a neighbouring-data check's load, `workers.neighbours`)."""
+    The splits come from the worker's cache (`workers.cache`) when an earlier trial in this process loaded them."""
     watch = watch or Stopwatch()
     with watch.part("data_s"):
         options = dict(config.dataset_options)
-        load = functools.partial(datasets.load, config.dataset, options)
-        splits = cache.cached_dataset(config.dataset, options, load)[0] if cached else load()
+        splits, _ = cache.cached_dataset(config.dataset, options, lambda: datasets.load(config.dataset, options))
         train_split = _at_most(splits.train, config.train.max_train_examples)
         splits = dataclasses.replace(splits, test=_at_most(splits.test, config.train.max_test_examples))
     with watch.part("model_s"), (_rng_kept() if seed is not None else contextlib.nullcontext()):
@@ -232,17 +229,17 @@ def plan_phase(config: TrialConfig, check: bool = True) -> Planned:
     if config.private and check:
         with watch.part("neighbours_s"):
             most = config.train.max_train_examples
-            findings = neighbours.check(config.dataset, made, lambda: _plan_time(config, Stopwatch(), cached=False),
+            findings = neighbours.check(config.dataset, made, lambda: _plan_time(config, Stopwatch()),
                                         lambda n: int(_kept(n, most)[0]),
                                         datasets.get_loader(config.dataset)[0].transform is not None)
     return Planned(made.planned, made.spec, time.perf_counter() - t0, watch.wall["calibration_s"], made.tuning,
                    watch.to_dict(), time.time(), findings=findings)
 
 
-def _plan_time(config: TrialConfig, watch: Stopwatch, cached: bool = True) -> neighbours.Pretraining:
+def _plan_time(config: TrialConfig, watch: Stopwatch) -> neighbours.Pretraining:
     """What the trial's plan-time code makes, under its seed: the data, the model, the spec and the plan (a
-    neighbouring-data check runs it again, not `cached`, inside `workers.datasets.neighbouring`)."""
-    splits, train_split, bundle = _workload(config, watch, cached, seed=config.seed)
+    neighbouring-data check runs it again inside `workers.datasets.neighbouring`)."""
+    splits, train_split, bundle = _workload(config, watch, seed=config.seed)
     if config.private:  # a model that mixes rows is refused here, the first code a trial runs, before any device
         model_checks.refuse(bundle.module)
     spec = privacy_spec(config, datasets.unit_count(train_split), _trainable(bundle), bundle)

@@ -17,7 +17,7 @@ from mechanisms.framework.mechanism import Claim
 from mechanisms.parts.clipping import FlatClipping
 from mechanisms.parts.noise_addition import GaussianNoise
 from mechanisms.parts.plan import Parts
-from workers import datasets, models, neighbours
+from workers import cache, datasets, models, neighbours
 from workers.datasets.contract import DATASETS, Dataset, Split, Splits, neighbouring, records_are_rows, replace_record
 from workers.models.contract import MODELS, Model, ModelBundle
 from workers.trial import as_config, plan_phase, run_trial
@@ -216,6 +216,15 @@ def test_load_hands_the_neighbour_to_whoever_asks_inside_the_check_only():
         assert first is again  # loaded once per check
     assert neighbours.changed_rows(real.train, first.train).tolist() == [len(real.train) - 1]
     assert neighbours.changed_rows(real.train, datasets.load("digits").train).tolist() == []
+
+
+def test_the_worker_cache_hands_out_no_real_rows_during_the_check():
+    real, _ = cache.cached_dataset("digits", {}, lambda: datasets.load("digits"))
+    with neighbouring(lambda n: 0):
+        rows, hit = cache.cached_dataset("digits", {}, lambda: datasets.load("digits"))
+    assert not hit and neighbours.changed_rows(real.train, rows.train).tolist() == [0]
+    again, hit = cache.cached_dataset("digits", {}, lambda: datasets.load("digits"))
+    assert hit and again is real
 
 
 def test_declared_units_allow_their_rows_to_differ_together():

@@ -258,6 +258,11 @@ def neighbouring(index: Callable[[int], int]) -> Iterator[None]:
         _NEIGHBOUR.reset(token)
 
 
+def in_neighbour_check() -> bool:
+    """Whether a neighbouring-data check is running here (`neighbouring`): loads must not come from a cache."""
+    return _NEIGHBOUR.get() is not None
+
+
 def replace_record(records: Splits, index: int) -> Splits:
     """`records` with training record `index` replaced by one from outside the training split, of another class
     where there is one, and the farthest of the first `REPLACEMENTS` such (so the class counts, the means and most
