@@ -250,6 +250,8 @@ FIELDS: tuple[Field, ...] = (
       "its own unit"),
     F("grad_sample_mode_source", "privacy", (str, type(None)), "where the engine came from: grid, model (its "
       "info), or default (the model names none: privbench's book-keeping engine)"),
+    F("row_grouping", "privacy", (dict, type(None)), "rows clipped together: declared privacy units (units, rows, "
+      "largest unit) and augmult, and the engine that clipped them; None: one row per record"),
     F("claim_status", "privacy", (str, type(None)), "ok, overclaimed, violated or uncertified (worst over seeds)",
       column="claim_status", header="status", group="core", aggregate="worst", private_only=True),
     # the one-run audit: lower bounds (the largest over seeds), ceiling, cost

@@ -159,7 +159,15 @@ def _kept(n: int, most: int | None) -> np.ndarray:
 
 
 def _at_most(split: Any, most: int | None) -> Any:
-    """`split`, or a fixed random subset of `most` of its examples (in their order)."""
+    """`split`, or a fixed random subset of `most` of its examples (in their order); of `most` of its privacy units,
+    with all their rows, when it declares units (the batch size counts units too)."""
+    units = getattr(split, "units", None)
+    if units is not None:
+        ids = np.unique(units)
+        if not most or most >= len(ids):
+            return split
+        kept = ids[np.random.default_rng(0).permutation(len(ids))[:most]]
+        return split.subset(np.flatnonzero(np.isin(units, kept)))
     if not most or most >= len(split):
         return split
     return split.subset(_kept(len(split), most))

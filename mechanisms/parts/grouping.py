@@ -12,8 +12,9 @@ Two honest routes need it, and share this one implementation:
   stays within the bound and the accounting is unchanged (the K rows are one record's).
 
 Both are a `RowGroups`: each row's group in the step, and the factor the group's rows are summed with (1 for a
-unit, 1/K for K augmentations). `group_rows` turns per-row gradients into per-group ones; the clipper then clips
-groups exactly as it clips examples. `Units` maps the sampler's unit indices to rows.
+unit, 1/K for K augmentations). The engines then clip groups exactly as they clip examples: the book-keeping
+engine lays a group's rows out as one example's positions (`regroup`), Opacus' per-row gradients are summed per
+group (`group_rows`). `Units` maps the sampler's unit indices to rows.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ def regroup(x: torch.Tensor, groups: RowGroups, scaled: bool = False) -> torch.T
     example (zeros where a group has fewer rows than `width`), times `scale` when `scaled`. A layer's per-example
     gradient sum_t g_t a_t^T over these positions is the group's, scale * sum over its rows: the engine's norms
     and clipped sums of an example then hold for the group, unchanged."""
-
     if groups.slot is None:
         raise ValueError("rows grouped for the book-keeping engine need each row's slot in its group")
     if x.shape[0] != groups.index.shape[0]:

@@ -133,3 +133,18 @@ def test_a_units_rows_are_one_contribution_to_a_released_statistic():
     assert float(moved.norm()) == pytest.approx(1.0, rel=1e-6)
     per_row = released(dataclasses.replace(whole, units=None)) - released(dataclasses.replace(without, units=None))
     assert float(per_row.norm()) == pytest.approx(3.0, rel=1e-6)
+
+
+def test_max_train_examples_keeps_whole_units():
+    """A smoke run's (and `gpus: auto`'s one-batch probe's) subset counts units, as the batch size does."""
+    from workers.datasets.contract import Split
+    from workers.trial import _at_most
+
+    units = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4])
+    split = Split(np.arange(10, dtype=np.float32)[:, None], np.zeros(10, dtype=np.int64), units=units)
+    kept = _at_most(split, 2)
+    assert datasets.unit_count(kept) == 2
+    for u in np.unique(kept.units):
+        assert np.sum(kept.units == u) == np.sum(units == u)  # every row of a kept unit
+        assert np.array_equal(kept.inputs[kept.units == u, 0], np.flatnonzero(units == u))
+    assert _at_most(split, 5) is split

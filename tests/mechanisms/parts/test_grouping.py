@@ -196,8 +196,8 @@ def test_augmult_averages_the_k_copies_before_clipping(mode):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def train_params(data, plan, mode, seed=0):
-    module = model(seed)
+def train_params(data, plan, mode, seed=0, flatten=False):
+    module = nn.Sequential(nn.Flatten(), *model(seed)) if flatten else model(seed)
     training = make_private(module, torch.optim.SGD(module.parameters(), lr=0.5), data, plan,
                             criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(seed),
                             grad_sample_mode=mode, noise_generator=torch.Generator().manual_seed(seed + 1))
@@ -242,11 +242,12 @@ def test_the_units_sampler_draws_units_as_the_plan_accounts():
     drawn = 0
     for _ in range(3):
         for batch in training.loader:
-            groups = batch.groups
-            rows_per_unit = torch.bincount(groups.index, minlength=groups.count)
-            sizes = np.bincount(unit)  # each drawn unit comes with all its rows
-            assert len(batch[0]) == int(rows_per_unit.sum())
-            assert sorted(rows_per_unit.tolist()) == sorted(sizes[np.unique(unit[_rows(batch, data)])].tolist())
+            groups, rows = batch.groups, np.array(_rows(batch, data), dtype=np.int64)
+            drawn_units = np.unique(unit[rows])
+            assert sorted(rows) == sorted(np.flatnonzero(np.isin(unit, drawn_units)))  # all their rows, no other
+            group = groups.index.numpy()
+            assert groups.count == len(drawn_units)
+            assert all(len(set(unit[rows[group == g]])) == 1 for g in range(groups.count))  # a group is one unit
             drawn += groups.count
     assert drawn == pytest.approx(30 * 20, rel=0.25)
     with pytest.raises(ValueError, match="accounts for 100 privacy units, the data has 200"):
@@ -261,11 +262,34 @@ def _rows(batch, data):
     return [int(torch.nonzero((data.tensors[0] == row).all(1))[0]) for row in x]
 
 
-@pytest.mark.parametrize("mode", ["ghost"])
-def test_grouping_refuses_engines_that_clip_rows(mode):
+def test_grouping_refuses_opacus_ghost_which_clips_rows():
     data = TensorDataset(torch.randn(30, 5), torch.zeros(30, dtype=torch.long))
     data.units = Units.of(np.arange(30) // 3)
     spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=10, batch_size=2, epochs=1, sigma=1.0)
     with pytest.raises(ValueError, match="clip a unit's rows together"):
         make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data, mechanisms.get("dpsgd").plan(spec),
-                     criterion=nn.CrossEntropyLoss(), generator=torch.Generator(), grad_sample_mode=mode)
+                     criterion=nn.CrossEntropyLoss(), generator=torch.Generator(), grad_sample_mode="ghost")
+
+
+@pytest.mark.parametrize("mode", ["hooks", "bk"])
+def test_augmult_of_identical_copies_is_plain_dpsgd(mode, monkeypatch):
+    """With the augmentation replaced by the identity, each record's K copies are the record K times: their
+    averaged gradient is the record's, so training gives plain DP-SGD's parameters (the same batches, the same
+    noise), within float32 rounding: Opacus' hooks undo the loss's mean over four times as many rows, and bk takes a
+    record's copies as four positions of one example, whose ghost norm sums in another order."""
+    from mechanisms.framework import private_training
+
+    torch.manual_seed(6)
+    tensors = torch.randn(90, 1, 1, 5), torch.randint(0, 3, (90,))
+    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
+    plan = mechanisms.get("dpsgd").plan(spec)
+    flat = nn.Flatten()
+    plain, _ = train_params(TensorDataset(flat(tensors[0]), tensors[1]), plan, mode)
+    monkeypatch.setattr(private_training, "augment_crop_flip", lambda images, generator, padding: images)
+    data = TensorDataset(*tensors)
+    data.augmult = 4
+    copies, training = train_params(data, plan, mode, flatten=True)
+    assert training.loader.grouping == Grouping(None, 4)
+    torch.testing.assert_close(plain, copies, rtol=1e-5, atol=1e-6)
+    untrained = torch.cat([p.detach().reshape(-1) for p in model(0).parameters()])
+    assert (plain - untrained).abs().max() > 1e-2  # it trained
