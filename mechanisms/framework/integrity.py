@@ -53,9 +53,9 @@ CHECKS: dict[str, str] = {
     "row_independence": "changing one example of a real batch moves no other example's output or per-example "
                         "gradient through the model and the loss (measured before training and on a few random "
                         "steps; a dependence names the first module where the rows mix)",
-    "model_state": "every other tensor of the model's state (buffers such as running statistics, parameters the "
-                   "optimizer does not train) stays as it was: checked on random coordinates after every step and "
-                   "whole after training",
+    "model_state": "the model's state that the optimizer does not train (buffers such as running statistics, frozen "
+                   "parameters) stays as it was: checked on random coordinates after every step and whole after "
+                   "training",
     "state_replay": "the state trajectory, recomputed from the recorded releases alone by a fresh mechanism in "
                     "another process, equals the one training used",
 }
@@ -443,7 +443,8 @@ class StepGuard:
             self._clamped.add_(clamped)
 
     def after_update(self) -> None:
-        """After the optimizer's update: the shadow's recomputed coordinates against the parameters."""
+        """After the optimizer's update: the shadow's recomputed coordinates against the parameters, and the
+        model's untrained state against what it was (`StateWatch`, when the guard was given the model)."""
         self.steps += 1
         if self.shadow is not None:
             self.shadow.check(self.optimizer)
@@ -452,7 +453,7 @@ class StepGuard:
 
     def after_post_processing(self) -> None:
         """privbench's own post-processing (a weight permutation) moved the parameters and the optimizer's
-        state: the shadow reads them again."""
+        state: the shadow and the state watch read them again."""
         if self.shadow is not None:
             self.shadow.resync(self.optimizer)
         if self.state_watch is not None:

@@ -382,8 +382,9 @@ class RowWatch:
         self.sync()
         rows = min(rows, PROBE_TRAINING_ROWS)
         xs = [x[:rows] for x in inputs]
-        self.results.append((f"at step {step}", row_dependence(self.twin, xs, labels[:rows],
-                                                               changed=(step * 7919) % rows, seed=self.seed + step)))
+        changed = (step * 7919) % rows  # which example is swapped moves from probe to probe
+        self.results.append((f"at step {step}", row_dependence(self.twin, xs, labels[:rows], changed=changed,
+                                                               seed=self.seed + step)))
 
     def findings(self) -> list[Finding]:
         """The training probes' finding (`row_independence`), every result read in one transfer."""
