@@ -821,7 +821,12 @@ class StateWatch:
         tensors = self._fetch()
         self._views_now = self._views(tensors)  # a permutation may move storage
         torch.cat(self._views_now, out=self._before)
-        self._copies = {i: tensors[i].detach().clone() for i in self._kept}
+        for i in self._kept:  # in place after the first time (a permutation resyncs every step)
+            copy = self._copies.get(i)
+            if copy is not None and copy.shape == tensors[i].shape:
+                copy.copy_(tensors[i].detach())
+            else:
+                self._copies[i] = tensors[i].detach().clone()
 
     def check(self) -> None:
         """After an update: which coordinates differ from before training (NaN equals NaN); no host read."""
