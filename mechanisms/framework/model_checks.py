@@ -154,10 +154,10 @@ def fix(module: nn.Module, rules: Sequence[Rule] = RULES) -> nn.Module:
         targets = [(path, m, rule) for path, m in fixed.named_modules() for rule in rules
                    if rule.replace is not None and rule.applies(m)]
     for path, m, rule in targets:
-        device = next(iter([*m.parameters(), *m.buffers()]), None)
+        held = next(iter([*m.parameters(), *m.buffers()]), None)  # a tensor of the module: its device
         new = rule.replace(m)
-        if device is not None:
-            new = new.to(device.device)
+        if held is not None:
+            new = new.to(held.device)
         new.train(m.training)
         if not path:
             return new
@@ -232,14 +232,14 @@ class _Recorder:
                 self.kept.append((None if x is None else x.detach().clone(), None if y is None else y.detach().clone()))
                 return
             at, self.position = self.position, self.position + 1
-            if at >= len(self.names) or self.names[at] != name:  # another path through the model: not compared
+            if at >= len(self.names):  # more calls than the first pass made: another path, not compared
                 return
             zero = self.keep.new_zeros(())
             (x0, y0), pair = self.kept[at], []
-            for old, new in ((x0, x), (y0, y)):
-                pair.append(_moved(old, new, self.keep) if old is not None and new is not None
-                            and old.shape == new.shape else zero)
-            self.changes.append(torch.stack(pair))
+            for old, new in ((x0, x), (y0, y)):  # a call that is not the first pass's (another path) compares as 0
+                pair.append(_moved(old, new, self.keep) if self.names[at] == name and old is not None
+                            and new is not None and old.shape == new.shape else zero)
+            self.changes.append(torch.stack(pair))  # row `at`: the changes stay aligned with the names
 
         return hook
 
