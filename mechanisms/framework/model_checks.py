@@ -103,11 +103,13 @@ RULES: tuple[Rule, ...] = (
     Rule("batch_norm", _batch_norm,
          "normalises each example with its batch's mean and variance in training, so one example moves every other "
          "example's output and clipped gradient (and its running statistics release the training set's)",
-         "replace it with GroupNorm or LayerNorm (`fix` puts GroupNorm with gcd(32, channels) groups)",
+         "replace it with GroupNorm or LayerNorm (mechanisms.framework.model_checks.fix(model) swaps in GroupNorm "
+         "with gcd(32, channels) groups)",
          _to_group_norm),
     Rule("instance_norm_running_stats", _instance_norm_stats,
          "keeps running statistics of the training batches, which no release accounts",
-         "set track_running_stats=False (`fix` does)", _without_running_stats),
+         "set track_running_stats=False (mechanisms.framework.model_checks.fix(model) does)",
+         _without_running_stats),
     Rule("running_statistics", _running_statistics,
          "keeps running statistics of the training batches, which no release accounts",
          "freeze them (keep the module in eval mode) or release them privately through a Statistic"),
