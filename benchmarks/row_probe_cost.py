@@ -1,6 +1,7 @@
 """Benchmark: what the row probe costs (`mechanisms.framework.model_checks.RowWatch`).
 
-    python benchmarks/row_probe_cost.py [--models digits-mlp,mlp,cnn-small] [--rounds 20] [--steps 44] [--json]
+    python benchmarks/row_probe_cost.py [--models digits-mlp,mlp,cnn-small,bert-tiny] [--rounds 20] [--steps 44]
+                                        [--json]
 
 The trainer probes a real batch before training, then a few training steps drawn at random (`probe_count`): on
 each, the model's twin is loaded with the model's state and example j of the step's batch is swapped for another
@@ -13,7 +14,10 @@ their paired ratio (the median of the rounds' own ratios), the probes' share of 
 the probe before training (CPU seconds, once per trial), and the host synchronisations of one probe
 (benchmarks/step_profile.py's counter; the steps that are not probed run nothing of it). `digits-mlp` is the
 issue's setting (digits, batch 64); the others are step_profile's geometries.
-The model-state watch runs inside the step's `StepGuard` and is in benchmarks/integrity_cost.py's figures.
+The model-state watch (`integrity.StateWatch`) runs inside the step's `StepGuard`, so it is in
+benchmarks/integrity_cost.py's figures; here its per-step check is also timed alone, as a share of the DP step,
+beside the number of untrained state tensors it watches (mlp and cnn-small have none; bert-tiny has its position
+and token-type ids).
 """
 
 from __future__ import annotations
@@ -76,14 +80,19 @@ def measure(name: str, rounds: int, planned_steps: int) -> dict[str, Any]:
         rows = min(batch.size, PROBE_TRAINING_ROWS)
         return row_dependence(watch.twin, [x[:rows] for x in batch[:-1]], batch[-1][:rows], changed=1)
 
-    seconds: dict[str, list[float]] = {"step": [], "probe": []}
+    state = s.training.optimizer.guard.state_watch
+    seconds: dict[str, list[float]] = {"step": [], "probe": [], "state": []}
     for r in range(rounds + 1):
         batch = next(batches)
-        for part in (("step", "probe") if r % 2 else ("probe", "step")):
+        for part in (("step", "probe", "state") if r % 2 else ("state", "probe", "step")):
             t0 = time.process_time()
-            train_step(s, batch) if part == "step" else probe(batch)
+            if part == "state":  # the model-state watch's share of a step, timed alone (x10: it is small)
+                for _ in range(10):
+                    state.check()
+            else:
+                train_step(s, batch) if part == "step" else probe(batch)
             if r:  # round 0 warms up
-                seconds[part].append(time.process_time() - t0)
+                seconds[part].append((time.process_time() - t0) / (10 if part == "state" else 1))
     counter = step_profile.StepCounter(step_profile.host_tensors(s))
     with counter:
         probe(next(batches))
@@ -91,13 +100,14 @@ def measure(name: str, rounds: int, planned_steps: int) -> dict[str, Any]:
     paired = statistics.median(p / q for p, q in zip(seconds["probe"], seconds["step"], strict=True))
     alarms = [f"{f.check}: {f.reason}" for f in (before, *s.training.optimizer.guard.findings()) if not f.passed]
     return {"model": name, "dp_step_s": step, "probe_s": one, "paired_ratio": paired,
+            "state_watch_share": statistics.median(seconds["state"]) / step, "state_tensors": len(state.names),
             "share_of_trial": probe_count(planned_steps) * paired / planned_steps, "planned_steps": planned_steps,
             "probe_before_training_s": before_s, "probe_syncs": len(counter.syncs), "alarms": alarms}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="digits-mlp,mlp,cnn-small")
+    parser.add_argument("--models", default="digits-mlp,mlp,cnn-small,bert-tiny")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--steps", type=int, default=44, help="a trial's planned steps (the issue's digits trial: 44)")
     parser.add_argument("--json", action="store_true")
@@ -108,11 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows))
         return 0
     print(f"| model | CPU s / DP step | CPU s / probe | probe / step (paired) | share of a {args.steps}-step trial | "
-          "probe before training, CPU s | host syncs / probe |")
-    print("|---|---|---|---|---|---|---|")
+          "probe before training, CPU s | host syncs / probe | state watch / step (tensors) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['dp_step_s']:.4g} | {r['probe_s']:.4g} | {r['paired_ratio']:.3f} | "
-              f"{100 * r['share_of_trial']:.2f}% | {r['probe_before_training_s']:.3g} | {r['probe_syncs']:g} |"
+              f"{100 * r['share_of_trial']:.2f}% | {r['probe_before_training_s']:.3g} | {r['probe_syncs']:g} | "
+              f"{100 * r['state_watch_share']:.2f}% ({r['state_tensors']}) |"
               + (f" alarms: {r['alarms']}" if r["alarms"] else ""))
     return 0
 

@@ -324,7 +324,9 @@ def train(
     `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). The integrity
     checks of privbench's private step (`mechanisms.framework.integrity`: its code before the first step and
     after the last, every step's `StepGuard`) are in `info["integrity"]`, and the state trajectory the analysis
-    replays in `info["state_trace"]`: a failed check makes the trial uncertified.
+    replays in `info["state_trace"]`: a failed check makes the trial uncertified. So does a failed row
+    probe (`model_checks.RowWatch`: before training in `setup`, then on its drawn steps before they run, outside the
+    step's timer, on a twin of the model; read once after training).
     """
     if private is None:
         private = plan.sigma is not None

@@ -103,11 +103,13 @@ RULES: tuple[Rule, ...] = (
     Rule("batch_norm", _batch_norm,
          "normalises each example with its batch's mean and variance in training, so one example moves every other "
          "example's output and clipped gradient (and its running statistics release the training set's)",
-         "replace it with GroupNorm or LayerNorm (`fix` puts GroupNorm with gcd(32, channels) groups)",
+         "replace it with GroupNorm or LayerNorm (mechanisms.framework.model_checks.fix(model) swaps in GroupNorm "
+         "with gcd(32, channels) groups)",
          _to_group_norm),
     Rule("instance_norm_running_stats", _instance_norm_stats,
          "keeps running statistics of the training batches, which no release accounts",
-         "set track_running_stats=False (`fix` does)", _without_running_stats),
+         "set track_running_stats=False (mechanisms.framework.model_checks.fix(model) does)",
+         _without_running_stats),
     Rule("running_statistics", _running_statistics,
          "keeps running statistics of the training batches, which no release accounts",
          "freeze them (keep the module in eval mode) or release them privately through a Statistic"),
@@ -154,10 +156,10 @@ def fix(module: nn.Module, rules: Sequence[Rule] = RULES) -> nn.Module:
         targets = [(path, m, rule) for path, m in fixed.named_modules() for rule in rules
                    if rule.replace is not None and rule.applies(m)]
     for path, m, rule in targets:
-        device = next(iter([*m.parameters(), *m.buffers()]), None)
+        held = next(iter([*m.parameters(), *m.buffers()]), None)  # a tensor of the module: its device
         new = rule.replace(m)
-        if device is not None:
-            new = new.to(device.device)
+        if held is not None:
+            new = new.to(held.device)
         new.train(m.training)
         if not path:
             return new
@@ -232,14 +234,14 @@ class _Recorder:
                 self.kept.append((None if x is None else x.detach().clone(), None if y is None else y.detach().clone()))
                 return
             at, self.position = self.position, self.position + 1
-            if at >= len(self.names) or self.names[at] != name:  # another path through the model: not compared
+            if at >= len(self.names):  # more calls than the first pass made: another path, not compared
                 return
             zero = self.keep.new_zeros(())
             (x0, y0), pair = self.kept[at], []
-            for old, new in ((x0, x), (y0, y)):
-                pair.append(_moved(old, new, self.keep) if old is not None and new is not None
-                            and old.shape == new.shape else zero)
-            self.changes.append(torch.stack(pair))
+            for old, new in ((x0, x), (y0, y)):  # a call that is not the first pass's (another path) compares as 0
+                pair.append(_moved(old, new, self.keep) if self.names[at] == name and old is not None
+                            and new is not None and old.shape == new.shape else zero)
+            self.changes.append(torch.stack(pair))  # row `at`: the changes stay aligned with the names
 
         return hook
 
@@ -382,8 +384,9 @@ class RowWatch:
         self.sync()
         rows = min(rows, PROBE_TRAINING_ROWS)
         xs = [x[:rows] for x in inputs]
-        self.results.append((f"at step {step}", row_dependence(self.twin, xs, labels[:rows],
-                                                               changed=(step * 7919) % rows, seed=self.seed + step)))
+        changed = (step * 7919) % rows  # which example is swapped moves from probe to probe
+        self.results.append((f"at step {step}", row_dependence(self.twin, xs, labels[:rows], changed=changed,
+                                                               seed=self.seed + step)))
 
     def findings(self) -> list[Finding]:
         """The training probes' finding (`row_independence`), every result read in one transfer."""

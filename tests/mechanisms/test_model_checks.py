@@ -69,15 +69,47 @@ class RunningMean(nn.Module):
         return x
 
 
+class CentreBetween(nn.Module):
+    """Mixes rows in its own forward, between two of its submodules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(16, 8), nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(x)
+        return self.second(h - h.mean(0))
+
+
+class _MixGradients(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        return grad - grad.mean(0)
+
+
+class BackwardMixer(nn.Module):
+    """The identity forward; its backward subtracts the batch's mean gradient (the outputs never mix)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _MixGradients.apply(x)
+
+
 def head() -> list[nn.Module]:
     return [nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3)]
 
 
-MIXERS = {  # model -> the module the probe must name (None: the model's own forward)
+MIXERS = {  # model -> where the probe must say the rows mix
     "batchnorm-on-input": (lambda: nn.Sequential(nn.BatchNorm1d(16, affine=False), *head()), "`0` (BatchNorm1d)"),
     "log-softmax-over-batch": (BatchSoftmax, "model's own forward (BatchSoftmax.forward"),
     "centre-the-batch": (lambda: nn.Sequential(nn.Linear(16, 8), Center(), nn.Tanh(), nn.Linear(8, 3)),
                          "`1` (Center)"),
+    "centre-between-modules": (CentreBetween, "outside any module, before the module `second` (Linear)"),
+    "mix-in-backward": (lambda: nn.Sequential(nn.Linear(16, 8), BackwardMixer(), nn.Tanh(), nn.Linear(8, 3)),
+                        "in the backward pass"),
 }
 CORRECT = {
     "layernorm-dropout": lambda: nn.Sequential(nn.Linear(16, 8), nn.LayerNorm(8), nn.Dropout(0.5), nn.Tanh(),
@@ -248,11 +280,14 @@ def failed(findings: list[integrity.Finding]) -> dict[str, str]:
     return {f.check: f.reason for f in findings if not f.passed}
 
 
-def test_running_statistics_that_move_in_training_fail_the_model_state_check():
-    model = nn.Sequential(nn.Linear(16, 16), RunningMean(16), nn.Tanh(), nn.Linear(16, 2))
+@pytest.mark.parametrize("layer", [RunningMean(16), nn.BatchNorm1d(16, affine=False)], ids=lambda m: type(m).__name__)
+def test_running_statistics_that_move_in_training_fail_the_model_state_check(layer):
+    """The guard alone (the validator would refuse both before training): the running mean released nothing."""
+    model = nn.Sequential(nn.Linear(16, 16), layer, nn.Tanh(), nn.Linear(16, 2))
     problems = failed(train_privately(model))
     assert set(problems) == {"model_state"}, problems
-    assert "the model's buffer `1.running_mean` changed during training" in problems["model_state"]
+    assert problems["model_state"].startswith("the model's buffer `1.running_mean`"), problems
+    assert "changed during training, and no release covers it" in problems["model_state"]
 
 
 def test_a_frozen_parameter_or_a_buffer_changed_between_steps_or_replaced_is_caught():

@@ -29,9 +29,9 @@ CHECKS: dict[str, str] = {
     "row_independence": "changing one example of a real batch moves no other example's output or per-example "
                         "gradient through the model and the loss (measured before training and on a few random "
                         "steps; a dependence names the first module where the rows mix)",
-    "model_state": "every other tensor of the model's state (buffers such as running statistics, parameters the "
-                   "optimizer does not train) stays as it was: checked on random coordinates after every step and "
-                   "whole after training",
+    "model_state": "the model's state that the optimizer does not train (buffers such as running statistics, frozen "
+                   "parameters) stays as it was: checked on random coordinates after every step and whole after "
+                   "training",
     "state_replay": "the state trajectory, recomputed from the recorded releases alone by a fresh mechanism in "
                     "another process, equals the one training used",
     # the neighbouring-data checks of the plan-time code (workers/neighbours.py): run again on a neighbouring

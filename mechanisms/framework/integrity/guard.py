@@ -204,7 +204,8 @@ class StepGuard:
             self._clamped.add_(clamped)
 
     def after_update(self) -> None:
-        """After the optimizer's update: the shadow's recomputed coordinates against the parameters."""
+        """After the optimizer's update: the shadow's recomputed coordinates against the parameters, and the
+        model's untrained state against what it was (`StateWatch`, when the guard was given the model)."""
         self.steps += 1
         if self.shadow is not None:
             self.shadow.check(self.optimizer)
@@ -213,7 +214,7 @@ class StepGuard:
 
     def after_post_processing(self) -> None:
         """privbench's own post-processing (a weight permutation) moved the parameters and the optimizer's
-        state: the shadow reads them again."""
+        state: the shadow and the state watch read them again."""
         if self.shadow is not None:
             self.shadow.resync(self.optimizer)
         if self.state_watch is not None:
@@ -581,7 +582,12 @@ class StateWatch:
         tensors = self._fetch()
         self._views_now = self._views(tensors)  # a permutation may move storage
         torch.cat(self._views_now, out=self._before)
-        self._copies = {i: tensors[i].detach().clone() for i in self._kept}
+        for i in self._kept:  # in place after the first time (a permutation resyncs every step)
+            copy = self._copies.get(i)
+            if copy is not None and copy.shape == tensors[i].shape:
+                copy.copy_(tensors[i].detach())
+            else:
+                self._copies[i] = tensors[i].detach().clone()
 
     def check(self) -> None:
         """After an update: which coordinates differ from before training (NaN equals NaN); no host read."""
