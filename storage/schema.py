@@ -305,11 +305,12 @@ FIELDS: tuple[Field, ...] = (
       "(at most 1 when the step clips as planned)", private_only=True, mlflow=True),
     F("audit_canary_push_se", "privacy", NUM + OPT, "the standard error of audit_canary_push", private_only=True),
     F("audit_findings", "privacy", list, "what the run's audits found that refutes the claim, in words (the audited "
-      "epsilon above the ceiling beyond its noise, a failed noise check, a family bound above the claim)",
+      "epsilon above the ceiling beyond its noise, a failed noise check, a family bound or the input canaries' bound "
+      "above the claim)",
       private_only=True),
     F("audit_violations", "privacy", list, "the same findings in a few words each (above ceiling, canaries pushed "
       "beyond the bound, noise below declared, noise repeats across steps, noise correlated across steps, family "
-      "bound above claim)", private_only=True),
+      "bound above claim, input canaries above claim)", private_only=True),
     F("audit_ceiling_tightness", "privacy", NUM + OPT, "ceiling / certified epsilon", private_only=True, mlflow=True),
     F("audit_tightness", "privacy", NUM + OPT, "audited / certified epsilon", private_only=True, mlflow=True),
     F("audit_canaries", "privacy", int, "canaries inserted", private_only=True, mlflow=True),
@@ -329,6 +330,22 @@ FIELDS: tuple[Field, ...] = (
       unit="s"),
     F("audit_estimate_s", "privacy", NUM, "seconds estimating the bounds", private_only=True, mlflow=True, unit="s"),
     F("audit_family_s", "privacy", NUM, "seconds of the family bounds", private_only=True, mlflow=True, unit="s"),
+    # the input-canary audit: canaries that are examples, through the data, the model and the loss
+    F("epsilon_audited_input", "privacy", NUM + OPT, "lower bound from the one-run audit with input canaries (real "
+      "examples scored on the final model)", column="epsilon_audited_input", header="eps input", group="audit",
+      aggregate="max", private_only=True, mlflow=True, digits=2, rounding="down", sparse=True),
+    F("epsilon_audited_input_steinke", "privacy", NUM + OPT, "Steinke et al.'s bound on the input canaries",
+      aggregate="max", private_only=True),
+    F("epsilon_audited_input_fdp", "privacy", NUM + OPT, "the f-DP bound on the input canaries", aggregate="max",
+      private_only=True),
+    F("audit_input_canaries", "privacy", int, "input canaries drawn (each included with probability 1/2)",
+      private_only=True, mlflow=True),
+    F("audit_input_included", "privacy", int, "input canaries included in the run", private_only=True),
+    F("audit_input_guesses", "privacy", int, "guesses of the input-canary bound", private_only=True),
+    F("audit_input_rows", "privacy", int, "canary rows the run trained on (over all its steps)", private_only=True),
+    F("audit_input_skipped", "privacy", str, "why the input-canary audit did not run", private_only=True),
+    F("audit_input_s", "privacy", NUM, "seconds drawing, encoding and scoring the input canaries (their rows' "
+      "training is in the steps)", private_only=True, mlflow=True, unit="s"),
     # black-box membership inference (every trial, non-private included)
     F("mia_auc", "privacy", NUM + OPT, "loss-threshold membership-inference AUC", column="mia_auc",
       header="MIA AUC", group="audit", mlflow=True, places=2),

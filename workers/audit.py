@@ -370,10 +370,169 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
     return out
 
 
+class InputCanaryRun:
+    """The input canaries of one run (`mechanisms.auditing.input_canaries`): drawn from the seed and the dataset's
+    public description, encoded by the model's own encoder before training, joined to each step's batch as
+    Poisson-sampled examples (`batches`), and scored on the final model (`result`). The plan is not touched: each
+    included canary is one more example of the accounted process, which the certificate covers."""
+
+    def __init__(self, m: int, plan: Any, splits: Any, bundle: Any, seed: int) -> None:
+        t0 = time.perf_counter()
+        self.skipped: str | None = None
+        self.tensors: list[Any] = []
+        self.rows = 0
+        if plan.sampler != "poisson" or getattr(plan, "parts", None) is None:
+            self.skipped = (f"the run's batches are not Poisson-sampled ({plan.sampler}): an input canary joins a run "
+                            "as an added example, a neighbour its certificate covers under Poisson sampling only")
+        else:
+            import torch
+
+            from mechanisms.auditing import input_canaries
+            from workers.datasets.contract import Split
+
+            self.canaries = input_canaries.draw(splits.kind, splits.input_shape, splits.num_classes, m, seed)
+            encoded = bundle.encode(Split(self.canaries.inputs, self.canaries.labels))
+            self.tensors = [*encoded, torch.from_numpy(self.canaries.labels)]
+            self.joins = input_canaries.joins(self.canaries.included, plan.sample_rate, seed)
+            self.initial = _log_probs(bundle.module, self.tensors, torch.device("cpu"))
+        self.seconds = time.perf_counter() - t0
+
+    def batches(self, loader: Any) -> Any:
+        """`loader`'s batches, each with the canaries that join its step appended (their indices are drawn on the
+        host, so no step waits on the device)."""
+        return loader if self.skipped is not None else _CanaryBatches(self, loader)
+
+    def result(self, module: Any, device: Any) -> InputCanaryResult:
+        """Each canary's score on the final `module`: how much training raised the log-probability of its label
+        (`input_canaries.score`)."""
+        if self.skipped is not None:
+            return InputCanaryResult(None, None, 0, self.seconds, self.skipped)
+        t0 = time.perf_counter()
+        scores = _log_probs(module, self.tensors, device) - self.initial
+        return InputCanaryResult(scores, self.canaries.included, self.rows,
+                                 self.seconds + time.perf_counter() - t0, None)
+
+
+def _log_probs(module: Any, tensors: Sequence[Any], device: Any, chunk: int = 1024) -> np.ndarray:
+    """The log-probability `module` (in eval mode) gives each row's label (the last tensor)."""
+    import torch
+
+    was_training = module.training
+    module.eval()
+    with torch.no_grad():
+        *xs, y = [t.to(device) for t in tensors]
+        logits = torch.cat([module(*(x[i:i + chunk] for x in xs)) for i in range(0, len(y), chunk)])
+        out = torch.log_softmax(logits.double(), dim=1).gather(1, y[:, None]).squeeze(1).cpu().numpy()
+    module.train(was_training)
+    return out
+
+
+class _CanaryBatches:
+    """A private loader whose batches carry the joining input canaries after the sampled rows (weight 1 each when
+    the batch is padded)."""
+
+    def __init__(self, run: InputCanaryRun, loader: Any) -> None:
+        self.run, self.loader, self.on = run, loader, None
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Any:
+        import torch
+
+        from mechanisms.framework.private_training import Batch
+
+        run = self.run
+        for batch in self.loader:
+            joining = next(run.joins)
+            if joining.size == 0:
+                yield batch
+                continue
+            device = batch[-1].device
+            if self.on != device:  # the canaries move to the training device once
+                run.tensors, self.on = [t.to(device) for t in run.tensors], device
+            index = torch.from_numpy(joining).to(device, non_blocking=True)
+            rows = [_fit(t.index_select(0, index), b) for t, b in zip(run.tensors, batch, strict=True)]
+            weights = batch.weights
+            if weights is not None:
+                weights = torch.cat([weights, weights.new_ones(joining.size)])
+            run.rows += int(joining.size)
+            yield Batch([torch.cat([b, r]) for b, r in zip(batch, rows, strict=True)], batch.size + int(joining.size),
+                        weights)
+
+
+def _fit(rows: Any, like: Any) -> Any:
+    """Canary rows cut or zero-padded along their second axis to a batch cut to its longest example (texts)."""
+    if rows.dim() < 2 or rows.shape[1] == like.shape[1]:
+        return rows
+    if rows.shape[1] > like.shape[1]:
+        return rows[:, :like.shape[1]]
+    import torch
+
+    return torch.nn.functional.pad(rows, (0, 0) * (rows.dim() - 2) + (0, like.shape[1] - rows.shape[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputCanaryResult:
+    """The input canaries' part of a trained run (JSON-ready): their scores on the final model, which were
+    included, the canary rows trained on, the seconds spent on them outside the steps, and why they were skipped."""
+
+    scores: np.ndarray | None
+    included: np.ndarray | None
+    rows: int = 0
+    seconds: float = 0.0
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        arrays = {k: None if v is None else encode_array(v) for k, v in (("scores", self.scores),
+                                                                          ("included", self.included))}
+        return arrays | {"rows": self.rows, "seconds": self.seconds, "skipped": self.skipped}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> InputCanaryResult:
+        scores, included = (None if data.get(k) is None else decode_array(data[k]) for k in ("scores", "included"))
+        return cls(scores, included, int(data.get("rows", 0)), float(data.get("seconds", 0.0)), data.get("skipped"))
+
+
+def input_canary_fields(result: InputCanaryResult, plan: Any, delta: float) -> dict[str, Any]:
+    """The input-canary audit's record fields; a bound above the claim is a finding that refutes it."""
+    if result.scores is None or result.included is None:
+        return {"audit_input_skipped": result.skipped} if result.skipped else {}
+    from mechanisms.auditing import input_canaries
+
+    t0 = time.perf_counter()
+    b = input_canaries.bound(result.scores, result.included, delta)
+    out: dict[str, Any] = {"epsilon_audited_input": b.epsilon, "epsilon_audited_input_steinke": b.steinke,
+                           "epsilon_audited_input_fdp": b.fdp, "audit_input_canaries": b.canaries,
+                           "audit_input_included": b.included, "audit_input_guesses": b.guesses,
+                           "audit_input_rows": result.rows}
+    claimed = getattr(plan, "epsilon_claimed", None)
+    if claimed is not None and b.epsilon > claimed * (1 + REL_TOL):
+        out["audit_findings"] = [f"the input canaries (real examples through the data, the model and the loss, "
+                                 f"scored on the final model) give an epsilon of at least {b.epsilon:.3g}, above the "
+                                 f"claimed {claimed:.3g}: what the whole pipeline leaks exceeds the claim"]
+        out["audit_violations"] = ["input canaries above claim"]
+    return out | {"audit_input_s": result.seconds + time.perf_counter() - t0}
+
+
+def with_input_canaries(audits: dict[str, Any], result: InputCanaryResult, plan: Any, delta: float) -> dict[str, Any]:
+    """`audits` with the input-canary audit's fields, its findings after the others' and `audit_run_violated`
+    set when it refutes the claim."""
+    fields = input_canary_fields(result, plan, delta)
+    out = audits | fields
+    for key in ("audit_findings", "audit_violations"):
+        if key in fields:
+            out[key] = [*audits.get(key, []), *fields[key]]
+    if "audit_violations" in fields:
+        out["audit_run_violated"] = True
+    return out
+
+
 # each run audit's check name in the record's integrity fields, by the few words of its findings
 AUDIT_CHECKS = {"above ceiling": "audit_ceiling", "canaries pushed beyond the bound": "audit_push",
                 "noise below declared": "audit_noise", "noise repeats across steps": "audit_noise",
-                "noise correlated across steps": "audit_noise", "family bound above claim": "audit_family"}
+                "noise correlated across steps": "audit_noise", "family bound above claim": "audit_family",
+                "input canaries above claim": "audit_input_canaries"}
 
 
 def audit_integrity_findings(audits: dict[str, Any]) -> list[Any]:
@@ -384,7 +543,8 @@ def audit_integrity_findings(audits: dict[str, Any]) -> list[Any]:
 
     ran = {"audit_ceiling": "audit_above_ceiling" in audits, "audit_push": "audit_canary_push" in audits,
            "audit_noise": bool(audits.get("audit_noise_checks")),
-           "audit_family": any(audits.get(k) is not None for k in ("epsilon_audited_curve", "epsilon_audited_noise"))}
+           "audit_family": any(audits.get(k) is not None for k in ("epsilon_audited_curve", "epsilon_audited_noise")),
+           "audit_input_canaries": audits.get("epsilon_audited_input") is not None}
     failed: dict[str, list[str]] = {}
     for label, words in zip(audits.get("audit_violations") or (), audits.get("audit_findings") or (), strict=True):
         failed.setdefault(AUDIT_CHECKS.get(label, "audit_" + label.replace(" ", "_")), []).append(words)
@@ -556,7 +716,7 @@ def audit_cost(audits: dict[str, Any], train_s: float | None) -> dict[str, Any]:
     """What the run-level audits cost: seconds (planning, in-step canaries, bounds, MIA) and the run's
     time with them over its time without (`audit_time_ratio`; the one-step audit is not counted, it
     audits the mechanism, not the run)."""
-    keys = ("audit_plan_s", "audit_one_run_s", "audit_estimate_s", "audit_family_s", "mia_s")
+    keys = ("audit_plan_s", "audit_one_run_s", "audit_estimate_s", "audit_family_s", "audit_input_s", "mia_s")
     spent = sum(float(audits[k]) for k in keys if audits.get(k) is not None)
     if not any(audits.get(k) is not None for k in keys):
         return {}

@@ -198,6 +198,9 @@ class AuditConfig:
     # white-box score of a gradient canary: likelihood ratio across steps, or sum
     statistic: str = bounded("lr", choices=STATISTICS)
     max_canaries: int = bounded(50_000, ge=1, most=100_000_000)
+    # Input canaries of the one-run audit (examples through the data, the model and the loss; `input_canaries_for`):
+    # `auto`, a count, or 0 (off). They run with the one-run audit.
+    input_canaries: int | str = bounded("auto", ge=0, most=1_000_000, words=("auto",))
     ceiling: bool = True  # simulate the certified mechanism under the same analysis
     family_bounds: bool = True  # the curve-family and noise-measurement bounds (white_box.curve_bound, noise_bound)
     # The curve-family search refines its bound for at most this share of the run's training time (at least
@@ -219,6 +222,17 @@ class AuditConfig:
     @property
     def one_run(self) -> bool:
         return self.enabled and self.mode in ("one-run", "both")
+
+    def input_canaries_for(self, n_train: int) -> int:
+        """How many input canaries a run of `n_train` training examples gets (0: none): with the one-run audit,
+        `auto` takes 1,000, at most half the training set (`input_canaries.auto_count`), or the count given."""
+        if not self.one_run or self.input_canaries == 0:
+            return 0
+        if self.input_canaries == "auto":
+            from mechanisms.auditing.input_canaries import auto_count
+
+            return auto_count(n_train)
+        return int(self.input_canaries)
 
     def canaries_for(self, n_params: int, shape: tuple[float, float, int] | None, delta: float, seed: int) -> int:
         """`auto`: 1, 3, 10 or 25 canaries per trainable coordinate (at most `max_canaries`), whichever

@@ -308,7 +308,7 @@ def train(
     cfg: TrainConfig, *, device: torch.device, generator: torch.Generator,
     noise_generator: torch.Generator | None = None, secure_mode: bool = False,
     on_progress: Progress | None = None, attach: Callable[[Any], Callable[[], float] | None] | None = None,
-    private: bool | None = None, watch: Stopwatch | None = None,
+    private: bool | None = None, watch: Stopwatch | None = None, batches: Callable[[Any], Any] | None = None,
 ) -> TrainOutcome:
     """Train `bundle.module` with `mechanism` under `plan`; evaluate every epoch on `eval_splits`.
 
@@ -321,6 +321,7 @@ def train(
     `attach(optimizer)` lets an in-training auditor hook the private optimizer before the first step; it
     may return a clock of its own seconds inside steps, which the step timer leaves out (the one-run
     canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
+    `batches(loader)` lets an auditor add rows to the private loader's batches (the input canaries).
     `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). The integrity
     checks of privbench's private step (`mechanisms.framework.integrity`: its code before the first step and
     after the last, every step's `StepGuard`) are in `info["integrity"]`, and the state trajectory the analysis
@@ -335,6 +336,8 @@ def train(
         s = setup(bundle, train_split, eval_splits, mechanism, plan, cfg, device=device, generator=generator,
                   noise_generator=noise_generator, secure_mode=secure_mode, private=private)
     module, optimizer, loader = s.training.module, s.training.optimizer, s.training.loader
+    if batches is not None:
+        loader = batches(loader)
     evals, info = s.evals, s.info
     with watch.part("canaries_s"):
         audit_clock = attach(optimizer) if attach is not None else None

@@ -43,6 +43,8 @@ from mechanisms.framework.mechanism import uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
 from workers import cache, datasets, models, neighbours, plugins
 from workers.audit import (
+    InputCanaryResult,
+    InputCanaryRun,
     MiaLosses,
     OneRun,
     OneRunResult,
@@ -52,6 +54,7 @@ from workers.audit import (
     mia_losses,
     one_run_fields,
     step_audit,
+    with_input_canaries,
 )
 from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
@@ -273,19 +276,23 @@ class AcceleratorOutput:
     # the plan it made itself (a trial with no plan task, `needs_plan_task`); not stored with the output: a
     # resumed analysis has its plan made again by a plan task
     planned: Planned | None = None
+    input_canaries: InputCanaryResult | None = None  # the input canaries' scores on the final model
 
     def to_dict(self) -> dict[str, Any]:
         return {"metrics": self.metrics, "curves": self.curves, "info": self.info,
                 "one_run": self.one_run.to_dict() if self.one_run is not None else None,
                 "mia": self.mia.to_dict() if self.mia is not None else None, "environment": self.environment,
-                "seconds": self.seconds, "timing": self.timing}
+                "seconds": self.seconds, "timing": self.timing,
+                "input_canaries": self.input_canaries.to_dict() if self.input_canaries is not None else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceleratorOutput:
         return cls(dict(data["metrics"]), dict(data["curves"]), dict(data["info"]),
                    OneRunResult.from_dict(data["one_run"]) if data.get("one_run") else None,
                    MiaLosses.from_dict(data["mia"]) if data.get("mia") else None, dict(data["environment"]),
-                   float(data["seconds"]), dict(data.get("timing") or {}))
+                   float(data["seconds"]), dict(data.get("timing") or {}),
+                   input_canaries=InputCanaryResult.from_dict(data["input_canaries"])
+                   if data.get("input_canaries") else None)
 
 
 def accelerator_phase(config: TrialConfig, planned: Planned | None,
@@ -325,6 +332,8 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
     plan, audit = planned.plan, config.audit
     with watch.part("canaries_s"):
         one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
+        m = audit.input_canaries_for(len(train_split)) if config.private else 0
+        inputs = InputCanaryRun(m, plan, splits, bundle, config.seed) if m else None
     with watch.part("setup_s"):
         noise = noise_generator(config.seed, device, config.secure_rng)
         release_statistics(bundle, train_split, plan, noise, secure=config.secure_rng)  # before the model is copied
@@ -332,9 +341,11 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
     outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism,
                     plan, config.train, device=device, generator=generator, on_progress=on_progress,
                     noise_generator=noise, secure_mode=config.secure_rng,
-                    attach=one_run.attach if one_run else None, private=config.private, watch=watch)
+                    attach=one_run.attach if one_run else None, private=config.private, watch=watch,
+                    batches=inputs.batches if inputs else None)
     with watch.part("forward_s"):
         losses = mia_losses(bundle, train_split, splits.test, audit, device=device, seed=config.seed)
+        scored = inputs.result(bundle.module, device) if inputs is not None else None
     budget = overhead_budget(outcome.metrics.get("train_s"))
     if pristine is not None and runs_own_step(mechanism):  # the trainer's DP step: at least its fewest rounds
         with watch.part("overhead_s"):
@@ -345,7 +356,7 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
     return AcceleratorOutput(outcome.metrics | {"n_train": float(len(train_split))}, outcome.curves, outcome.info,
                              canaries, losses,
                              env | {"accelerator_finished_at": time.time()}, time.perf_counter() - t0,
-                             watch.to_dict(), made_here)
+                             watch.to_dict(), made_here, scored)
 
 
 @contextlib.contextmanager
@@ -385,6 +396,8 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
     audits: dict[str, Any] = {"epsilon_audited": None}
     if output.one_run is not None:
         audits |= one_run_fields(output.one_run, config.audit, plan, plan.delta, train_s)
+    if output.input_canaries is not None:
+        audits = with_input_canaries(audits, output.input_canaries, plan, plan.delta)
     if output.mia is not None:
         audits |= loss_threshold_mia(output.mia)
     audits |= audit_cost(audits, train_s) | dict(step)
@@ -400,13 +413,14 @@ def analysis_phase(config: TrialConfig, planned: Planned, output: AcceleratorOut
         "claim_status": claim_status(plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
                                      audit_violated=bool(audits.get("audit_step_violated")
                                                           or audits.get("audit_run_violated")),
-                                     private=private),
+                                     private=private, epsilon_audited_input=audits.get("epsilon_audited_input")),
     } | dict(planned.tuning) | candidate_fields(config.tuning) | (
         integrity.record_fields(findings + audit_integrity_findings(audits)) if private else {})
     if "audit_step_p_value" in audits:  # the verdict without the step audit: a sweep applies Holm to it
         privacy["claim_status_without_step"] = claim_status(
             plan.epsilon_claimed, plan.epsilon_certified, audits["epsilon_audited"],
-            audit_violated=bool(audits.get("audit_run_violated")), private=private)
+            audit_violated=bool(audits.get("audit_run_violated")), private=private,
+            epsilon_audited_input=audits.get("epsilon_audited_input"))
     analysis_s = time.perf_counter() - t0 + float(step.get("audit_step_s") or 0.0)
     phases = {"plan_s": planned.seconds, "accelerator_s": output.seconds, "analysis_s": analysis_s}
     timing = Stopwatch.from_dict(output.timing)

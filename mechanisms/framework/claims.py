@@ -27,7 +27,7 @@ def _above(a: float | None, b: float | None) -> bool:
 
 def claim_status(
     epsilon_claimed: float | None, epsilon_certified: float | None, epsilon_audited: float | None = None,
-    *, audit_violated: bool = False, private: bool = True,
+    *, audit_violated: bool = False, private: bool = True, epsilon_audited_input: float | None = None,
 ) -> str | None:
     """Precedence violated > overclaimed > uncertified > ok. None for nonprivate trials.
 
@@ -35,13 +35,16 @@ def claim_status(
     epsilon (a direction without noise) is above any finite claim: `overclaimed`.
     `audit_violated` carries a curve-level verdict of the auditor (a measured error pair below the
     claimed trade-off curve), which can fire even when the scalar epsilon bound does not exceed the claim.
+    `epsilon_audited_input` is the input canaries' lower bound (the whole pipeline's): above the claim, it
+    refutes it as the white-box bound does.
     """
     if not private:
         return None
-    for name, value in (("claimed", epsilon_claimed), ("certified", epsilon_certified), ("audited", epsilon_audited)):
+    for name, value in (("claimed", epsilon_claimed), ("certified", epsilon_certified), ("audited", epsilon_audited),
+                        ("audited_input", epsilon_audited_input)):
         if value is not None and math.isnan(value):
             raise ValueError(f"epsilon_{name} is NaN: an undefined epsilon is an error, never a verdict")
-    if audit_violated or _above(epsilon_audited, epsilon_claimed):
+    if audit_violated or _above(epsilon_audited, epsilon_claimed) or _above(epsilon_audited_input, epsilon_claimed):
         return "violated"
     if epsilon_claimed is None:
         return "uncertified"

@@ -1,0 +1,46 @@
+"""A pipeline that adds no noise, written through privbench's public contract as a researcher's plugin would be:
+it claims DP-SGD at the calibrated sigma, and its noise part adds a hundredth of it. The input-canary audit must
+find it `violated` on its own (tests/workers/test_input_canaries.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mechanisms import Mechanism
+from mechanisms.framework.mechanism import Claim
+
+
+class NoNoise(Mechanism):
+    """Claims DP-SGD at sigma on the spec's sampler; its noise part adds sigma C / 100."""
+
+    ID = "broken-no-noise"
+
+    def parts(self, spec: Any, options: Any) -> Any:
+        from mechanisms.parts.clipping import FlatClipping
+        from mechanisms.parts.noise_addition import GaussianNoise
+        from mechanisms.parts.plan import Parts
+
+        return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(0.01 * spec.clip))
+
+    def claimed_sigma(self, spec: Any, options: Any, parts: Any) -> float:
+        from mechanisms.accounting import calibrate_sigma
+
+        return calibrate_sigma(self._claimed(spec), spec.epsilon, spec.delta, spec.accountant).sigma
+
+    def claim(self, sigma: float, spec: Any, options: Any, parts: Any, certified: float | None) -> Claim:
+        from mechanisms.accounting import epsilon
+
+        claimed = self._claimed(spec)
+        return Claim(epsilon(claimed.dp_event(sigma), spec.delta, spec.accountant, claimed.accounting_relation),
+                     "dp-sgd's analysis")
+
+    @staticmethod
+    def _claimed(spec: Any) -> Any:
+        from mechanisms.parts.clipping import FlatClipping
+        from mechanisms.parts.noise_addition import GaussianNoise
+        from mechanisms.parts.plan import Parts
+
+        return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(spec.clip))
+
+
+no_noise = NoNoise()
