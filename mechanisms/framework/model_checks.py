@@ -347,8 +347,8 @@ def probe_count(steps: int) -> int:
 
 class RowWatch:
     """The trainer's row probe: before training on a real batch, and on `probes` steps drawn at random among
-    `steps` (by default one per PROBE_EVERY, at least one, at most PROBE_STEPS: their share of a trial's CPU time
-    stays under 3% from 44 planned steps on; benchmarks/row_probe_cost.py), on the first PROBE_TRAINING_ROWS
+    `steps` (by default one per PROBE_EVERY, at least one, at most PROBE_STEPS: at most about 4% of the steps' CPU
+    time from 44 planned steps on; benchmarks/row_probe_cost.py), on the first PROBE_TRAINING_ROWS
     examples of that step's batch with the parameters and buffers the model has then. The probes run on a twin of
     the model taken before the private step wraps it (so no clipping engine or Opacus hook sees the probe's
     passes), loaded with the model's state on the device; their results stay there until `findings`."""
