@@ -289,6 +289,24 @@ def row_grouping(data: TensorDataset, split: Split, augmult: int) -> dict[str, A
             "largest_unit": units.largest if units is not None else 1, "augmult": augmult}
 
 
+def integrity_after_training(s: Setup) -> None:
+    """Into `s.info` (when the step was checked): every step's checks (the guard's, the row probe's), each read
+    once; the step's code again (whoever's step ran: a forward-noise step has no guard); the state trajectory the
+    analysis replays."""
+    info, guard = s.info, getattr(s.training.optimizer, "guard", None)
+    if "integrity" not in info:
+        return
+    if guard is not None:
+        info["integrity"] += [f.to_dict() for f in guard.findings()]
+    if s.rows is not None:
+        info["integrity"] += [f.to_dict() for f in s.rows.findings()]
+    after = step_findings(s.training, "after the last step")
+    if not after.passed:
+        info["integrity"].append(after.to_dict())
+    if guard is not None and guard.trace is not None:
+        info["state_trace"] = guard.trace.to_dict()
+
+
 def train_step(s: Setup, batch: Any) -> torch.Tensor:
     """One training step on `batch` (launched, not waited for): the loss, a device scalar."""
     *xs, y = batch
@@ -325,9 +343,8 @@ def train(
     `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). The integrity
     checks of privbench's private step (`mechanisms.framework.integrity`: its code before the first step and
     after the last, every step's `StepGuard`) are in `info["integrity"]`, and the state trajectory the analysis
-    replays in `info["state_trace"]`: a failed check makes the trial uncertified. So does a failed row
-    probe (`model_checks.RowWatch`: before training in `setup`, then on its drawn steps before they run, outside the
-    step's timer, on a twin of the model; read once after training).
+    replays in `info["state_trace"]`: a failed check makes the trial uncertified, as does a failed row
+    probe (`model_checks.RowWatch`: in `setup`, then before its drawn steps, outside the step's timer).
     """
     if private is None:
         private = plan.sigma is not None
@@ -370,17 +387,7 @@ def train(
         with watch.part("training_s"):  # the peak memory's read (a device sync on CUDA) and the guard's last checks
             stack.close()
             taken = getattr(optimizer, "steps_taken", done)
-            guard = getattr(optimizer, "guard", None)
-            if "integrity" in info:  # every step's checks, read once; the step's code again
-                if guard is not None:
-                    info["integrity"] += [f.to_dict() for f in guard.findings()]
-                    if guard.trace is not None:
-                        info["state_trace"] = guard.trace.to_dict()
-                if s.rows is not None:
-                    info["integrity"] += [f.to_dict() for f in s.rows.findings()]
-                after = step_findings(s.training, "after the last step")
-                if not after.passed:
-                    info["integrity"].append(after.to_dict())
+            integrity_after_training(s)
     if done != plan.steps or taken != plan.steps:
         raise RuntimeError(f"the trial ran {done} batches and {taken} updates, the plan accounted for {plan.steps}")
     metrics: dict[str, float | None] = {

@@ -347,8 +347,8 @@ def probe_count(steps: int) -> int:
 
 class RowWatch:
     """The trainer's row probe: before training on a real batch, and on `probes` steps drawn at random among
-    `steps` (by default one per PROBE_EVERY, at least one, at most PROBE_STEPS: their share of a trial's CPU time
-    stays under 3% from 44 planned steps on; benchmarks/row_probe_cost.py), on the first PROBE_TRAINING_ROWS
+    `steps` (by default one per PROBE_EVERY, at least one, at most PROBE_STEPS: at most about 4% of the steps' CPU
+    time from 44 planned steps on; benchmarks/row_probe_cost.py), on the first PROBE_TRAINING_ROWS
     examples of that step's batch with the parameters and buffers the model has then. The probes run on a twin of
     the model taken before the private step wraps it (so no clipping engine or Opacus hook sees the probe's
     passes), loaded with the model's state on the device; their results stay there until `findings`."""
@@ -360,8 +360,6 @@ class RowWatch:
         self.at = frozenset(draws.sample(range(1, steps + 1), min(probes, max(steps, 0))))
         self.seed = seed
         self.results: list[tuple[str, RowDependence]] = []
-        live = dict(module.named_parameters()) | dict(module.named_buffers())
-        self._pairs = [(t, live[name]) for name, t in [*self.twin.named_parameters(), *self.twin.named_buffers()]]
 
     def before_training(self, inputs: Sequence[torch.Tensor], labels: torch.Tensor,
                         donor: Sequence[torch.Tensor], donor_label: torch.Tensor) -> Finding:
@@ -371,10 +369,13 @@ class RowWatch:
                                             seed=self.seed))
 
     def sync(self) -> None:
-        """The twin's parameters and buffers set to the model's (device copies)."""
+        """The twin's parameters and buffers set to the model's (device copies), both fetched by name now: a
+        module may have assigned itself a new buffer since."""
+        live = dict(self.live.named_parameters()) | dict(self.live.named_buffers())
         with torch.no_grad():
-            for twin, live in self._pairs:
-                twin.copy_(live)
+            for name, twin in [*self.twin.named_parameters(), *self.twin.named_buffers()]:
+                if name in live and live[name].shape == twin.shape:
+                    twin.copy_(live[name])
 
     def step(self, step: int, inputs: Sequence[torch.Tensor], labels: torch.Tensor, rows: int) -> None:
         """Before training step `step` (from 1) with its batch (its first `rows` rows are examples): probe it when
