@@ -1,5 +1,7 @@
-"""What every dataset loader returns (`Splits`), the dataset contract (`Dataset`), and the registry that
-finds datasets by name: privbench's and plugins' alike, through `privbench.datasets` entry points."""
+"""What every dataset loader returns (`Splits`), the dataset contract (`Dataset`: records plus a per-record
+transform), what a model builder sees of a dataset (`PublicSplits`), the neighbouring datasets the pre-training
+checks load (`neighbouring`, `replace_record`), and the registry that finds datasets by name: privbench's and
+plugins' alike, through `privbench.datasets` entry points."""
 
 from __future__ import annotations
 
