@@ -64,10 +64,11 @@ def build(model: str, rows: int, mode: str | None, unit_rows: int, augmult: int,
     return s, (b for _ in range(50) for b in s.training.loader)
 
 
-def measure(model: str, rows: int, rounds: int, steps: int = 4) -> dict[str, dict[str, float]]:
+def measure(model: str, rows: int, rounds: int, steps: int = 4,
+            variants: dict[str, tuple[str | None, int, int]] = VARIANTS) -> dict[str, dict[str, float]]:
     from workers.train import train_step
 
-    built = {name: build(model, rows, *v) for name, v in VARIANTS.items()}
+    built = {name: build(model, rows, *v) for name, v in variants.items()}
     cpu: dict[str, list[float]] = {name: [] for name in built}
     seen: dict[str, list[int]] = {name: [] for name in built}
     syncs: dict[str, float] = {}

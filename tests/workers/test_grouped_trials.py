@@ -148,3 +148,18 @@ def test_max_train_examples_keeps_whole_units():
         assert np.sum(kept.units == u) == np.sum(units == u)  # every row of a kept unit
         assert np.array_equal(kept.inputs[kept.units == u, 0], np.flatnonzero(units == u))
     assert _at_most(split, 5) is split
+
+
+def test_grouped_steps_never_wait_on_the_host():
+    """0 host synchronisations per step with declared units and with augmult, on the book-keeping engine, counted
+    by benchmarks/step_profile.py's dispatch mode (through benchmarks/grouping_cost.py, which also times them)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    import grouping_cost
+
+    variants = {"dpsgd (bk)": (None, 1, 1), "units of 2": (None, 2, 1), "augmult 2": (None, 1, 2)}
+    result = grouping_cost.measure("mlp", 64, rounds=1, steps=2, variants=variants)
+    assert {name: m["syncs_per_step"] for name, m in result.items()} == dict.fromkeys(variants, 0.0)
+    assert result["units of 2"]["rows_per_step"] > 0 and result["augmult 2"]["rows_per_step"] > 0
