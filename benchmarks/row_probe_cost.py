@@ -1,4 +1,4 @@
-"""Benchmark: what the row probe costs (`mechanisms.framework.model_checks.RowWatch`).
+"""Benchmark: what the row probe costs (`mechanisms.framework.integrity.model_checks.RowWatch`).
 
     python benchmarks/row_probe_cost.py [--models digits-mlp,mlp,cnn-small,bert-tiny] [--rounds 20] [--steps 44]
                                         [--json]
@@ -42,7 +42,7 @@ GEOMETRIES = step_profile.MODELS | {"digits-mlp": ("digits", {}, {}, 64)}
 
 def setup_for(name: str) -> Any:
     import mechanisms
-    from mechanisms.framework.model_checks import RowWatch
+    from mechanisms.framework.integrity.model_checks import RowWatch
     from workers import datasets, models
     from workers.config import TrainConfig, TrialConfig
     from workers.train import probe_batch, setup, tensor_dataset
@@ -69,7 +69,7 @@ def setup_for(name: str) -> Any:
 
 
 def measure(name: str, rounds: int, planned_steps: int) -> dict[str, Any]:
-    from mechanisms.framework.model_checks import PROBE_TRAINING_ROWS, probe_count, row_dependence
+    from mechanisms.framework.integrity.model_checks import PROBE_TRAINING_ROWS, probe_count, row_dependence
     from workers.train import train_step
 
     s, batches, before_s, before = setup_for(name)

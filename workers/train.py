@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from mechanisms.framework.integrity.model_checks import PROBE_ROWS, RowWatch
 from mechanisms.framework.integrity.verdict import runs_own_step, step_findings
-from mechanisms.framework.model_checks import PROBE_ROWS, RowWatch
 from mechanisms.parts.grouping import RowGroups, Units, group_rows
 from workers.acceleration import StepPrecision, compiled
 from workers.config import TrainConfig

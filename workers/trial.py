@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 import mechanisms
-from mechanisms.framework import integrity, model_checks
+from mechanisms.framework import integrity
 from mechanisms.framework.claims import claim_status
-from mechanisms.framework.integrity import Finding
+from mechanisms.framework.integrity import Finding, model_checks
 from mechanisms.framework.integrity.verdict import contract_findings, plan_for, runs_own_step, verify
 from mechanisms.framework.mechanism import uncertified
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec

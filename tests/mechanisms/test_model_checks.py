@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import mechanisms
-from mechanisms.framework import integrity, model_checks
-from mechanisms.framework.integrity import trust
+from mechanisms.framework import integrity
+from mechanisms.framework.integrity import model_checks, trust
 from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacySpec
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from mechanisms.framework import model_checks
+from mechanisms.framework.integrity import model_checks
 from orchestrator.grid import parse
 from workers import models
 from workers.config import Resources

@@ -10,7 +10,10 @@ point a trial's verdict reads: every finding of every phase, once each). Its mod
 - `findings`: the checks' names (`CHECKS`), their outcome (`Finding`: check, passed, reason in words), and the
   record's fields and verdict (`record_fields`, `certify`);
 - `trust`: privbench's own code, and the code the private step may run;
-- `guard`: what is measured while the step runs, on the device (`StepGuard`, `ModelShadow`, `StateTrace`);
+- `guard`: what is measured while the step runs, on the device (`StepGuard`, `ModelShadow`, `StateWatch`,
+  `StateTrace`);
+- `model_checks`: whether rows stay independent through the model and the loss (a validator of known mixers,
+  Opacus-style, with its `fix`, and a probe measured on the real model before training and on a few steps);
 - `verdict`: what is judged from the outside (`contract_findings`, `plan_for`, `step_findings`, `replay_state`,
   `verify`). It stands above the mechanism contract and the private step (which run `guard`), so it is imported
   as `mechanisms.framework.integrity.verdict`, not from here.

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mechanisms.framework.integrity import Finding
+from mechanisms.framework.integrity.findings import Finding
 
 ROW_RTOL = 1e-5  # a move of other rows' outputs or gradients, relative to their largest value, that is a dependence
 PROBE_STEPS = 2  # training steps probed at most (drawn at random), besides the probe before training ...
