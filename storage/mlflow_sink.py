@@ -313,10 +313,10 @@ class MlflowSink:
         sweep, key = record["sweep"], record["trial_key"]
         config = record["config"]
         eps = config.get("epsilon")
-        # epsilon and seed first: MLflow's run-name column cuts a name after about 20 characters (a long mechanism
-        # name took them out of view), and mechanism, dataset and model have columns of their own
-        run_name = (f"eps{eps:g} " if eps is not None else "") + (
-            f"seed{config['seed']} {config['mechanism']} {config['dataset']}/{config['model']}")
+        # the mechanism first: MLflow's run-name column cuts a name after about 20 characters, and a name cut
+        # before its mechanism (`eps2 seed0 dpsgd-sh…`) named no run; epsilon and seed have columns of their own
+        run_name = f"{config['mechanism']} " + (f"eps{eps:g} " if eps is not None else "") + (
+            f"seed{config['seed']} {config['dataset']}/{config['model']}")
         env = record.get("environment") or {}
         started, ended = _ms(env.get("started_at")), _ms(env.get("finished_at"))  # the trial's own wall clock
         now = ended or int(time.time() * 1000)
