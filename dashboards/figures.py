@@ -44,12 +44,6 @@ TUNING_KIND = "tuning"  # utility against epsilon per run and including tuning; 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
 STATUS_COLOURS = {"ok": "#009E73", "overclaimed": "#E69F00", "violated": "#D55E00", "uncertified": "#999999"}
-STATUS_TEXT = {
-    "ok": "ok: certified and audited epsilon are both at most the claim",
-    "overclaimed": "overclaimed: the sound (PLD) bound exceeds the claim",
-    "violated": "violated: an audit measured more privacy loss than claimed",
-    "uncertified": "uncertified: no sound analysis of what the code does is known",
-}
 # Type 42 (TrueType) fonts in PDF and PS: IEEE's and ACM's submission checks reject Type 3. No text is
 # smaller than 8 pt (a figure at its width is printed at 100%).
 RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 8,

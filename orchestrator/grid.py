@@ -56,10 +56,6 @@ class GridSpec:
     trials: tuple[TrialConfig, ...]
     plugins: tuple[str, ...] = ()  # modules the driver imported and ships to the cluster (workers.plugins)
 
-    @property
-    def gpus_requested(self) -> float:
-        return max((float(t.resources.gpus) for t in self.trials if t.resources.gpus != "auto"), default=0.0)
-
 
 ONLY_AXES = ("dataset", "model", "mechanism", "epsilon", "seed")  # what `sweep run --only AXIS=VALUE` selects by
 
