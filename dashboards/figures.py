@@ -54,12 +54,6 @@ BUILT_IN_COLOURS = {
     "dpsgd-fixed-order": "#882255", "dpftrl-tree": "#999933", "dp-bandmf": "#332288", "dp-bandmf-4": "#DDCC77",
     "shuffled-dpsgd": "#000000", "dp-forward": "#CC79A7", "dpsgd-adaclip": "#56B4E9",
 }
-STATUS_TEXT = {
-    "ok": "ok: certified and audited epsilon are both at most the claim",
-    "overclaimed": "overclaimed: the sound (PLD) bound exceeds the claim",
-    "violated": "violated: an audit measured more privacy loss than claimed",
-    "uncertified": "uncertified: no sound analysis of what the code does is known",
-}
 # Type 42 (TrueType) fonts in PDF and PS: IEEE's and ACM's submission checks reject Type 3. No text is
 # smaller than 8 pt (a figure at its width is printed at 100%).
 RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 8,

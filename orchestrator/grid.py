@@ -66,10 +66,6 @@ class GridSpec:
     trials: TrialSet  # `parse`: a tuple; `parse_lazy`: a `Trials`; a run's `--only` part: a tuple or a `Selected`
     plugins: tuple[str, ...] = ()  # modules the driver imported and ships to the cluster (workers.plugins)
 
-    @property
-    def gpus_requested(self) -> float:
-        return max((float(t.resources.gpus) for t in self.trials if t.resources.gpus != "auto"), default=0.0)
-
 
 ONLY_AXES = ("dataset", "model", "mechanism", "epsilon", "seed")  # what `sweep run --only AXIS=VALUE` selects by
 
@@ -360,20 +356,6 @@ def _delta(value: Any) -> Any:
     return value
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Shared:
-    """The grid's top-level settings, each checked once against its field's bounds."""
-
-    delta: Any
-    sigma: Any
-    accountant: str
-    calibration: str
-    sampler: str
-    secure_rng: bool
-    audit: AuditConfig | None
-    resources: Resources | None
-
-
 def _section(cls: type, value: Any, owner: str, problems: list[str]) -> Any:
     try:
         return section(cls, value, owner)
@@ -382,7 +364,10 @@ def _section(cls: type, value: Any, owner: str, problems: list[str]) -> Any:
         return None
 
 
-def _shared(raw: dict[str, Any], axes: Axes, problems: list[str]) -> Shared:
+def _shared(raw: dict[str, Any], axes: Axes, problems: list[str]) -> dict[str, Any]:
+    """The grid's top-level settings as the `TrialConfig` fields every trial shares (sigma: every private trial
+    without a target), each checked once against its field's bounds. No type of their own: a trial's privacy
+    setting is its `TrialConfig`'s."""
     scalars = {"delta": _delta(raw.get("delta", 1e-5)), "sigma": raw.get("sigma"),
                "accountant": raw.get("accountant", "pld"), "calibration": raw.get("calibration", "claimed"),
                "sampler": raw.get("sampler", "poisson")}
@@ -402,9 +387,9 @@ def _shared(raw: dict[str, Any], axes: Axes, problems: list[str]) -> Shared:
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         problems.append(f"description: must be text, got {shown(description)}")
-    return Shared(**scalars, secure_rng=secure_rng is True,
-                  audit=_section(AuditConfig, raw.get("audit"), "audit", problems),
-                  resources=_section(Resources, raw.get("resources"), "resources", problems))
+    return scalars | {"secure_rng": secure_rng is True,
+                      "audit": _section(AuditConfig, raw.get("audit"), "audit", problems),
+                      "resources": _section(Resources, raw.get("resources"), "resources", problems)}
 
 
 def _per_name(key: str, what: str, value: Any, known: Callable[[str], Any],
@@ -504,22 +489,21 @@ def _name(raw: dict[str, Any], source: str, problems: list[str]) -> str:
 
 
 # expansion --------------------------------------------------------------------------------------------
-def _expand(name: str, axes: Axes, shared: Shared, train: dict[tuple[str, str, str], TrainConfig],
+def _expand(name: str, axes: Axes, shared: dict[str, Any], train: dict[tuple[str, str, str], TrainConfig],
             options: dict[str, dict[str, dict[str, Any]]], plugins: tuple[str, ...]) -> Iterator[TrialConfig]:
     code = functools.cache(plugins_lib.code_of)  # one provenance per component, not per trial (10^6 trials)
+    common = {k: v for k, v in shared.items() if k != "sigma"}
     for (d, m), mech, seed in itertools.product(axes.pairs, axes.mechanisms, axes.seeds):
         private = mech in axes.private
         train_cfg = train[d, m, mech]
         for eps in list(axes.epsilons) if private and axes.epsilons else [None]:
             yield TrialConfig(
                 sweep=name, dataset=d, model=m, mechanism=mech, epsilon=eps, seed=seed,
-                sigma=shared.sigma if private and eps is None else None, delta=shared.delta,
-                accountant=shared.accountant, calibration=shared.calibration, sampler=shared.sampler,
-                secure_rng=shared.secure_rng, train=train_cfg, audit=shared.audit, resources=shared.resources,
+                sigma=shared["sigma"] if private and eps is None else None, **common, train=train_cfg,
                 mechanism_options=options["mechanism_options"].get(mech, {}),
                 model_options=options["model_options"].get(m, {}) | axes.pair_model_options.get((d, m), ("", {}))[1],
                 dataset_options=options["dataset_options"].get(d, {}), plugins=plugins,
-                code=code(mech, m, d, shared.accountant))
+                code=code(mech, m, d, shared["accountant"]))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -67,10 +67,6 @@ class Field:
                 self.group is not None and self.group not in GROUPS) or self.rounding not in ROUNDINGS:
             raise ValueError(f"bad schema field {self.key!r}")
 
-    @property
-    def mlflow_name(self) -> str | None:
-        return self.key if self.mlflow else None
-
 
 F = Field
 NUM = (int, float)

@@ -15,12 +15,12 @@ from mechanisms.accounting.reference import EpsilonReport
 from mechanisms.auditing.step_audit import CaseResult, StepAudit
 from mechanisms.auditing.white_box import CanaryDesign
 from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
-from orchestrator.grid import CheckedGrid, Shared
+from orchestrator.grid import CheckedGrid
 from workers.config import AuditConfig, Resources, TrainConfig, TrialConfig
 from workers.tuning_candidates import TuningSetting
 
 CROSSING = (PrivacySpec, PrivacyPlan, DpsgdSetting, DpsgdRun, EpsilonReport, Calibration, StepAudit, CaseResult,
-            CanaryDesign, CheckedGrid, Shared, TrialConfig, TrainConfig, AuditConfig, Resources, TuningSetting)
+            CanaryDesign, CheckedGrid, TrialConfig, TrainConfig, AuditConfig, Resources, TuningSetting)
 
 
 @pytest.mark.parametrize("cls", CROSSING, ids=lambda c: c.__name__)
