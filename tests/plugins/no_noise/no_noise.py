@@ -1,6 +1,7 @@
-"""A pipeline that adds no noise, written through privbench's public contract as a researcher's plugin would be:
-it claims DP-SGD at the calibrated sigma, and its noise part adds a hundredth of it. The input-canary audit must
-find it `violated` on its own (tests/workers/test_input_canaries.py)."""
+"""A pipeline that adds almost no noise, written through privbench's public contract as a researcher's plugin
+would be: it claims DP-SGD at the calibrated sigma, and its noise part adds 3% of it (noise that small still has a
+certificate computable in a second). The input-canary audit must find it `violated` on its own
+(tests/workers/test_input_canaries.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from mechanisms.framework.mechanism import Claim
 
 
 class NoNoise(Mechanism):
-    """Claims DP-SGD at sigma on the spec's sampler; its noise part adds sigma C / 100."""
+    """Claims DP-SGD at sigma on the spec's sampler; its noise part adds 0.03 sigma C."""
 
     ID = "broken-no-noise"
 
@@ -20,7 +21,7 @@ class NoNoise(Mechanism):
         from mechanisms.parts.noise_addition import GaussianNoise
         from mechanisms.parts.plan import Parts
 
-        return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(0.01 * spec.clip))
+        return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(0.03 * spec.clip))
 
     def claimed_sigma(self, spec: Any, options: Any, parts: Any) -> float:
         from mechanisms.accounting import calibrate_sigma
