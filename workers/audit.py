@@ -404,7 +404,7 @@ class InputCanaryRun:
 
     def result(self, module: Any, device: Any) -> InputCanaryResult:
         """Each canary's score on the final `module`: how much training raised the log-probability of its label
-        (`input_canaries.score`)."""
+        (the final model's minus the initial model's, read before training)."""
         if self.skipped is not None:
             return InputCanaryResult(None, None, 0, self.seconds, self.skipped)
         t0 = time.perf_counter()
