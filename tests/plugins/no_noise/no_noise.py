@@ -1,7 +1,7 @@
 """A pipeline that adds almost no noise, written through privbench's public contract as a researcher's plugin
 would be: it claims DP-SGD at the calibrated sigma, and its noise part adds 3% of it (noise that small still has a
 certificate computable in a second). The input-canary audit must find it `violated` on its own
-(tests/workers/test_input_canaries.py)."""
+(tests/workers/test_input_canary_trials.py)."""
 
 from __future__ import annotations
 
