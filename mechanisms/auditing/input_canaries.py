@@ -42,8 +42,9 @@ import numpy as np
 from mechanisms.auditing import white_box
 
 # The top-r guesses, as fractions of the canaries, fixed before the run (Bonferroni over them): an included
-# canary joins at least one step with probability 1 - (1 - q)^T (0.87 at the digits geometry), so a run
-# that leaks everything puts about 0.43 m included canaries on top; a milder leak shows among the first few.
+# canary joins at least one step with probability 1 - (1 - q)^T (0.87 at q 0.0445, T 44: digits, 2 epochs of
+# batch 64), so a run that leaks everything puts about 0.43 m included canaries on top; a milder leak shows
+# among the first few.
 GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.4)
 AUTO_CANARIES = 1_000  # `auto`: this many, at most half the training set (at most a quarter more rows per step)
 TEXT_WORDS = 12  # words of a text canary
