@@ -323,8 +323,8 @@ FIELDS: tuple[Field, ...] = (
     F("audit_family_s", "privacy", NUM, "seconds of the family bounds", private_only=True, mlflow=True, unit="s"),
     # the input-canary audit: canaries that are examples, through the data, the model and the loss
     F("epsilon_audited_input", "privacy", NUM + OPT, "lower bound from the one-run audit with input canaries (real "
-      "examples scored on the final model)", column="epsilon_audited_input", header="eps input", group="audit",
-      aggregate="max", private_only=True, mlflow=True, digits=2, rounding="down", sparse=True),
+      "examples scored on the final model)", aggregate="max", private_only=True, mlflow=True, digits=2,
+      rounding="down"),
     F("epsilon_audited_input_steinke", "privacy", NUM + OPT, "Steinke et al.'s bound on the input canaries",
       aggregate="max", private_only=True),
     F("epsilon_audited_input_fdp", "privacy", NUM + OPT, "the f-DP bound on the input canaries", aggregate="max",

@@ -393,18 +393,19 @@ class InputCanaryRun:
             self.canaries = input_canaries.draw(splits.kind, splits.input_shape, splits.num_classes, m, seed)
             encoded = bundle.encode(Split(self.canaries.inputs, self.canaries.labels))
             self.tensors = [*encoded, torch.from_numpy(self.canaries.labels)]
-            self.joins = input_canaries.joins(self.canaries.included, plan.sample_rate, seed)
+            self.index, self.offsets = input_canaries.schedule(self.canaries.included, plan.sample_rate, plan.steps,
+                                                               seed)
             self.initial = _log_probs(bundle.module, self.tensors, torch.device("cpu"))
         self.seconds = time.perf_counter() - t0
 
     def batches(self, loader: Any) -> Any:
-        """`loader`'s batches, each with the canaries that join its step appended (their indices are drawn on the
-        host, so no step waits on the device)."""
+        """`loader`'s batches, each with the canaries that join its step appended (drawn before the run and moved to
+        the device once: no step copies from or waits on the host)."""
         return loader if self.skipped is not None else _CanaryBatches(self, loader)
 
     def result(self, module: Any, device: Any) -> InputCanaryResult:
         """Each canary's score on the final `module`: how much training raised the log-probability of its label
-        (`input_canaries.score`)."""
+        (the final model's minus the initial model's, read before training)."""
         if self.skipped is not None:
             return InputCanaryResult(None, None, 0, self.seconds, self.skipped)
         t0 = time.perf_counter()
@@ -432,7 +433,7 @@ class _CanaryBatches:
     the batch is padded)."""
 
     def __init__(self, run: InputCanaryRun, loader: Any) -> None:
-        self.run, self.loader, self.on = run, loader, None
+        self.run, self.loader, self.on, self.step = run, loader, None, 0
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -444,20 +445,24 @@ class _CanaryBatches:
 
         run = self.run
         for batch in self.loader:
-            joining = next(run.joins)
-            if joining.size == 0:
+            if self.step + 1 >= run.offsets.size:
+                raise RuntimeError(f"the loader gave more than the plan's {run.offsets.size - 1} steps")
+            start, end = int(run.offsets[self.step]), int(run.offsets[self.step + 1])
+            self.step += 1
+            if start == end:
                 yield batch
                 continue
             device = batch[-1].device
-            if self.on != device:  # the canaries move to the training device once
-                run.tensors, self.on = [t.to(device) for t in run.tensors], device
-            index = torch.from_numpy(joining).to(device, non_blocking=True)
+            if self.on != device:  # the canaries and their schedule move to the training device once
+                run.tensors = [t.to(device) for t in run.tensors]
+                self.index, self.on = torch.from_numpy(run.index).to(device), device
+            index = self.index[start:end]
             rows = [_fit(t.index_select(0, index), b) for t, b in zip(run.tensors, batch, strict=True)]
             weights = batch.weights
             if weights is not None:
-                weights = torch.cat([weights, weights.new_ones(joining.size)])
-            run.rows += int(joining.size)
-            yield Batch([torch.cat([b, r]) for b, r in zip(batch, rows, strict=True)], batch.size + int(joining.size),
+                weights = torch.cat([weights, weights.new_ones(end - start)])
+            run.rows += end - start
+            yield Batch([torch.cat([b, r]) for b, r in zip(batch, rows, strict=True)], batch.size + end - start,
                         weights)
 
 

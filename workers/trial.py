@@ -332,12 +332,13 @@ def accelerator_phase(config: TrialConfig, planned: Planned | None,
     plan, audit = planned.plan, config.audit
     with watch.part("canaries_s"):
         one_run = OneRun(audit, plan, config.seed) if audit.one_run and config.private else None
-        m = audit.input_canaries_for(len(train_split)) if config.private else 0
-        inputs = InputCanaryRun(m, plan, splits, bundle, config.seed) if m else None
     with watch.part("setup_s"):
         noise = noise_generator(config.seed, device, config.secure_rng)
         release_statistics(bundle, train_split, plan, noise, secure=config.secure_rng)  # before the model is copied
         pristine = copy.deepcopy(bundle.module) if config.private and plan.parts is not None else None
+    with watch.part("canaries_s"):  # the input canaries' initial scores are the model's as training starts
+        m = audit.input_canaries_for(len(train_split)) if config.private else 0
+        inputs = InputCanaryRun(m, plan, splits, bundle, config.seed) if m else None
     outcome = train(bundle, train_split, {"val": splits.val, "test": splits.test}, mechanism,
                     plan, config.train, device=device, generator=generator, on_progress=on_progress,
                     noise_generator=noise, secure_mode=config.secure_rng,

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -43,8 +42,9 @@ import numpy as np
 from mechanisms.auditing import white_box
 
 # The top-r guesses, as fractions of the canaries, fixed before the run (Bonferroni over them): an included
-# canary joins at least one step with probability 1 - (1 - q)^T (0.87 at the issue's digits geometry), so a run
-# that leaks everything puts about 0.43 m included canaries on top; a milder leak shows among the first few.
+# canary joins at least one step with probability 1 - (1 - q)^T (0.87 at q 0.0445, T 44: digits, 2 epochs of
+# batch 64), so a run that leaks everything puts about 0.43 m included canaries on top; a milder leak shows
+# among the first few.
 GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.4)
 AUTO_CANARIES = 1_000  # `auto`: this many, at most half the training set (at most a quarter more rows per step)
 TEXT_WORDS = 12  # words of a text canary
@@ -95,13 +95,17 @@ def draw(kind: str, input_shape: tuple[int, ...] | None, num_classes: int, m: in
     return CanaryInputs(inputs, labels, included)
 
 
-def joins(included: np.ndarray, sample_rate: float, seed: int) -> Iterator[np.ndarray]:
-    """Each step's joining canaries (indices, on the host): every included canary joins a step independently
-    with probability `sample_rate`, as an example of a Poisson-sampled run does. Endless; the caller stops."""
+def schedule(included: np.ndarray, sample_rate: float, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every step's joining canaries, drawn before the run: every included canary joins each of the `steps` steps
+    independently with probability `sample_rate`, as an example of a Poisson-sampled run does. Returns the
+    canary indices of all steps in one array and each step's offsets into it (step t: `index[offsets[t]:offsets[t +
+    1]]`), so a trainer moves them to its device once and slices them with host integers (no step waits)."""
     rng = np.random.default_rng([seed, 0x1C4B])
     members = np.flatnonzero(included)
-    while True:
-        yield members[rng.random(members.size) < sample_rate]
+    joined = rng.random((steps, members.size)) < sample_rate if members.size else np.zeros((steps, 0), dtype=bool)
+    step_of, column = np.nonzero(joined)  # row-major: step by step
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(step_of, minlength=steps))])
+    return members[column].astype(np.int64), offsets.astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,4 +135,5 @@ def bound(scores: np.ndarray, included: np.ndarray, delta: float,
                             int(scores.size), int(included.sum()))
 
 
-__all__ = ["AUTO_CANARIES", "CanaryInputs", "InputCanaryBound", "auto_count", "bound", "draw", "guess_counts", "joins"]
+__all__ = ["AUTO_CANARIES", "CanaryInputs", "InputCanaryBound", "auto_count", "bound", "draw", "guess_counts",
+           "schedule"]

@@ -48,6 +48,16 @@ def test_a_pipeline_without_noise_is_violated_by_the_input_canaries_alone(no_noi
     assert p["audit_input_canaries"] == 719 and 300 < p["audit_input_included"] < 420
 
 
+def test_the_non_private_reference_under_a_claim_of_2_is_violated_by_them_alone(no_noise):
+    """Nothing clipped and 3% of the noise (`broken-unclipped`: its own clipper, so no certificate): trained long
+    enough to learn its examples, it is `violated` by the input canaries alone."""
+    p = trial("broken-unclipped", 2.0, train=dict(epochs=40, batch_size=64, lr=0.5), plugins=no_noise)
+    assert p["epsilon_certified"] is None and p["epsilon_audited_input"] > 2.0 * 1.1
+    assert claim_status(p["epsilon_claimed"], None, None, epsilon_audited_input=p["epsilon_audited_input"]) == \
+        "violated" == p["claim_status"]
+    assert p["integrity_checks"]["audit_input_canaries"] is False
+
+
 def test_correct_dpsgd_at_the_same_settings_is_ok_and_its_bound_below_certified():
     p = trial("dpsgd", 1.0, train=MEMORISING)
     assert p["claim_status"] == "ok" and p["integrity_checks"]["audit_input_canaries"] is True

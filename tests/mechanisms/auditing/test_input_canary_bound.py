@@ -29,13 +29,18 @@ def test_the_draw_is_the_seeds_and_the_public_shapes_alone():
 def test_included_canaries_join_each_step_at_the_plan_rate_and_excluded_ones_never():
     included = np.zeros(2_000, dtype=bool)
     included[:1_000] = True
-    joins = input_canaries.joins(included, 0.05, seed=0)
-    counts = np.zeros(2_000)
-    for _ in range(200):
-        counts[next(joins)] += 1
+    index, offsets = input_canaries.schedule(included, 0.05, 200, seed=0)
+    assert offsets.size == 201 and offsets[0] == 0 and offsets[-1] == index.size
+    counts = np.bincount(index, minlength=2_000)
     assert counts[1_000:].sum() == 0
     rate = counts[:1_000].sum() / (1_000 * 200)
     assert abs(rate - 0.05) < 4 * math.sqrt(0.05 * 0.95 / 200_000)
+    for t in (0, 57, 199):  # a step holds each canary at most once
+        step = index[offsets[t]:offsets[t + 1]]
+        assert np.unique(step).size == step.size
+    again = input_canaries.schedule(included, 0.05, 200, seed=0)
+    assert np.array_equal(again[0], index) and np.array_equal(again[1], offsets)
+    assert input_canaries.schedule(np.zeros(5, dtype=bool), 0.5, 3, seed=0)[1].tolist() == [0, 0, 0, 0]
 
 
 def test_auto_count_and_guess_counts_come_from_sizes_alone():
