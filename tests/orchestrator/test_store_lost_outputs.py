@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.storage.test_integrity import recorded
+
+from tests.storage.test_ledger_survives_mirror import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.storage.test_integrity import active_runs
 
+from tests.storage.test_ledger_survives_mirror import active_runs
 from tests.storage.test_store_faults import ROOT, proc_state, tiny_tmpfs
 
 GRID = ("name: s1\nseeds: [0, 1, 2, 3]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n"

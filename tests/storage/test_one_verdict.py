@@ -20,7 +20,7 @@ import pytest
 
 from storage.location import resolve
 from storage.store import Store
-from tests.storage.test_integrity import active_runs, digest, recorded, zero
+from tests.storage.test_ledger_survives_mirror import active_runs, digest, recorded, zero
 from tests.storage.test_recovery import change_byte_in_a_row, cut_short, index_disagrees, torn_wal
 
 GRID = ("name: s1\nseeds: [0, 1, 2, 3, 4]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n"
@@ -182,7 +182,7 @@ def test_a_mirror_without_the_sweeps_experiment_names_the_rebuild_that_mends_it(
     used to name `privbench store rebuild-mirror`, which refuses a sound file; it names the forced one now."""
     from storage.errors import StoreError
     from tests.storage.conftest import _copy_db
-    from tests.storage.test_integrity import opened
+    from tests.storage.test_ledger_survives_mirror import opened
 
     recorded(store)
     (store / "mlflow.db").unlink()
