@@ -341,10 +341,9 @@ def train(
     canaries run inside `optimizer.step()`, but `step_time_ratio` measures the mechanism, not the audit).
     `batches(loader)` lets an auditor add rows to the private loader's batches (the input canaries).
     `private` is the trial's (`TrialConfig.private`; by default, whether the plan has a sigma). The integrity
-    checks of privbench's private step (`mechanisms.framework.integrity`: its code before the first step and
-    after the last, every step's `StepGuard`) are in `info["integrity"]`, and the state trajectory the analysis
-    replays in `info["state_trace"]`: a failed check makes the trial uncertified, as does a failed row
-    probe (`model_checks.RowWatch`: in `setup`, then before its drawn steps, outside the step's timer).
+    checks (`mechanisms.framework.integrity`: the step's code before the first step and after the last, every
+    step's `StepGuard`, the row probe `model_checks.RowWatch` outside the step's timer) are in `info["integrity"]`,
+    the state trajectory the analysis replays in `info["state_trace"]`: a failed check makes the trial uncertified.
     """
     if private is None:
         private = plan.sigma is not None
