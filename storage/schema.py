@@ -241,6 +241,8 @@ FIELDS: tuple[Field, ...] = (
     F("epsilon_target", "privacy", NUM + OPT, "config.epsilon, kept beside the epsilons it is compared with"),
     F("grad_sample_mode", "privacy", (str, type(None)), "per-sample gradient engine"),
     F("bk_fallback", "privacy", (str, type(None)), "why the book-keeping engine could not clip the model"),
+    F("grad_sample_mode_source", "privacy", (str, type(None)), "where the engine came from: grid, model (its "
+      "info), or default (the model names none: privbench's book-keeping engine)"),
     F("row_grouping", "privacy", (dict, type(None)), "rows clipped together: declared privacy units (units, rows, "
       "largest unit) and augmult, and the engine that clipped them; None: one row per record"),
     F("claim_status", "privacy", (str, type(None)), "ok, overclaimed, violated or uncertified (worst over seeds)",
