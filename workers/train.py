@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -192,8 +193,10 @@ def release_statistics(bundle: ModelBundle, train_split: Split, plan: Any, gener
     inputs = bundle.encode(train_split)
     n = len(train_split)
     units = getattr(train_split, "units", None)
+    labels = (torch.from_numpy(np.asarray(train_split.labels)),)
     for name, use in declared.items():
-        rows = torch.cat([use.per_example(tuple(x[i:i + STATISTICS_CHUNK] for x in inputs)).double()
+        given = (*inputs, *labels) if use.labels else inputs
+        rows = torch.cat([use.per_example(tuple(x[i:i + STATISTICS_CHUNK] for x in given)).double()
                           for i in range(0, n, STATISTICS_CHUNK)])
         if units is not None:  # a unit's rows summed before the release clips: one unit moves it by one bound
             index = Units.of(units)

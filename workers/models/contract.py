@@ -25,11 +25,15 @@ class Statistic:
     (privbench's part: it clips each example's rows and adds the noise; the plan composes it with the steps),
     and hands the noised sums and the training set's size to `receive`, which is post-processing.
 
+    `labels`: `per_example` also gets the examples' labels (B,) after the encoded inputs (a label histogram, for
+    a prior on the classes: each example's one-hot row).
+
     Guarantee a model keeps: row i of `per_example(inputs)` depends on example i alone."""
 
     release: DatasetStatistic
     per_example: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]  # encoded inputs (B, ...) -> (B, rows, width)
     receive: Callable[[torch.Tensor, int], None]  # the released sums (rows, width) and N, into the model
+    labels: bool = False
 
 
 @dataclasses.dataclass

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
 
 from workers.datasets.contract import PublicSplits, Split
-from workers.models.contract import ModelBundle
+from workers.models.contract import ModelBundle, Statistic
 
 # book-keeping clipping (mechanisms/clipping_engine): measured faster than Opacus' modes (docs/clipping.md)
 GRAD_SAMPLE_MODE = "bk"
@@ -22,15 +23,49 @@ def _bundle(module: nn.Module) -> ModelBundle:
     return ModelBundle(module, _array_tensors, {"grad_sample_mode": GRAD_SAMPLE_MODE})
 
 
-def mlp(splits: PublicSplits, hidden: int = 128) -> ModelBundle:
+Prior = Literal["none", "private"]
+PRIOR_BOUND = 1.0  # each example's one-hot row: norm 1, so one example moves the histogram by at most 1
+
+
+def label_prior(head: nn.Linear, classes: int, noise_multiplier: float) -> Statistic:
+    """A prior on the classes from the training set's label histogram, released privately before training
+    (each example's one-hot label clipped to PRIOR_BOUND, Gaussian noise of `noise_multiplier` times it, the release
+    composed into the plan like any `Statistic`): the head's bias starts at the log of the noised class shares
+    (a count the noise drove below 1 counts as 1), so the model starts at the prior instead of a uniform guess."""
+    from mechanisms.parts.releases import DatasetStatistic
+
+    def one_hot(xs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return nn.functional.one_hot(xs[-1].long(), classes).double()[:, None, :]
+
+    def receive(sums: torch.Tensor, n: int) -> None:
+        counts = sums[0].clamp(min=1.0)
+        with torch.no_grad():
+            head.bias.copy_(torch.log(counts / counts.sum()).to(head.bias.dtype))
+
+    return Statistic(DatasetStatistic("label_counts", (PRIOR_BOUND,), noise_multiplier), one_hot, receive,
+                     labels=True)
+
+
+def _with_prior(module: nn.Sequential, classes: int, prior: Prior, noise_multiplier: float) -> ModelBundle:
+    bundle = _bundle(module)
+    if prior == "private":
+        bundle.statistics = (label_prior(module[-1], classes, noise_multiplier),)
+    return bundle
+
+
+def mlp(splits: PublicSplits, hidden: int = 128, label_prior: Prior = "none",
+        prior_noise_multiplier: float = 10.0) -> ModelBundle:
+    """`label_prior: private`: the head's bias starts at a privately released class prior (`label_prior`)."""
     n_in = math.prod(splits.input_shape)
-    return _bundle(nn.Sequential(nn.Flatten(), nn.Linear(n_in, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, splits.num_classes)))
+    module = nn.Sequential(nn.Flatten(), nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, splits.num_classes))
+    return _with_prior(module, splits.num_classes, label_prior, prior_noise_multiplier)
 
 
-def linear(splits: PublicSplits) -> ModelBundle:
-    """Multinomial logistic regression on the flattened input: the classic DP baseline for tabular data."""
-    return _bundle(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(splits.input_shape), splits.num_classes)))
+def linear(splits: PublicSplits, label_prior: Prior = "none", prior_noise_multiplier: float = 10.0) -> ModelBundle:
+    """Multinomial logistic regression on the flattened input: the classic DP baseline for tabular data
+    (`label_prior` as for `mlp`)."""
+    module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(splits.input_shape), splits.num_classes))
+    return _with_prior(module, splits.num_classes, label_prior, prior_noise_multiplier)
 
 
 def cnn_small(splits: PublicSplits, channels: int = 16) -> ModelBundle:
