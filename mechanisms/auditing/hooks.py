@@ -18,7 +18,7 @@ import numpy as np
 
 from mechanisms.auditing import tradeoff
 from mechanisms.auditing.cases import AuditCase, dirac_case
-from mechanisms.auditing.profile import step_spec
+from mechanisms.auditing.profile import step_options, step_spec
 from mechanisms.framework.integrity.verdict import plan_for
 
 if TYPE_CHECKING:
@@ -35,12 +35,8 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
     Cached per (mechanism, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
-    batch = (options or {}).get("batch_size")
-    options = mechanism.audit_options(dict(options or {}))
-    items = tuple(sorted(options.items()))
-    try:
-        hash(items)
-    except TypeError:
+    batch, options, items = step_options(mechanism, options)
+    if items is None:
         return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=options,
                                              batch_size=batch))
     return _cached_plan(mechanism, sigma, delta, epsilon, clip, items, batch)

@@ -36,17 +36,26 @@ def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None
                        sigma=sigma, options=dict(options or {}))
 
 
+def step_options(mechanism: Mechanism, options: Mapping[str, Any] | None,
+                 ) -> tuple[int | None, dict[str, Any], tuple[tuple[str, Any], ...] | None]:
+    """(the step's batch size, the options the mechanism declares, the same as a cache key or None when they are
+    not hashable): only declared options reach a step's plan (audits also pass auditor-side keys such as
+    `tensor_sizes`), and `batch_size` among them sets the step's batch (`step_spec`)."""
+    batch = (options or {}).get("batch_size")
+    declared = mechanism.audit_options(dict(options or {}))
+    items = tuple(sorted(declared.items()))
+    try:
+        hash(items)
+    except TypeError:
+        return batch, declared, None
+    return batch, declared, items
+
+
 def claimed_profile(mechanism: Mechanism, sigma: float, *, clip: float = 1.0,
                     options: Mapping[str, Any] | None = None) -> tradeoff.TradeOff | None:
     """The claim for one step rebuilt from the mechanism's own plan: the envelope of f_{eps(delta), delta}
     over PROFILE_DELTAS."""
-    batch = (options or {}).get("batch_size")
-    options = mechanism.audit_options(dict(options or {}))
-    items = tuple(sorted(options.items()))
-    try:
-        hash(items)
-    except TypeError:
-        items = None  # unhashable options: planned afresh at each delta
+    batch, options, items = step_options(mechanism, options)  # items None: planned afresh at each delta
     curves: list[tradeoff.TradeOff] = []
     for delta in PROFILE_DELTAS:
         eps = (_claimed(mechanism, sigma, delta, clip, items, batch) if items is not None else
@@ -67,4 +76,4 @@ def _claimed(mechanism: Mechanism, sigma: float, delta: float, clip: float, item
     return mechanism.plan(spec).epsilon_claimed
 
 
-__all__ = ["PROFILE_DELTAS", "claimed_profile", "step_spec"]
+__all__ = ["PROFILE_DELTAS", "claimed_profile", "step_options", "step_spec"]
