@@ -31,7 +31,7 @@ def test_each_capture_fits_its_terminal_and_splits_no_cell(group, width):
     rows = [ln for ln in shown if ln.startswith((" dpsgd", " nonprivate"))]
     keys = {tuple(ln.split()[:2]) for ln in rows}
     assert len(rows) == len(keys) * len(parts)  # each row once per part: nothing wrapped onto a second line
-    assert all(len(ln.split()) >= 3 for ln in rows)
+    assert all(len(ln.split()) >= 2 for ln in rows)  # a part may end in a blank cell (a row off the Pareto front)
     if group == "core":
         assert len(parts) == 1  # the default fits one table at 80 columns
 
