@@ -41,15 +41,6 @@ CASES = {
 CERTIFIED_BEFORE = 1.998927150159882
 
 
-@pytest.fixture
-def own_ray():
-    """No Ray running: each sweep starts its own local instance, which ships the grid's `plugins:` modules (found
-    beside the grid file) to its workers; it is shut down after."""
-    import ray
-
-    ray.shutdown()
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.slow

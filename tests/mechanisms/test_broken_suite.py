@@ -17,17 +17,6 @@ from pathlib import Path
 
 import pytest
 
-
-@pytest.fixture
-def own_ray():
-    """No Ray running: the sweep starts its own local instance, which ships the grid's `plugins:` module (found
-    beside the grid file) to its workers; it is shut down after."""
-    import ray
-
-    ray.shutdown()
-    yield
-    ray.shutdown()
-
 PLUGIN = Path(__file__).parents[1] / "plugins" / "broken_mechs"
 GRID = PLUGIN / "broken.yaml"
 EXPECTED = {
