@@ -49,7 +49,10 @@ def test_every_broken_pipeline_is_caught_in_a_sweep_and_the_correct_ones_stay_ok
     from privbench import Sweep
 
     board, records = {}, {}
+    import ray
+
     for grid in ("pipelines.yaml", "pipeline_hooks.yaml"):
+        ray.shutdown()  # each grid's own local Ray, which ships that grid's `plugins:` (a running one keeps its own)
         sweep = Sweep(PLUGIN / grid, store=tmp_path / "store")
         sweep.run()
         for record in sweep.records():
