@@ -66,7 +66,6 @@ from workers.train import Diverged, Progress, release_statistics, train
 from workers.tuning_candidates import candidate_fields, tuned_plan
 
 VERSIONED = ("torch", "opacus", "dp-accounting", "transformers", "numpy", "ray", "mlflow")
-PHASE_METRICS = ("plan_s", "accelerator_s", "analysis_s")  # per-phase seconds, flat metrics of every record
 
 
 @functools.cache
