@@ -18,6 +18,7 @@ from mechanisms.framework.claims import claim_status
 from mechanisms.framework.integrity.verdict import plan_for, step_findings
 from mechanisms.parts.correlated_noise import CorrelatedNoise
 from mechanisms.parts.plan import PrivacySpec
+from tests.mechanisms.parts.test_correlated_noise import dense_tree
 
 N, B, EPOCHS, DELTA = 1437, 64, 6, 1e-5  # digits' training split, P = round(N / B) = 22 steps per epoch
 P = round(N / B)
@@ -30,19 +31,11 @@ def spec(epsilon_target=None, sigma=None, **options) -> PrivacySpec:
                        sigma=sigma, options=options)
 
 
-def _most_nodes_holding_one_leaf(leaves: int) -> int:
-    """The most nodes of a binary tree over `leaves` steps that one leaf lies in, by enumerating the tree's nodes
-    (the dyadic intervals [k 2^l, (k + 1) 2^l) inside it)."""
-    nodes = [range(k * 2**level, (k + 1) * 2**level) for level in range(leaves.bit_length() + 1)
-             for k in range(leaves // 2**level)]
-    return max(sum(leaf in node for node in nodes) for leaf in range(leaves))
-
-
 def test_tree_certificate_equals_dp_accountings_tree_aggregation():
     """Certified RDP and the claim equal dp-accounting's own RDP of tree aggregation restarted every epoch (E trees,
     one participation each: `SingleEpochTreeAggregationDpEvent` under `REPLACE_SPECIAL`, a record replaced by a
     zero one, sensitivity C; replace-one moves a node by 2C, the event at sigma / 2). The PLD certificate equals
-    dp-accounting's PLD of the Gaussians one example's nodes receive, counted on the tree itself."""
+    dp-accounting's PLD of the Gaussians one example's nodes receive, counted on the tree's incidence matrix."""
     sigma = 20.0
     plan = mechanisms.get("dpftrl-tree").plan(spec(sigma=sigma))
 
@@ -55,7 +48,7 @@ def test_tree_certificate_equals_dp_accountings_tree_aggregation():
     assert plan.epsilons["rdp"] == pytest.approx(reference, rel=1e-3)
     assert plan.epsilon_claimed == pytest.approx(reference, rel=1e-3)
     assert plan.extra["epsilon_zero_out"] == pytest.approx(tree_rdp(sigma), rel=1e-3)
-    nodes = EPOCHS * _most_nodes_holding_one_leaf(P)
+    nodes = EPOCHS * int(dense_tree(P).sum(0).max())  # the most nodes of one tree that hold one leaf
     pld = dp_accounting.pld.PLDAccountant(REPLACE_ONE, value_discretization_interval=1e-4)
     gaussians = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), nodes)
     assert plan.epsilon_certified == pytest.approx(pld.compose(gaussians).get_epsilon(DELTA), rel=1e-3)
