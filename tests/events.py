@@ -12,3 +12,10 @@ def poisson_events(sample_rate: float, steps: int) -> Parts:
 
 def poisson_event(sigma: float, sample_rate: float, steps: int):
     return poisson_events(sample_rate, steps).dp_event(sigma)
+
+
+# Anchor settings (sigma, sample rate, steps) with published epsilons, shared by the accountants' tests
+MNIST = (1.1, 256 / 60000, 14063)
+CIFAR = (3.0, 4096 / 50000, 2500)
+SST2 = (0.8, 1024 / 67349, 198)
+LONG = (0.6, 256 / 50000, 19532)

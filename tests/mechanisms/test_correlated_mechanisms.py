@@ -1,6 +1,6 @@
-"""`dpftrl-tree` and `dp-bandmf` through the mechanism contract: their certificate against the papers' own
-analyses recomputed here, the verdict, the executed process (fixed-order batches, streamed correlated noise,
-the step privbench's), and the one-step audit."""
+"""`dpftrl-tree` and `dp-bandmf` through the mechanism contract: their certificate against dp-accounting's own tree
+aggregation and the band paper's sensitivity, the verdict, the executed process (fixed-order batches, streamed
+correlated noise, the step privbench's), and the one-step audit."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ from mechanisms.framework.claims import claim_status
 from mechanisms.framework.integrity.verdict import plan_for, step_findings
 from mechanisms.parts.correlated_noise import CorrelatedNoise
 from mechanisms.parts.plan import PrivacySpec
+from tests.mechanisms.parts.test_correlated_noise import dense_tree
 
 N, B, EPOCHS, DELTA = 1437, 64, 6, 1e-5  # digits' training split, P = round(N / B) = 22 steps per epoch
 P = round(N / B)
+REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
+REPLACE_SPECIAL = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
 
 
 def spec(epsilon_target=None, sigma=None, **options) -> PrivacySpec:
@@ -28,22 +31,27 @@ def spec(epsilon_target=None, sigma=None, **options) -> PrivacySpec:
                        sigma=sigma, options=options)
 
 
-def test_tree_certificate_equals_tf_privacy_tree_restart():
-    """Certified RDP and the claim equal tensorflow_privacy's compute_rdp_tree_restart (reimplemented) at
-    replace-one (the tf formula at sigma / 2), and the PLD certificate equals one Gaussian at
-    sigma / (2 sqrt(E (floor(log2 P) + 1)))."""
+def test_tree_certificate_equals_dp_accountings_tree_aggregation():
+    """Certified RDP and the claim equal dp-accounting's own RDP of tree aggregation restarted every epoch (E trees,
+    one participation each: `SingleEpochTreeAggregationDpEvent` under `REPLACE_SPECIAL`, a record replaced by a
+    zero one, sensitivity C; replace-one moves a node by 2C, the event at sigma / 2). The PLD certificate equals
+    dp-accounting's PLD of the Gaussians one example's nodes receive, counted on the tree's incidence matrix."""
     sigma = 20.0
     plan = mechanisms.get("dpftrl-tree").plan(spec(sigma=sigma))
-    depth = EPOCHS * (math.floor(math.log2(P)) + 1)
-    orders = rdp_privacy_accountant.DEFAULT_RDP_ORDERS
-    rdp = [a * depth / (2 * (sigma / 2) ** 2) for a in orders]
-    reference = rdp_privacy_accountant.compute_epsilon(orders, rdp, DELTA)[0]
+
+    def tree_rdp(noise_multiplier: float) -> float:
+        tree = dp_accounting.SingleEpochTreeAggregationDpEvent(noise_multiplier, P)
+        accountant = rdp_privacy_accountant.RdpAccountant(neighboring_relation=REPLACE_SPECIAL)
+        return accountant.compose(dp_accounting.SelfComposedDpEvent(tree, EPOCHS)).get_epsilon(DELTA)
+
+    reference = tree_rdp(sigma / 2)
     assert plan.epsilons["rdp"] == pytest.approx(reference, rel=1e-3)
     assert plan.epsilon_claimed == pytest.approx(reference, rel=1e-3)
-    gaussian = epsilon(dp_accounting.GaussianDpEvent(sigma / (2 * math.sqrt(depth))), DELTA, "pld")
-    assert plan.epsilon_certified == pytest.approx(gaussian, rel=1e-3)
-    zero_out = rdp_privacy_accountant.compute_epsilon(orders, [a * depth / (2 * sigma ** 2) for a in orders], DELTA)[0]
-    assert plan.extra["epsilon_zero_out"] == pytest.approx(zero_out, rel=1e-3)
+    assert plan.extra["epsilon_zero_out"] == pytest.approx(tree_rdp(sigma), rel=1e-3)
+    nodes = EPOCHS * int(dense_tree(P).sum(0).max())  # the most nodes of one tree that hold one leaf
+    pld = dp_accounting.pld.PLDAccountant(REPLACE_ONE, value_discretization_interval=1e-4)
+    gaussians = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), nodes)
+    assert plan.epsilon_certified == pytest.approx(pld.compose(gaussians).get_epsilon(DELTA), rel=1e-3)
     assert plan.sampler == "fixed-order" and plan.neighboring_relation == "replace-one"
     assert claim_status(plan.epsilon_claimed, plan.epsilon_certified, None) == "ok"
 

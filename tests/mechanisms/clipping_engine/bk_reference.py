@@ -109,3 +109,20 @@ def assert_close(expected: tuple[torch.Tensor, list[torch.Tensor]], got: tuple[t
         scale = whole if a.norm() <= 1e-10 * whole else torch.maximum(a.norm(), 1e-3 * whole)
         err = ((a - b).norm() / scale).item()
         assert err <= rel, f"clipped sum of trainable tensor {i} differs by {err:.2e} relative"
+
+
+class MeanOverPositions(nn.Module):
+    """`layer` then the mean over positions (dimension 1): a (batch, classes) output from a layer applied at every
+    position, so that one layer family can be checked alone."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x).mean(1)
+
+
+def frozen_head(features: int, classes: int = 3) -> nn.Linear:
+    """A linear head that is not trained, so that only the layer before it has per-sample gradients."""
+    return nn.Linear(features, classes).requires_grad_(False)

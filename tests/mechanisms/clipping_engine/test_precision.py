@@ -10,7 +10,7 @@ models at batch 32). The clipped sum is returned by a bf16 matmul (one more roun
 and the input gradients that reach the first layers went through every layer's bf16 rounding, so the whole
 clipped gradient (all tensors as one vector) is allowed 8u = 2^-5 relative (measured at most 2.3e-2, on
 bert-tiny, whose 2-layer encoder sits behind a 30k-row embedding). No clipped example exceeds the bound:
-the factors come from certified upper bounds on the norms (norms.py; test_rounding_margin.py), and the
+the factors come from certified upper bounds on the norms (norms.py; test_norms.py), and the
 noise (fp32, after the step) is unchanged. The test also checks that bf16 really ran
 (the error is above fp32's 1e-5), so a silently ignored autocast cannot pass.
 """

@@ -1,4 +1,5 @@
-"""The loader a trial runs is built from the plan: exactly `plan.steps` batches of the declared geometry."""
+"""The loader a trial runs is built from the plan: exactly `plan.steps` batches of the declared geometry; the
+samplers refuse bad geometry, rates and names."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from torch.utils.data import TensorDataset
 
 import mechanisms
 from mechanisms.framework.private_training import plan_loader
-from mechanisms.parts.batch_selection import SAMPLERS, FixedSizeSampling, PoissonSampling, ShuffleSampling
+from mechanisms.parts.batch_selection import (
+    SAMPLERS,
+    FixedSizeSampling,
+    PoissonRate,
+    PoissonSampling,
+    ShuffleSampling,
+    batch_selection,
+)
 from mechanisms.parts.plan import PrivacySpec
 
 # N/B with fractional part just below and just above .5 (round() decides steps per epoch), and the
@@ -92,3 +100,16 @@ def test_bad_geometry_is_refused():
         PoissonSampling(10, 2.0, 1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="sampler must be one of"):
         PrivacySpec(epsilon=1.0, delta=1e-5, dataset_size=10, batch_size=2, epochs=1, sampler="cyclic")
+
+
+@pytest.mark.parametrize("kwargs", [dict(sample_rate=0), dict(sample_rate=1.5), dict(steps=0)])
+def test_event_bad_input(kwargs):
+    args = dict(sample_rate=0.1, steps=10) | kwargs
+    with pytest.raises(ValueError):
+        PoissonRate(**args)
+
+
+@pytest.mark.parametrize("sampler", ["cyclic"])
+def test_unknown_sampler(sampler):
+    with pytest.raises(ValueError, match="unknown sampler"):
+        batch_selection(sampler, 100, 10, 1)

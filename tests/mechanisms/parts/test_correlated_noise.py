@@ -1,7 +1,7 @@
-"""Correlated noise and participation parts against independent references: the tree-restart RDP of
-tensorflow_privacy (reimplemented here from Kairouz et al. 2021, Appendix D), dense strategy matrices built in
-the test, a brute-force maximum over participation patterns, the streamed noise's covariance on many draws and
-the prefix-sum errors the papers state."""
+"""Correlated noise and participation parts against independent references: dp-accounting's RDP of restarted tree
+aggregation (Kairouz et al. 2021, Appendix D), dense strategy matrices built in the test, a brute-force maximum
+over participation patterns, the streamed noise's covariance on many draws and the prefix-sum errors the papers
+state."""
 
 from __future__ import annotations
 
@@ -29,17 +29,11 @@ from mechanisms.parts.plan import Parts
 
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
+REPLACE_SPECIAL = dp_accounting.NeighboringRelation.REPLACE_SPECIAL  # zero-out: a record replaced by a zero one
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [128, 256, 512]
 
 
 # ---- independent references ---------------------------------------------------------------------------------
-
-def tf_tree_restart_rdp(noise_multiplier: float, steps_list: list[int], orders: list[float]) -> np.ndarray:
-    """tensorflow_privacy's `compute_rdp_tree_restart`: a Gaussian of sum-of-squared-sensitivity
-    sum_i (floor(log2 steps_i) + 1) per restart, RDP alpha * S / (2 sigma^2)."""
-    depths = sum(math.floor(math.log2(float(s))) + 1 for s in steps_list if s > 0)
-    return np.array([a * depths / (2 * noise_multiplier ** 2) for a in orders])
-
 
 def dense_tree(leaves: int) -> np.ndarray:
     """Node-incidence matrix of one tree: a row per dyadic interval [k 2^l, (k+1) 2^l) inside [0, leaves)."""
@@ -80,18 +74,18 @@ def admissible(steps: int, k: int, sep: int):
 # ---- sensitivity ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("leaves,epochs", [(1, 3), (5, 2), (8, 3), (13, 4), (100, 2), (234, 5)])
-def test_tree_sensitivity_and_epsilon_match_tf_privacy_tree_restart(leaves, epochs):
+def test_tree_sensitivity_and_epsilon_match_dp_accountings_tree_aggregation(leaves, epochs):
     sigma, delta = 3.0, 1e-5
     participation = Participation.cyclic(leaves, epochs)
     tree = RestartedTree(leaves)
-    assert tree.sensitivity(participation) ** 2 == pytest.approx(epochs * (math.floor(math.log2(leaves)) + 1))
+    assert tree.sensitivity(participation) ** 2 == pytest.approx(epochs * dense_tree(leaves).sum(0).max())
     noise = CorrelatedNoise(1.0, tree, participation)
     z = noise.noise_multiplier(sigma, FlatClipping(1.0), ADD_REMOVE)  # zero-out: the paper's relation
-    reference = rdp_privacy_accountant.compute_epsilon(ORDERS, tf_tree_restart_rdp(sigma, [leaves] * epochs, ORDERS),
-                                                       delta)[0]
+    restarts = dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(sigma, leaves), epochs)
+    reference = rdp_privacy_accountant.RdpAccountant(ORDERS, REPLACE_SPECIAL).compose(restarts).get_epsilon(delta)
     ours = epsilon(dp_accounting.GaussianDpEvent(z), delta, "rdp")
     assert ours == pytest.approx(reference, rel=1e-3)
-    # replace-one (what fixed-order certifies) doubles the sensitivity: the tf formula at sigma / 2
+    # replace-one (what fixed-order certifies) doubles the sensitivity: the reference at sigma / 2
     z_replace = noise.noise_multiplier(sigma, FlatClipping(1.0), REPLACE)
     assert z_replace == pytest.approx(z / 2)
 

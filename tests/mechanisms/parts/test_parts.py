@@ -1,4 +1,4 @@
-"""Each part's declared guarantee holds: a worst-case pair of neighbouring batches attains the declared
+"""Each noise part's declared guarantee holds: a worst-case pair of neighbouring batches attains the declared
 sensitivity, random pairs never exceed it, and the noise is what the event says."""
 
 from __future__ import annotations
@@ -9,76 +9,13 @@ import dp_accounting
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
+from clipped_sums import ADD_REMOVE, REPLACE, distance
 
 import mechanisms
 from mechanisms.catalog import dp_forward
-from mechanisms.parts.clipping import FlatClipping, PerLayerClipping
+from mechanisms.parts.clipping import FlatClipping
 from mechanisms.parts.noise_addition import BatchClippedGaussian, FrequencyNoise, GaussianNoise
 from mechanisms.parts.plan import PrivacySpec
-
-ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
-SHAPES = [(3, 4), (4,), (2, 2, 2)]
-
-
-def _grads(batch: int, scale: float, gen: torch.Generator) -> list[torch.Tensor]:
-    return [torch.randn(batch, *s, generator=gen, dtype=torch.float64) * scale for s in SHAPES]
-
-
-def _opacus_clipped_sum(clipper, per_example: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The clipping that really runs: Opacus' optimizer on explicit per-sample gradients."""
-    params = [torch.nn.Parameter(torch.zeros(g.shape[1:], dtype=torch.float64)) for g in per_example]
-    for p, g in zip(params, per_example, strict=True):
-        p.grad_sample = g.clone()
-    cls = DPOptimizer if clipper.opacus_clipping == "flat" else DPPerLayerOptimizer
-    opt = cls(torch.optim.SGD(params, lr=0.1), noise_multiplier=0.0, max_grad_norm=clipper.max_grad_norm,
-              expected_batch_size=len(per_example[0]))
-    opt.clip_and_accumulate()
-    return [p.summed_grad for p in params]
-
-
-def _distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return math.sqrt(sum(float(((x - y) ** 2).sum()) for x, y in zip(a, b, strict=True)))
-
-
-CLIPPERS = [FlatClipping(0.7), PerLayerClipping((0.3, 0.5, 0.2)), PerLayerClipping.splitting(1.3, 3)]
-
-
-@pytest.mark.parametrize("clipper", CLIPPERS, ids=repr)
-def test_clip_and_sum_is_what_opacus_runs(clipper):
-    grads = _grads(9, 1.0, torch.Generator().manual_seed(0))
-    for ours, theirs in zip(clipper.clip_and_sum(grads), _opacus_clipped_sum(clipper, grads), strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-9)
-
-
-@pytest.mark.parametrize("clipper", CLIPPERS, ids=repr)
-def test_clipping_sensitivity_is_attained_by_a_worst_case_pair(clipper):
-    gen = torch.Generator().manual_seed(1)
-    base = _grads(5, 1.0, gen)
-    big = [10.0 * g for g in _grads(1, 1.0, gen)]  # far above every bound: clipped to it exactly
-    added = [torch.cat([b, x]) for b, x in zip(base, big, strict=True)]
-    gap = _distance(_opacus_clipped_sum(clipper, added), _opacus_clipped_sum(clipper, base))
-    assert gap == pytest.approx(clipper.sensitivity(ADD_REMOVE), rel=1e-4)
-    replaced = [torch.cat([b[:-1], -x]) for b, x in zip(added, big, strict=True)]  # that example, negated
-    gap = _distance(_opacus_clipped_sum(clipper, added), _opacus_clipped_sum(clipper, replaced))
-    assert gap == pytest.approx(clipper.sensitivity(REPLACE), rel=1e-4)
-
-
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), batch=st.integers(1, 8), scale=st.floats(0.01, 5.0),
-       which=st.integers(0, len(CLIPPERS) - 1))
-def test_clipping_sensitivity_is_never_exceeded(seed, batch, scale, which):
-    clipper = CLIPPERS[which]
-    gen = torch.Generator().manual_seed(seed)
-    base, extra, other = _grads(batch, scale, gen), _grads(1, scale * 3, gen), _grads(1, scale * 3, gen)
-    added = [torch.cat([b, x]) for b, x in zip(base, extra, strict=True)]
-    replaced = [torch.cat([b, y]) for b, y in zip(base, other, strict=True)]
-    s_base, s_added = _opacus_clipped_sum(clipper, base), _opacus_clipped_sum(clipper, added)
-    assert _distance(s_added, s_base) <= clipper.sensitivity(ADD_REMOVE) * (1 + 1e-9)
-    assert _distance(s_added, _opacus_clipped_sum(clipper, replaced)) <= clipper.sensitivity(REPLACE) * (1 + 1e-9)
 
 
 def _pre_noise(noise: BatchClippedGaussian, sums: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -95,13 +32,13 @@ def test_batch_clip_sensitivity_is_attained_and_never_exceeded(ratio):
     u = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
     # worst case: S = c' u and S' = (c' - c) u: both in the ball, or the clip maps them to +-c' u
     a, b = _pre_noise(noise, [ratio * c * u]), _pre_noise(noise, [(ratio * c - c) * u])
-    assert _distance(a, b) == pytest.approx(declared, rel=1e-5)
+    assert distance(a, b) == pytest.approx(declared, rel=1e-5)
     gen = torch.Generator().manual_seed(0)
     for _ in range(200):
         s = torch.randn(3, generator=gen, dtype=torch.float64) * 3
         v = torch.randn(3, generator=gen, dtype=torch.float64)
         v = v / v.norm() * c * float(torch.rand(1, generator=gen))
-        assert _distance(_pre_noise(noise, [s]), _pre_noise(noise, [s + v])) <= declared * (1 + 1e-5)
+        assert distance(_pre_noise(noise, [s]), _pre_noise(noise, [s + v])) <= declared * (1 + 1e-5)
 
 
 def test_gaussian_noise_has_the_declared_std_and_multiplier():

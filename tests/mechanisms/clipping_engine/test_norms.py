@@ -1,8 +1,8 @@
-"""The certified rounding margin (norms.py, docs/clipping.md): under bf16, every clipped per-example gradient,
-recomputed in fp64 from the very bf16 / fp32 tensors the engine sums, has norm <= the bound, over adversarial
-inputs (a dynamic range of 1e-30..1e15 per entry, long sequences of tiny cancelling terms, norms right at the
-bound, random). The same inputs clipped with the plain factor min(1, C / (|G_i| + 1e-6)) exceed the bound,
-which is what the margin is for."""
+"""The per-sample norms (norms.py): the mixed rule that picks the ghost norm, and the certified rounding margin
+(docs/clipping.md): under bf16, every clipped per-example gradient, recomputed in fp64 from the very bf16 / fp32
+tensors the engine sums, has norm <= the bound, over adversarial inputs (a dynamic range of 1e-30..1e15 per entry,
+long sequences of tiny cancelling terms, norms right at the bound, random). The same inputs clipped with the plain
+factor min(1, C / (|G_i| + 1e-6)) exceed the bound, which is what the margin is for."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from mechanisms.clipping_engine.norms import gamma, instantiated, outer_sum
+from mechanisms.clipping_engine.norms import gamma, instantiated, outer_sum, prefer_ghost
 
 sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 
@@ -68,3 +68,9 @@ def test_engine_clips_with_the_certified_bounds_under_bf16_only() -> None:
         ratio = engine.per_sample_bounds / engine.per_sample_norms
         print(f"bf16 certified bound / computed norm: max {ratio.max().item():.5f}")
         assert bool((ratio >= 1.0).all()) and bool((ratio < 1.05).all())
+
+
+def test_mixed_rule():
+    assert prefer_ghost(1, 3, 3)  # no positions: always the ghost norm
+    assert prefer_ghost(64, 128, 128) and not prefer_ghost(196, 25, 16)  # 2 T^2 < p d
+    assert not prefer_ghost(64, 128, 128, "instantiate") and prefer_ghost(196, 25, 16, "ghost")

@@ -1,0 +1,92 @@
+"""Tests mirror modules, as in dp-accounting: every module `X/Y/z.py` of `mechanisms/` and `orchestrator/` (not
+`__init__.py`, not `__main__.py`) has its tests in `tests/X/Y/test_z.py`, so that a module's tests are found
+without a search and a module without tests shows.
+
+`NOT_YET_MIRRORED` lists the modules still without one. It only shrinks: a module that gains its test file must
+leave the list (the test fails until it does), and a new module without one fails. Two mirrored files of the same
+name (`tests/mechanisms/test_lazy.py`, `tests/orchestrator/test_lazy.py`) must import as different modules, which
+pytest's default import mode gives only to files inside packages (`__init__.py`): checked here too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MIRRORED = ("mechanisms", "orchestrator")
+
+NOT_YET_MIRRORED = frozenset({
+    "mechanisms/accounting/compare.py",
+    "mechanisms/accounting/events.py",
+    "mechanisms/catalog/dp_bandmf.py",
+    "mechanisms/catalog/dp_forward/forward_noise.py",
+    "mechanisms/catalog/dp_forward/label_rr.py",
+    "mechanisms/catalog/dpftrl_tree.py",
+    "mechanisms/catalog/dpsgd.py",
+    "mechanisms/catalog/dpsgd_adaclip.py",
+    "mechanisms/catalog/dpsgd_fixed_order.py",
+    "mechanisms/catalog/dpsgd_gdp.py",
+    "mechanisms/catalog/dpsgd_shuffle_rdp.py",
+    "mechanisms/catalog/gredp.py",
+    "mechanisms/catalog/matrix_factorization.py",
+    "mechanisms/catalog/nonprivate.py",
+    "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
+    "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
+    "mechanisms/framework/claims.py",
+    "mechanisms/framework/integrity/findings.py",
+    "mechanisms/framework/integrity/guard.py",
+    "mechanisms/framework/integrity/model_checks.py",
+    "mechanisms/framework/integrity/trust.py",
+    "mechanisms/framework/integrity/verdict.py",
+    "mechanisms/framework/mechanism.py",
+    "mechanisms/framework/options.py",
+    "mechanisms/framework/private_training.py",
+    "mechanisms/framework/registry.py",
+    "mechanisms/parts/noise_addition.py",
+    "mechanisms/parts/plan.py",
+    "orchestrator/cli.py",
+    "orchestrator/cluster.py",
+    "orchestrator/grid_yaml.py",
+    "orchestrator/lazy.py",
+    "orchestrator/ray_probe.py",
+    "orchestrator/runner.py",
+    "orchestrator/submit.py",
+    "orchestrator/sweep_cli.py",
+    "orchestrator/timing_report.py",
+    "orchestrator/tune_block.py",
+})
+
+
+def mirror(module: Path) -> Path:
+    """Where the tests of `module` (relative to the project root) belong."""
+    return Path("tests") / module.parent / f"test_{module.name}"
+
+
+def modules() -> list[Path]:
+    return sorted(path.relative_to(ROOT) for package in MIRRORED for path in (ROOT / package).rglob("*.py")
+                  if path.name not in ("__init__.py", "__main__.py"))
+
+
+def import_name(test_file: Path) -> str:
+    """The module name pytest's default (`prepend`) import mode gives `test_file`: its dotted path from the
+    nearest directory above it that is not a package."""
+    parts, folder = [test_file.stem], test_file.parent
+    while (folder / "__init__.py").exists():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+def test_every_module_has_its_mirrored_test_file():
+    missing = {str(m) for m in modules() if not (ROOT / mirror(m)).is_file()}
+    new = sorted(missing - NOT_YET_MIRRORED)
+    assert not new, f"modules without their test file at the mirrored path: {', '.join(new)}"
+    done = sorted(NOT_YET_MIRRORED - missing)
+    assert not done, f"these have their test file now (or are gone): remove them from NOT_YET_MIRRORED: {done}"
+
+
+def test_no_two_test_files_import_as_one_module():
+    names = Counter(import_name(path) for path in (ROOT / "tests").rglob("test_*.py"))
+    clashes = sorted(name for name, count in names.items() if count > 1)
+    assert not clashes, f"test files that pytest would import under one name (add __init__.py): {clashes}"
