@@ -13,6 +13,7 @@ from mechanisms.framework.integrity.findings import Finding, certify, unique
 from mechanisms.framework.integrity.guard import REPLAY_ATOL, REPLAY_RTOL, apply_state, decode
 from mechanisms.framework.integrity.trust import foreign_code, own_class
 from mechanisms.framework.mechanism import FINAL, Mechanism, uncertified
+from mechanisms.parts.noise_addition import RunNoise
 from mechanisms.parts.plan import Parts
 
 if TYPE_CHECKING:
@@ -66,9 +67,8 @@ def step_findings(training: Any, when: str = "before the first step") -> Finding
                        f"{type(optimizer).__qualname__}, not privbench's private optimizer")
     problems = []
     objects = [optimizer, optimizer.noise, *optimizer.releases]
-    stream = getattr(optimizer, "noise_stream", None)
-    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
-        objects += [stream, stream.strategy]
+    if isinstance(optimizer.noise, RunNoise):  # a correlated-noise part's stream (and what it runs) is in the step
+        objects += optimizer.noise_stream.step_objects()
     engine = getattr(optimizer, "engine", None)
     if engine is not None:
         objects.append(engine)
