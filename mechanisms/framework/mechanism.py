@@ -19,6 +19,11 @@ builds from the kind's hooks (`KINDS`):
 - `PostProcessingMechanism`: DP-SGD's step, then privbench's own post-processing of the released update (its
   part, `AfterStepPart`: shuffled DP-SGD's coupled permutations), and the same on the audit's release.
 
+What the final methods do, the same way for every mechanism: `plan` (the only place that calibrates: sigma
+explicit, or for the target under the grid's `calibration`; the certified event from the parts; epsilon_certified
+by PLD with RDP and PRV beside it), `make_private` (the trainer's step, built from the plan's parts by kind),
+`privatize_step` (one step's releases, for the auditor, by kind).
+
 A hook that reaches the model or the optimizer (`Hook.reaches_model`) certifies only as privbench's own code; a
 mechanism from outside privbench that writes one, or overrides a final method, replaces what privbench accounts
 and audits: its trials are `uncertified` with the reason (`integrity.verdict.contract_findings`), never `ok`. The
