@@ -374,9 +374,13 @@ class Mechanism:
         `PostProcessingMechanism` declares (shuffled DP-SGD's coupled permutations), none for other kinds. A
         plugin that overrides it runs code on the model that privbench has not verified, and is not certified
         (`contract_findings`)."""
-        if isinstance(self, PostProcessingMechanism):
-            return self.post_processing_part(module, plan, options, generator)
-        return AfterStepPart()
+        if not isinstance(self, PostProcessingMechanism):
+            return AfterStepPart()
+        part = self.post_processing_part(module, plan, options, generator)
+        if part.after_step is not None and (plan.parts is None or plan.parts.post_processing is None):
+            raise ValueError(f"{self.ID} post-processes every update, but its parts do not name it "
+                             "(Parts.post_processing), so the plan would not record it")
+        return part
 
     # ---- training ---------------------------------------------------------------------------------------
 

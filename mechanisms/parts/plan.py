@@ -219,10 +219,9 @@ def correlated_gaps(parts: Parts, noise: RunNoise) -> list[str]:
         problems.append(f"the {sampler.name} sampler states no participation schema, which the correlated noise's "
                         "sensitivity needs (no amplification by sampling is analysed for correlated noise here; "
                         "use sampler fixed-order)")
-    elif not (stated.steps == executed.steps
-                                and stated.max_participations >= executed.max_participations
-                                and stated.min_separation <= executed.min_separation
-                                and (stated.schema == "min-separation" or stated == executed)):
+    elif not (stated.steps == executed.steps and stated.max_participations >= executed.max_participations
+              and stated.min_separation <= executed.min_separation
+              and (stated.schema == "min-separation" or stated == executed)):
         problems.append(f"the noise's sensitivity is stated for {stated}, the sampler executes {executed}")
     if parts.releases:
         problems.append("correlated noise with other per-step releases is not analysed")

@@ -42,6 +42,7 @@ def contract_findings(mechanism: Mechanism, plan: PrivacyPlan | None = None) -> 
         problems.append(f"its parts are a {type(plan.parts).__qualname__}, not privbench's Parts")
     return [Finding("contract", not problems, "; ".join(problems))]
 
+
 def _defined_by(cls: type, name: str) -> type:
     """The class in `cls`'s MRO whose body defines `name`."""
     return next(k for k in cls.__mro__ if name in vars(k))

@@ -158,6 +158,25 @@ def test_a_plugin_post_processing_part_is_not_certified():
     assert contract_findings(mechanisms.get("shuffled-dpsgd"))[0].passed
 
 
+def test_a_post_processing_the_parts_do_not_name_is_refused():
+    class Unnamed(PostProcessingMechanism):
+        ID = "unnamed-post-processing"
+
+        def post_processing_part(self, module, plan, options, generator):
+            return AfterStepPart(after_step=lambda optimizer: None)
+
+        def post_process_release(self, released, rng, options):
+            return released
+
+    mechanism = Unnamed()
+    plan = mechanism.plan(SPEC)
+    assert plan.parts.post_processing is None
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="its parts do not name it"):
+        mechanism.make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), None, plan,
+                               criterion=torch.nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0))
+
+
 def test_the_template_refuses_a_forward_layer_the_plan_did_not_account():
     class Uninstalled(DpForward):
         def install_forward_noise(self, module, data, plan, options, generator):
