@@ -32,6 +32,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import mechanisms
+from mechanisms.parts.noise_addition import RunNoise
 from mechanisms.parts.plan import PrivacySpec
 from workers import datasets, models
 
@@ -40,9 +41,9 @@ WARMUP = 3
 
 def stream_bytes(optimizer: object) -> int:
     """The bytes a correlated-noise stream keeps between steps (0 for memoryless noise)."""
-    stream = getattr(optimizer, "noise_stream", None)
-    if stream is None:
+    if not isinstance(optimizer.noise, RunNoise):
         return 0
+    stream = optimizer.noise_stream
     state = stream.strategy
     tensors = list(getattr(state, "history", []))
     tensors += [t for _, t in getattr(state, "stack", [])]
@@ -103,7 +104,7 @@ def main() -> None:
     releasers = {}
     for name in names:
         noise = optimizers[name].noise
-        stream = noise.start() if hasattr(noise, "start") else noise
+        stream = noise.start() if isinstance(noise, RunNoise) else noise
         releasers[name] = stream
     noise_times: dict[str, list[float]] = {n: [] for n in names}
     gen = torch.Generator().manual_seed(0)

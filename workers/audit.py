@@ -26,6 +26,7 @@ import numpy as np
 
 from mechanisms.auditing.dirac_canaries import CanaryObservations, decode_array, encode_array
 from mechanisms.framework.claims import REL_TOL
+from mechanisms.parts.noise_addition import RunNoise
 from workers.config import AuditConfig
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE
         if push.failed:
             findings.append(push.words)
     shape = declared_shape(plan)
-    if getattr(parts.noise, "covers_run", False):  # correlated noise: its event is the run's one Gaussian; each
+    if isinstance(parts.noise, RunNoise):  # correlated noise: its event is the run's one Gaussian; each
         shape = (float(plan.sigma), 1.0, steps)  # step's whitened noise is N(0, sigma^2) in the plan's unit
     if shape is not None and obs.noise_summary is not None:
         report = noise_checks.check_noise(obs.noise_summary, shape[0], significance=half)
@@ -211,7 +212,7 @@ def plan_units(plan: Any) -> tuple[float | None, tuple[float, float] | None, Any
     unit_range = None
     if clipper.state_key is not None and getattr(noise, "follows_bound", False):
         unit_range = (float(getattr(clipper, "minimum", clipper.bound)), float(clipper.max_bound))
-    return float(parts.audit_bound), unit_range, getattr(noise, "correlation", None)
+    return float(parts.audit_bound), unit_range, noise.correlation if isinstance(noise, RunNoise) else None
 
 
 class OneRun:
@@ -248,7 +249,7 @@ class OneRun:
         m = self.cfg.canaries_for(self.n_params, self.shape, self.plan.delta, self.seed)
         unit, unit_range, correlation = plan_units(self.plan)
         noise = getattr(getattr(self.plan, "parts", None), "noise", None)
-        if getattr(noise, "covers_run", False):  # correlated noise: canaries join as fixed-order examples do, and
+        if isinstance(noise, RunNoise):  # correlated noise: canaries join as fixed-order examples do, and
             from mechanisms.auditing.correlated_canaries import CorrelatedCanaries  # are scored after whitening
 
             self.canaries = CorrelatedCanaries.attach_correlated(

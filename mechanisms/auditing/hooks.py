@@ -52,7 +52,7 @@ def _cached_plan(mechanism: Mechanism, sigma: float | None, delta: float, epsilo
 def claimed_step_tradeoff(mechanism: Mechanism, sigma: float, *, clip: float = 1.0,
                           options: Mapping[str, Any] | None = None) -> tradeoff.TradeOff | None:
     """The curve the mechanism claims for one step (its `claimed_step_tradeoff` hook)."""
-    return mechanism.claimed_step_tradeoff(sigma, **dict(options or {}))
+    return mechanism.claimed_step_tradeoff(sigma, dict(options or {}))
 
 
 def audit_cases(mechanism: Mechanism, dim: int, clip: float, seed: int,
@@ -73,7 +73,7 @@ def audit_cases(mechanism: Mechanism, dim: int, clip: float, seed: int,
                                       tensor_sizes=options.get("tensor_sizes"), batch_size=options.get("batch_size"))
     norm, blocks = _gradient_canary(parts, clip, options.get("tensor_sizes"))
     cases = [dirac_case(dim, norm, rng, block_bounds=blocks)]
-    cases.extend(mechanism.audit_cases(dim=dim, clip=clip, rng=rng, **options))
+    cases.extend(mechanism.audit_cases(dim, clip, rng, options))
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         raise ValueError(f"audit case names must be unique, got {names}")

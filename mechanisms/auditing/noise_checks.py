@@ -27,24 +27,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
+
+from mechanisms.parts.noise_addition import Correlation  # the declared interface, with the noise parts
 
 LAGS = (1, 2, 4)
 BLOCKS = (4, 16, 64)
 SIGNIFICANCE = 1e-3  # the family-wise rate of false alarms of one run's checks (claims.AUDIT_SIGNIFICANCE)
 MAX_VALUES = 4_000_000  # the residual series kept for the checks: at most this many values (32 MB of float64)
-
-
-class Correlation(Protocol):
-    """How a noise part's noise is correlated across steps, for the checks: `whiten` maps a (steps, canaries)
-    block of residuals (each column one coordinate's noise over the run, in units of sigma times the plan's
-    unit) to one that is i.i.d. across steps under the declared strategy."""
-
-    name: str
-
-    def whiten(self, residuals: np.ndarray) -> np.ndarray: ...
 
 
 @dataclasses.dataclass(frozen=True)

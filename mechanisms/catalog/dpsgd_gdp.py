@@ -8,6 +8,7 @@ same sigma and the leaderboard shows both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.catalog.dpsgd import DpSgd, Options
@@ -45,7 +46,7 @@ class DpSgdGdp(DpSgd):
         notes = "CLT under-reports epsilon here" if certified is not None and certified > claimed else ""
         return Claim(claimed, f"gdp-clt ({sampler})", {"mu_claimed": mu}, notes)
 
-    def claimed_step_tradeoff(self, sigma: float, **_: Any) -> TradeOff:
+    def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> TradeOff:
         """The CLT formula at q = 1, T = 1: mu = sqrt(e^{1/sigma^2} - 1) (> 1/sigma: conservative for one step)."""
         from mechanisms.accounting import gdp
         from mechanisms.auditing import tradeoff

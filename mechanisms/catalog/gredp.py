@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.framework.mechanism import CLIPPINGS, Claim, Mechanism
@@ -119,7 +119,7 @@ class Gredp(Mechanism):
                  "clipping": options.clipping, "n_tensors": spec.n_tensors}
         return Claim(claimed, f"gredp-paper ({spec.accountant} at sigma)", extra, notes)
 
-    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+    def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> Any:
         """The paper's claim for one step: DP-SGD's Gaussian at sigma, G_{1/sigma} (Theorems 1 and 3)."""
         from mechanisms.auditing import tradeoff
 

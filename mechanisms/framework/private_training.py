@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from mechanisms.framework.integrity.guard import StepGuard, apply_state, copied
 from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 from mechanisms.parts.grouping import RowGroups, Units, augment_crop_flip, crop_padding, group_rows
-from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap
+from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap, RunNoise
 from mechanisms.parts.releases import ExampleView, Release, Released
 
 
@@ -90,7 +90,7 @@ class PrivateOptimizerMixin:
         super().__init__(optimizer, **kwargs)  # type: ignore[call-arg]
         self.noise, self.planned_steps = noise, planned_steps
         # a correlated-noise part keeps its state across steps in a stream (one per run); memoryless parts have none
-        self.noise_stream = noise.start() if hasattr(noise, "start") else None
+        self.noise_stream = noise.start() if isinstance(noise, RunNoise) else None
         self.after_step, self.noise_map = after_step, noise_map
         self.releases, self.mechanism_state, self.update_state = releases, state or {}, update_state
         self.released_hook = released_hook

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from mechanisms.parts.clipping import Clipping
-from mechanisms.parts.noise_addition import NoiseAddition, NoiseMap, gaussian
+from mechanisms.parts.noise_addition import NoiseMap, RunNoise, RunStream, gaussian
 from mechanisms.parts.participation import Participation
 
 if TYPE_CHECKING:
@@ -283,9 +283,9 @@ class TreeStream(StrategyStream):
 
 
 @dataclasses.dataclass(frozen=True)
-class CorrelatedNoise(NoiseAddition):
+class CorrelatedNoise(RunNoise):
     """The noise of a matrix-factorization mechanism: step t adds s w_t, w = C^-1 z streamed by `strategy`
-    (s = sigma * std_per_sigma); its privacy is one Gaussian over the whole run (`covers_run`) at multiplier
+    (s = sigma * std_per_sigma); its privacy is one Gaussian over the whole run (a `RunNoise`) at multiplier
     s / (clip sensitivity * strategy sensitivity under `participation`), see the module docstring.
 
     Training keeps the state in a `NoiseStream` (`start`); `release` without a stream is the first step of a
@@ -295,8 +295,6 @@ class CorrelatedNoise(NoiseAddition):
     std_per_sigma: float
     strategy: BandedToeplitz | RestartedTree
     participation: Participation
-
-    covers_run: ClassVar[bool] = True  # the multiplier is the whole run's (the sampler does not compose it)
 
     def sensitivity(self, clipper: Clipping, relation: NeighborRel) -> float:
         """Clip sensitivity (the relation's: x2 under replace-one) times the strategy's under the schema."""
@@ -374,7 +372,7 @@ class DeclaredCorrelation:
         return self.noise.whiten(residuals)
 
 
-class NoiseStream:
+class NoiseStream(RunStream):
     """One run's state of a `CorrelatedNoise`: every step's noise drawn as one flat buffer (rows x all
     coordinates) and viewed per tensor, as `gaussian_like`."""
 
@@ -386,6 +384,9 @@ class NoiseStream:
 
     def _draw(self, like: torch.Tensor) -> torch.Tensor:
         return gaussian(like, 1.0, self.generator, self.secure)
+
+    def step_objects(self) -> tuple[object, ...]:
+        return self, self.strategy
 
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None,

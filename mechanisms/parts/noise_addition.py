@@ -19,13 +19,16 @@ import abc
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from mechanisms.parts.clipping import Clipping, PerLayerClipping, relation_factor
 
 if TYPE_CHECKING:  # torch loads when noise is drawn, dp-accounting when a sensitivity is stated
+    import numpy as np
     import torch
     from dp_accounting import NeighboringRelation as NeighborRel
+
+    from mechanisms.parts.participation import Participation
 
 NoiseMap = Callable[[int, "torch.Tensor"], "torch.Tensor"]  # (tensor index, noise) -> noise in the current frame
 
@@ -175,6 +178,58 @@ class BatchClippedGaussian(NoiseAddition):
         return sigma * self.std_per_sigma / self.sensitivity(clipper, relation)
 
 
+class RunNoise(NoiseAddition):
+    """Noise correlated across the steps of a run (a matrix factorization, DP-FTRL's tree): the declared interface
+    that planning, training, the audits and the integrity checks ask for (`isinstance(noise, RunNoise)`), never an
+    attribute probe. What a part of this kind promises:
+
+    - `noise_multiplier` is the whole run's one Gaussian, over every participation the `participation` schema
+      admits: the plan does not compose it over the sampler's steps, and a sampler that executes another schema
+      (or a step with other releases) leaves the plan uncertified (`plan.correlated_gaps`);
+    - `start()` opens one run's stream (`RunStream`), whose `release` training calls at every step in order;
+      `release` on the part itself is the first step of a fresh stream (one participation, as the one-step audit
+      tests it);
+    - `correlation` names the correlation across steps and whitens residuals with it (the canaries and the noise
+      checks read the run through it).
+    """
+
+    participation: Participation  # the schema the sensitivity is stated for (a dataclass field of the part)
+
+    @abc.abstractmethod
+    def start(self) -> RunStream:
+        """A fresh stream for one run's steps."""
+
+    @property
+    @abc.abstractmethod
+    def correlation(self) -> Correlation:
+        """How the noise is correlated across steps (`name`, `whiten`)."""
+
+
+class RunStream(abc.ABC):
+    """One run's state of a `RunNoise`: the step's release, drawn from the state the earlier steps left."""
+
+    @abc.abstractmethod
+    def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
+                secure: bool = False, noise_map: NoiseMap | None = None,
+                scale: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The step's privatised sums, as `NoiseAddition.release`."""
+
+    @abc.abstractmethod
+    def step_objects(self) -> tuple[object, ...]:
+        """Every object whose code the stream runs in a step (itself included): the integrity check's
+        `step_findings` verifies each is privbench's."""
+
+
+class Correlation(Protocol):
+    """A declared correlation across steps, for the audits' noise checks: its name, and `whiten`, which maps a
+    (steps, canaries) block of residuals (each column one coordinate's noise over the run, in units of sigma times
+    the plan's unit) to one that is i.i.d. across steps under the declared strategy."""
+
+    name: str
+
+    def whiten(self, residuals: np.ndarray) -> np.ndarray: ...
+
+
 FFT_NORMS = {"unitary": "ortho", "unnormalised": "backward"}
 
 
@@ -228,5 +283,5 @@ class FrequencyNoise(NoiseAddition):
 
 
 
-__all__ = ["BatchClippedGaussian", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "gaussian",
-           "gaussian_like"]
+__all__ = ["BatchClippedGaussian", "Correlation", "FrequencyNoise", "GaussianNoise", "NoiseAddition", "RunNoise",
+           "RunStream", "gaussian", "gaussian_like"]

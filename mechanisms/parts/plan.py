@@ -19,7 +19,7 @@ from mechanisms.accounting.validation import require_delta
 from mechanisms.framework.claims import CALIBRATIONS
 from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
 from mechanisms.parts.clipping import Clipping
-from mechanisms.parts.noise_addition import GaussianNoise, NoiseAddition
+from mechanisms.parts.noise_addition import GaussianNoise, NoiseAddition, RunNoise
 from mechanisms.parts.releases import DatasetStatistic, Release
 
 GRADIENT = "gradient"  # the clipped gradient sum's name among a step's releases
@@ -173,8 +173,8 @@ class Parts:
         code, not its declaration, decides what is released), or a noise part that does not say how it
         follows a clip bound the state moves."""
         problems = foreign_parts(self)
-        if getattr(self.noise, "covers_run", False):
-            problems += correlated_gaps(self)
+        if isinstance(self.noise, RunNoise):
+            problems += correlated_gaps(self, self.noise)
         if self.clipper.state_key is not None and type(self.noise) is not GaussianNoise:
             problems.append(f"{type(self.noise).__name__} does not state how its noise follows the clip bound "
                             "the mechanism's state sets (GaussianNoise does)")
@@ -188,7 +188,7 @@ class Parts:
         multiplier = self.noise_multiplier(sigma)
         if not multiplier > 0:
             return dp_accounting.NonPrivateDpEvent()
-        if getattr(self.noise, "covers_run", False):  # one Gaussian for the whole run, over every participation
+        if isinstance(self.noise, RunNoise):  # one Gaussian for the whole run, over every participation
             event = dp_accounting.GaussianDpEvent(multiplier)
         else:
             event = self.sampler.dp_event(dp_accounting.GaussianDpEvent(multiplier))
@@ -208,22 +208,20 @@ class Parts:
                 "dataset_releases": [r.describe() for r in self.dataset_releases]}
 
 
-def correlated_gaps(parts: Parts) -> list[str]:
+def correlated_gaps(parts: Parts, noise: RunNoise) -> list[str]:
     """Why a correlated-noise part's one Gaussian does not describe the run (empty: it does): its participation
     schema must admit every pattern the sampler executes (same steps, at least as many participations, at most
     the same separation), and a step may release nothing else (a per-step release would compose per step)."""
-    noise, sampler = parts.noise, parts.sampler
-    stated = getattr(noise, "participation", None)
+    sampler, stated = parts.sampler, noise.participation
     executed = getattr(sampler, "participation", None)
     problems = []
     if executed is None:
         problems.append(f"the {sampler.name} sampler states no participation schema, which the correlated noise's "
                         "sensitivity needs (no amplification by sampling is analysed for correlated noise here; "
                         "use sampler fixed-order)")
-    elif stated is None or not (stated.steps == executed.steps
-                                and stated.max_participations >= executed.max_participations
-                                and stated.min_separation <= executed.min_separation
-                                and (stated.schema == "min-separation" or stated == executed)):
+    elif not (stated.steps == executed.steps and stated.max_participations >= executed.max_participations
+              and stated.min_separation <= executed.min_separation
+              and (stated.schema == "min-separation" or stated == executed)):
         problems.append(f"the noise's sensitivity is stated for {stated}, the sampler executes {executed}")
     if parts.releases:
         problems.append("correlated noise with other per-step releases is not analysed")

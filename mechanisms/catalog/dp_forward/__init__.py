@@ -34,16 +34,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mechanisms.framework.mechanism import Claim, Mechanism
+from mechanisms.framework.mechanism import Claim, ForwardNoiseMechanism
 
 if TYPE_CHECKING:
     import dp_accounting
 
-    from mechanisms.framework.private_training import PrivateTraining
     from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
 
 ID = "dp-forward"
@@ -237,7 +237,7 @@ def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options)
     return value
 
 
-class DpForward(Mechanism):
+class DpForward(ForwardNoiseMechanism):
     ID = ID
     references = ("arXiv:2309.06746",)
     Options = Options
@@ -278,9 +278,9 @@ class DpForward(Mechanism):
                      f"dp-forward paper, {options.accounting} ({options.calibrator}, S={options.sensitivity})",
                      extra, f"claimed = paper's {options.accounting} accounting ({claim}); {verdict}")
 
-    def make_private(self, module: Any, optimizer: Any, data: Any, plan: PrivacyPlan, *, criterion: Any,
-                     generator: Any, pad_to: int | None = None, **_: Any) -> PrivateTraining:
-        """Install the noise hooks (training and inference), randomize the labels once, keep the rest.
+    def install_forward_noise(self, module: Any, data: Any, plan: PrivacyPlan, options: Options,
+                              generator: Any) -> Any:
+        """Install the noise hooks (training and inference) and randomize the labels once.
 
         The hooks object is kept as `module.dp_forward` (`.remove()` undoes them; `.releases` counts
         released examples). Noise and RR seeds derive from option `seed`, else from `generator` (the trial's).
@@ -289,59 +289,44 @@ class DpForward(Mechanism):
 
         from mechanisms.catalog.dp_forward import label_rr
         from mechanisms.catalog.dp_forward.forward_noise import install
-        from mechanisms.framework.private_training import PrivateTraining, plan_loader
 
-        if plan.mechanism != ID or plan.sigma is None:
-            raise ValueError(f"make_private needs a {ID} plan, got {plan.mechanism!r}")
-        opts = self.options(plan.extra.get("options", {}))
         clip = float(plan.extra.get("clip", 1.0))
-        if getattr(module, "dp_forward", None) is not None:
-            raise ValueError("this model already carries dp-forward hooks")
-        seed = opts.seed
+        seed = options.seed
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
         noise_seed, rr_seed = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint64)
-        noise = install(module, opts.position, sigma=plan.sigma, clip=clip, normalization=opts.normalization,
-                        inference_noise=opts.inference_noise, seed=int(noise_seed) >> 1)
-        if opts.freeze_pre_noise:
+        noise = install(module, options.position, sigma=plan.sigma, clip=clip, normalization=options.normalization,
+                        inference_noise=options.inference_noise, seed=int(noise_seed) >> 1)
+        if options.freeze_pre_noise:
             noise.freeze_pre_noise()
-        if opts.epsilon_labels is not None:  # the labels are randomized once, before any batch is drawn
-            classes = opts.num_classes or _head_classes(module) or 2
+        if options.epsilon_labels is not None:  # the labels are randomized once, before any batch is drawn
+            classes = options.num_classes or _head_classes(module) or 2
             if classes != plan.extra.get("num_classes"):
                 raise ValueError(f"the model predicts {classes} classes but the plan accounted RR over "
                                  f"{plan.extra.get('num_classes')}: set mechanism_options num_classes: {classes}")
             labels = label_rr.dataset_labels(data)
-            noisy = label_rr.randomized_response(labels, opts.epsilon_labels, classes, np.random.default_rng(rr_seed))
+            noisy = label_rr.randomized_response(labels, options.epsilon_labels, classes,
+                                                 np.random.default_rng(rr_seed))
             data = label_rr.relabeled(data, noisy)
         module.dp_forward = noise
-        device = next((p.device for p in module.parameters()), None)
-        return PrivateTraining(module, optimizer, plan_loader(data, plan, generator, device=device, pad_to=pad_to),
-                               criterion)
+        return data
 
-    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator, *,
-                       normalization: str = "normalize", **_: Any) -> np.ndarray:
-        """One release per row (a flattened hidden state): bound its norm to C, add N(0, (sigma C)^2) per entry.
-
-        The normalisation is `forward_noise`'s (the training hook's) and the noise the Gaussian part's."""
-        import torch
-
+    def bound_release(self, rows: Any, clip: float, options: Options) -> Any:
+        """A release's normalisation: `forward_noise`'s (the training hook's), to norm C."""
         from mechanisms.catalog.dp_forward.forward_noise import bound_norm
-        from mechanisms.parts.noise_addition import GaussianNoise
 
-        rows = torch.from_numpy(np.atleast_2d(np.asarray(sums, dtype=np.float64)).reshape(len(sums), -1))
-        bounded = bound_norm(rows, clip, normalization)
-        generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
-        return GaussianNoise(clip).release([bounded], sigma, generator)[0].numpy()
+        return bound_norm(rows, clip, options.normalization)
 
-    def claimed_step_tradeoff(self, sigma: float, *, sensitivity: str = "2C", **_: Any) -> Any:
+    def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> Any:
         """The paper's claim for one release: the Gaussian mechanism at ratio S / sigma, i.e. G_{S/sigma}."""
         from mechanisms.auditing import tradeoff
 
+        sensitivity = options.get("sensitivity", "2C")
         if sensitivity not in SENSITIVITIES:
             raise ValueError(f"dp-forward sensitivity must be one of {', '.join(SENSITIVITIES)}, got {sensitivity!r}")
         return tradeoff.Gaussian(mu=SENSITIVITIES[sensitivity] / sigma)
 
-    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, **_: Any) -> list[Any]:
+    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, options: Mapping[str, Any]) -> list[Any]:
         """The replace-one worst case: two hidden states that normalise to +C u and -C u (distance 2C).
 
         Side A holds -C u / 2 and side B -C u / 2 + C u = +C u / 2; normalisation maps them to -C u and +C u.

@@ -1,6 +1,7 @@
 """Shuffled DP-SGD (Yang, Ji, Xiang 2024; arXiv 2407.15414).
 
-DP-SGD plus two parts, composed onto DP-SGD's `make_private` rather than copied:
+DP-SGD plus two parts, a post-processing mechanism (`PostProcessingMechanism`: the template runs DP-SGD's
+step from the parts, then the declared post-processing):
 
 - noise (`batch_clip_noise`): the sum of per-sample-clipped gradients is clipped again, as one flat
   vector, to c' = `batch_clip_ratio` * c (Alg. 1 line 12), then N(0, (sigma c)^2) is added;
@@ -29,13 +30,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mechanisms.accounting.validation import require_fraction
 from mechanisms.catalog.shuffled_dpsgd.permutation_flat import FLAT_PERMUTATIONS, FlatBlock, permute_rows
-from mechanisms.framework.mechanism import AfterStepPart, Calibrated, Claim, Mechanism
+from mechanisms.framework.mechanism import AfterStepPart, Calibrated, Claim, PostProcessingMechanism
 from mechanisms.parts.clipping import FlatClipping
 
 if TYPE_CHECKING:
@@ -136,7 +138,7 @@ def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -
                       batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
 
 
-class ShuffledDpSgd(Mechanism):
+class ShuffledDpSgd(PostProcessingMechanism):
     ID = ID
     references = ("arXiv:2407.15414",)
     Options = Options
@@ -179,8 +181,8 @@ class ShuffledDpSgd(Mechanism):
                  "claimed epsilon is the paper's Fenton-Wilkinson approximation; no proven privacy from the shuffle")
         return Claim(_claimed_epsilon(sigma, spec, options, claim_dim), CLAIMED_BY, extra, notes)
 
-    def post_processing(self, module: torch.nn.Module, plan: PrivacyPlan, options: Options,
-                        generator: torch.Generator) -> AfterStepPart:
+    def post_processing_part(self, module: torch.nn.Module, plan: PrivacyPlan, options: Options,
+                             generator: torch.Generator) -> AfterStepPart:
         """The coupled permutation after each update (post-processing), its generator seeded from the trial's
         unless `permutation_seed` is set; with `canonical_noise` the noise is drawn in the unpermuted frame."""
         claimed_d = plan.extra.get("claim_dim", 1)
@@ -214,25 +216,20 @@ class ShuffledDpSgd(Mechanism):
 
         return AfterStepPart(shuffler, noise_map_for, shuffler)
 
-
-    # ---- auditing hooks (declared by `Mechanism`) --------------------------------------------------
-
-    def privatize_step(self, sums: np.ndarray, sigma: float, clip: float, rng: np.random.Generator,
-                           **options: Any) -> np.ndarray:
-        """One release per row: the training release (batch clip to c', add N(0, (sigma clip)^2)), then a
+    def post_process_release(self, released: np.ndarray, rng: np.random.Generator, options: Options) -> np.ndarray:
+        """The audit's release (the training release: batch clip to c', add N(0, (sigma clip)^2)), then a
         permutation (P(y + z), as Alg. 1).
 
         The permutation acting on a flat vector is option `flat_permutation`: `full` (S_d, the analysis'
         idealisation, default), `blocks` (the real coupled group of synthetic blocks, `FlatBlock`), `none`.
         """
-        opts = self.options(self.audit_options(options))
-        released = super().privatize_step(sums, sigma, clip, rng, **options)
-        if not opts.shuffle:
+        if not options.shuffle:
             return released
-        return permute_rows(released, rng, opts.flat_permutation, FlatBlock(*opts.flat_block))
+        return permute_rows(released, rng, options.flat_permutation, FlatBlock(*options.flat_block))
 
+    # ---- auditing hooks ---------------------------------------------------------------------------------
 
-    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> TradeOff | None:
+    def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> TradeOff | None:
         """The paper's per-step claim: f_{eps(delta), delta} from Thm 6 at each delta, as one envelope.
 
         d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
@@ -250,9 +247,8 @@ class ShuffledDpSgd(Mechanism):
                 curves.append(tradeoff.ApproxDP(eps, delta))
         return tradeoff.Envelope(tuple(curves)) if curves else None
 
-
     def audit_cases(self, dim: int, clip: float, rng: np.random.Generator,
-                        **options: Any) -> list[AuditCase]:
+                    options: Mapping[str, Any]) -> list[AuditCase]:
         """Lemma 2's worst case, attacked with the permutation-invariant max statistic.
 
         u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
@@ -273,7 +269,7 @@ class ShuffledDpSgd(Mechanism):
 
 
 class Shuffler:
-    """`post_processing`: one fresh coupled permutation of every block per update; counts its own time."""
+    """The post-processing part: one fresh coupled permutation of every block per update; counts its own time."""
 
     def __init__(self, layouts: list[BlockLayout], generator: torch.Generator, *,
                  frame: CanonicalFrame | None = None, shared_value: bool = True) -> None:
@@ -292,7 +288,6 @@ class Shuffler:
 
 def trainable_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
 
 
 mechanism = ShuffledDpSgd()

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from mechanisms.framework.integrity.findings import Finding, certify, unique
 from mechanisms.framework.integrity.guard import REPLAY_ATOL, REPLAY_RTOL, apply_state, decode
 from mechanisms.framework.integrity.trust import foreign_code, own_class
-from mechanisms.framework.mechanism import FINAL, Mechanism, uncertified
+from mechanisms.framework.mechanism import FINAL, ForwardNoiseMechanism, Mechanism, kind_hooks, uncertified
+from mechanisms.parts.noise_addition import RunNoise
 from mechanisms.parts.plan import Parts
 
 if TYPE_CHECKING:
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 def contract_findings(mechanism: Mechanism, plan: PrivacyPlan | None = None) -> list[Finding]:
     """Whether a mechanism stays inside the contract: a mechanism from outside privbench that overrides a
     template method (`FINAL`) decides itself what is planned, trained or released, so privbench's certificate
-    and audit would no longer describe what runs; and a plan's parts must be privbench's `Parts`. privbench's
-    own mechanisms may specialise template methods (their code is privbench's, tested with it)."""
+    and audit would no longer describe what runs; one that writes a hook of its kind that runs on the model or the
+    optimizer (`Hook.reaches_model`) runs code privbench has not verified there; and a plan's parts must be
+    privbench's `Parts`. No built-in overrides a final method (a test walks them all)."""
 
     problems = []
     cls = type(mechanism)
@@ -32,15 +34,27 @@ def contract_findings(mechanism: Mechanism, plan: PrivacyPlan | None = None) -> 
         problems += [f"{cls.__module__}.{cls.__qualname__} overrides Mechanism.{name}, which privbench runs itself "
                      "(the accounted process would no longer be the executed one)"
                      for name in FINAL if getattr(cls, name, None) is not getattr(Mechanism, name)]
+        problems += [f"{cls.__module__}.{cls.__qualname__} writes {kind.__name__}.{name}, which runs on the model "
+                     "or the optimizer: only privbench's own code certifies there"
+                     for kind, name, mark in kind_hooks() if mark.reaches_model and issubclass(cls, kind)
+                     and not own_class(_defined_by(cls, name))]
     if plan is not None and plan.parts is not None and type(plan.parts) is not Parts:
         problems.append(f"its parts are a {type(plan.parts).__qualname__}, not privbench's Parts")
     return [Finding("contract", not problems, "; ".join(problems))]
 
+
+def _defined_by(cls: type, name: str) -> type:
+    """The class in `cls`'s MRO whose body defines `name`."""
+    return next(k for k in cls.__mro__ if name in vars(k))
+
+
 def runs_own_step(mechanism: Mechanism) -> bool:
-    """Whether a trial trains with privbench's private step (the template's `make_private`): an override is the
+    """Whether a trial trains with privbench's private gradient step (the template's `make_private`, for a kind
+    that noises gradients): a forward-noise mechanism keeps the model's optimizer, and an override is the
     mechanism's own, which `contract_findings` flags for a plugin."""
 
-    return type(mechanism).make_private is Mechanism.make_private
+    return type(mechanism).make_private is Mechanism.make_private and not isinstance(mechanism,
+                                                                                    ForwardNoiseMechanism)
 
 # ---- training: the step's code ------------------------------------------------------------------------------
 STEP_MODULES = ("mechanisms.framework.private_training", "mechanisms.framework.integrity.guard",
@@ -66,9 +80,8 @@ def step_findings(training: Any, when: str = "before the first step") -> Finding
                        f"{type(optimizer).__qualname__}, not privbench's private optimizer")
     problems = []
     objects = [optimizer, optimizer.noise, *optimizer.releases]
-    stream = getattr(optimizer, "noise_stream", None)
-    if stream is not None:  # a correlated-noise part's state and its strategy's stream run in the step too
-        objects += [stream, stream.strategy]
+    if isinstance(optimizer.noise, RunNoise):  # a correlated-noise part's stream (and what it runs) is in the step
+        objects += optimizer.noise_stream.step_objects()
     engine = getattr(optimizer, "engine", None)
     if engine is not None:
         objects.append(engine)

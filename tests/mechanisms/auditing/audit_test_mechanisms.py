@@ -4,6 +4,7 @@ reference models of the GReDP noise (arXiv 2409.11663; docs/mechanisms.md)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ class HalfNoiseBare(HalfNoise):
     ID = "half-noise-bare"
     audit_coordinatewise = False
 
-    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+    def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> Any:
         return profile.claimed_profile(self, sigma, options=options)
 
 
@@ -38,7 +39,7 @@ class DpSgdBare(DpSgd):
     ID = "dpsgd-bare"
     audit_coordinatewise = False
 
-    def claimed_step_tradeoff(self, sigma: float, **options: Any) -> Any:
+    def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> Any:
         return profile.claimed_profile(self, sigma, options=options)
 
 
@@ -84,7 +85,8 @@ class GredpReference(DpSgd):
                        noise: str = "complex", **_: Any) -> np.ndarray:
         return _gredp_step(sums, sigma, clip, rng, noise=noise)
 
-    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator, **options: Any) -> list[AuditCase]:
+    def audit_cases(self, dim: int, clip: float, rng: np.random.Generator,
+                    options: Mapping[str, Any]) -> list[AuditCase]:
         return _gredp_cases(dim, clip, rng, **options)
 
 

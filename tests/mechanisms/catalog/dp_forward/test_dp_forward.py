@@ -432,12 +432,12 @@ def test_privatize_step_normalises_rows_then_adds_gaussian_noise():
     out = dp_forward.mechanism.privatize_step(rows, 0.7, 2.0, rng)
     np.testing.assert_allclose(out.mean(axis=0), [1.2, 0.0, 1.6, 0.0], atol=0.01)
     np.testing.assert_allclose(out.std(axis=0), 1.4, rtol=0.01)
-    (case,) = dp_forward.mechanism.audit_cases(8, 1.0, rng)
+    (case,) = dp_forward.mechanism.audit_cases(8, 1.0, rng, {})
     a = dp_forward.mechanism.privatize_step(case.base[None], 1e-9, 1.0, rng)[0]
     b = dp_forward.mechanism.privatize_step((case.base + case.canary)[None], 1e-9, 1.0, rng)[0]
     assert np.linalg.norm(a - b) == pytest.approx(2.0, rel=1e-6)  # the 2C worst case
-    assert dp_forward.mechanism.claimed_step_tradeoff(0.5).mu == pytest.approx(4.0)
-    assert dp_forward.mechanism.claimed_step_tradeoff(0.5, sensitivity="C").mu == pytest.approx(2.0)
+    assert dp_forward.mechanism.claimed_step_tradeoff(0.5, {}).mu == pytest.approx(4.0)
+    assert dp_forward.mechanism.claimed_step_tradeoff(0.5, {"sensitivity": "C"}).mu == pytest.approx(2.0)
 
 
 def test_audit_refutes_the_sensitivity_c_claim():

@@ -155,10 +155,10 @@ def test_claimed_step_curve_is_the_gaussian_at_d1_and_claims_more_than_the_truth
     from mechanisms.auditing import tradeoff
 
     sigma = 1.2
-    gaussian = SD.claimed_step_tradeoff(sigma, shuffle=False)
+    gaussian = SD.claimed_step_tradeoff(sigma, {"shuffle": False})
     for curve in gaussian.curves:
         assert curve.epsilon == pytest.approx(tradeoff.gaussian_epsilon(1 / sigma, curve.delta), rel=1e-6, abs=1e-9)
-    shuffled = SD.claimed_step_tradeoff(sigma, num_params=10**6, batch_clip_ratio=1.0)
+    shuffled = SD.claimed_step_tradeoff(sigma, {"num_params": 10**6, "batch_clip_ratio": 1.0})
     alpha = np.linspace(1e-4, 0.5, 200)
     truth = tradeoff.Gaussian(1 / sigma)(alpha)  # one step: the certified curve
     assert np.max(shuffled(alpha) - truth) > 0.05  # the claim says tests this good cannot exist; they do
