@@ -241,7 +241,7 @@ def test_the_training_probe_runs_on_its_drawn_steps_with_the_models_state_then()
 def test_a_training_probe_reads_nothing_on_the_host(monkeypatch):
     """benchmarks/step_profile.py's counter: a probed step adds no host synchronisation (its result is read after
     training, with the others, by `findings`)."""
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[4] / "benchmarks"))
     import step_profile
 
     watch = model_checks.RowWatch(CORRECT["layernorm-dropout"](), 1, probes=1)
