@@ -1,6 +1,6 @@
 """How long the CLI takes to answer: `privbench --help` and the read commands on a 150-trial store.
 
-The tests only check what each command imports (tests/orchestrator/test_cli_robustness.py and
+The tests only check what each command imports (tests/orchestrator/test_cli.py and
 test_small_command_imports.py); the times are measured here. Each command runs in a fresh interpreter,
 `--repeat` times; the table gives the best and median wall time and the best CPU time (user + system of the
 child). The issue's targets: `--help` under 0.5 s, `list mechanisms|datasets|models|accountants`,

@@ -4,11 +4,11 @@ Each broken mechanism is written through the public contract as a researcher's p
 analysis is wrong (tests/plugins/broken_mechs/broken_mechs.py) and seven that break privacy through the hooks
 with privbench's own parts (broken_hooks.py). The default test reaches the first six's verdicts from the
 trial's plan (claimed and certified epsilons, the contract check) and its one-step audit, as a trial does; the
-hooks' are caught by checks of what ran, each exercised directly in tests/mechanisms/test_integrity.py. The
-slow test runs the whole sweep on real Ray through `plugins:` (training with every integrity check, the state
-replay, in-run canaries, the sweep's Holm correction) and reads the leaderboard. No broken mechanism may be
-`ok`; the correct ones (built-in `dpsgd`, `dpsgd-adaclip`, and the docs' adaptive-clipping plugin) are `ok` at
-the certified epsilon they had before the checks.
+hooks' are caught by checks of what ran, each exercised directly in
+tests/mechanisms/framework/integrity/test_guard.py. The slow test runs the whole sweep on real Ray through
+`plugins:` (training with every integrity check, the state replay, in-run canaries, the sweep's Holm correction)
+and reads the leaderboard. No broken mechanism may be `ok`; the correct ones (built-in `dpsgd`, `dpsgd-adaclip`,
+and the docs' adaptive-clipping plugin) are `ok` at the certified epsilon they had before the checks.
 """
 
 from __future__ import annotations

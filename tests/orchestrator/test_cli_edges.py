@@ -3,8 +3,6 @@ traceback, a silently wrong value, or a process that grows until the kernel kill
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from tests.conftest import TINY
@@ -97,23 +95,6 @@ EPS = ("privacy", "epsilon", "--sample-rate", "0.01", "--delta", "1e-5")
 def test_privacy_arguments_at_their_edges(cli, args, said):
     result = cli(*args)
     assert result.exit_code == 2 and said in one_error(result)
-
-
-def test_a_full_temporary_folder_is_said_as_such(tmp_path, monkeypatch):
-    """Item 27: with TMPDIR full, a local Ray fails with "Timed out waiting for file"; the driver says why."""
-    from orchestrator.cluster import _full_temp_folder
-    from tests.storage.test_store_faults import tiny_tmpfs
-
-    with tiny_tmpfs(tmp_path / "tmp", "1m") as folder:
-        monkeypatch.setenv("TMPDIR", str(folder))
-        monkeypatch.delenv("RAY_TMPDIR", raising=False)
-        with open(folder / "filler", "wb") as fh, contextlib.suppress(OSError):
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-        assert f"the temporary folder {folder} is full" in _full_temp_folder()
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    assert _full_temp_folder() is None
 
 
 def test_an_empty_owner_list_is_not_printed(cli, monkeypatch, write_grid, store):

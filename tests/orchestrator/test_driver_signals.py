@@ -17,7 +17,7 @@ import ray
 
 from tests.conftest import TINY
 from tests.orchestrator.test_driver_kill import finished_count
-from tests.orchestrator.test_phases import trial_runs
+from tests.orchestrator.test_submit import trial_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 

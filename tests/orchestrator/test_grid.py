@@ -71,12 +71,6 @@ def test_unknown_name_lists_what_exists():
     assert "dpsgd" in str(e.value) and "nonprivate" in str(e.value)
 
 
-def test_yaml_syntax_error_has_a_line_number():
-    with pytest.raises(grid.GridError) as e:
-        grid.parse("name: x\ngrid: {dataset: [digits\n")
-    assert "YAML syntax error" in str(e.value) and "line" in str(e.value)
-
-
 STRICT = [  # messages of the one checker: workers/config.py's bounds, mechanisms/framework/options.py's types
     ({"seeds": [0, 0, 1, 1]}, "seeds: duplicated values 0, 1"),
     ({"seeds": [-1]}, "seeds must be >= 0"),
@@ -116,28 +110,6 @@ def test_strict_input_names_every_problem(overrides, fragment):
     with pytest.raises(grid.GridError) as e:
         parse(overrides)
     assert any(fragment in p for p in e.value.problems), e.value.problems
-
-
-@pytest.mark.parametrize("text, fragment", [
-    ("name: x\nname: y\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n", "duplicate key 'name'"),
-    ("{1: a, b: 2}\n", "keys must be text"),
-    ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
-     "expands to more than"),
-])
-def test_yaml_surprises_are_refused(text, fragment):
-    with pytest.raises(grid.GridError) as e:
-        grid.parse(text)
-    assert fragment in str(e.value)
-
-
-def test_yaml_1_1_off_and_exponents_read_as_meant():
-    text = yaml.safe_dump(TINY).replace("lr: 0.5", "lr: 5e-1") + "audit: {mode: off}\ndelta: 1e-5\n"
-    text = text.replace("delta: 1.0e-05\n", "")
-    spec = grid.parse(text)
-    assert {t.audit.mode for t in spec.trials} == {"off"}
-    assert {t.train.lr for t in spec.trials} == {0.5} and {t.delta for t in spec.trials} == {1e-5}
 
 
 def test_resources_do_not_change_trial_keys():

@@ -46,14 +46,3 @@ def test_sweep_on_a_two_node_cluster_uses_both_nodes(cli, write_grid, store):
     finally:
         ray.shutdown()
         cluster.shutdown()
-
-
-def test_no_address_means_a_new_local_ray_unless_a_job_names_its_cluster(monkeypatch):
-    """Ray's own default without an address joins the latest `ray start` cluster on the machine; privbench asks for
-    a new local instance ("local"), and inside `ray job submit` (RAY_ADDRESS set) leaves the address to Ray."""
-    from orchestrator.cluster import _local
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert _local() == "local"
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
-    assert _local() is None

@@ -20,7 +20,7 @@ import pytest
 from orchestrator import grid
 from storage.location import resolve
 from storage.store import Store
-from tests.orchestrator.test_cli_robustness import IMPORTS_PROBE
+from tests.orchestrator.test_cli import IMPORTS_PROBE
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = os.environ | {"PYTHONPATH": str(ROOT)}

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import TINY
 from tests.orchestrator.test_driver_kill import finished_count
-from tests.orchestrator.test_phases import trial_runs
+from tests.orchestrator.test_submit import trial_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

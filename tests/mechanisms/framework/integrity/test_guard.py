@@ -28,8 +28,8 @@ from mechanisms.framework.integrity import guard, verdict
 from mechanisms.framework.integrity.verdict import plan_for
 from mechanisms.parts.plan import PrivacySpec
 
-PLUGINS = Path(__file__).parents[1] / "plugins" / "broken_mechs"
-DOC = Path(__file__).parents[2] / "docs" / "plugins.md"
+PLUGINS = Path(__file__).parents[3] / "plugins" / "broken_mechs"
+DOC = Path(__file__).parents[4] / "docs" / "plugins.md"
 CAUGHT_BY = {
     "broken-reused-noise": "noise_stream", "broken-hidden-state": "state_replay",
     "broken-bound-after-plan": "plan_parameters", "broken-scaled-sum": "observers",

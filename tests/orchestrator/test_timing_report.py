@@ -7,20 +7,7 @@ import pytest
 
 from orchestrator.timing_report import GOAL, lines, sweep_timing
 from tests.conftest import TINY, parse_json
-from workers.timing import PARTS, Stopwatch, explained
-
-
-def test_a_stopwatch_adds_the_parts_it_times_on_both_clocks():
-    watch = Stopwatch()
-    with watch.part("data_s"):
-        sum(range(200_000))
-    with watch.part("data_s"):
-        pass
-    watch.add("transfer_s", 0.5)
-    again = Stopwatch.from_dict(watch.to_dict())
-    assert again.wall == watch.wall and again.cpu == watch.cpu
-    assert watch.wall["data_s"] > 0 and watch.cpu["data_s"] > 0 and "transfer_s" not in watch.cpu
-    assert explained({"data_s": 1.0, "transfer_s": 0.5, "span_s": 2.0, "audits_s": 9.0}) == (1.5, 2.0)
+from workers.timing import PARTS, explained
 
 
 def test_the_report_counts_what_no_part_covers():
@@ -80,16 +67,3 @@ def test_a_sweep_records_where_its_time_went(local_ray, cli, write_grid, store):
         st.close()
     assert dp["timing"]["plan_s"] < 0.2 and dp["metrics"]["plan_s"] < 0.2, dp["timing"]
     assert dp["privacy"]["epsilon_certified"] == by_mechanism["dpsgd"]["privacy"]["epsilon_certified"]
-
-
-def test_a_freed_slot_takes_the_first_trial_whose_plan_is_ready():
-    from collections import deque
-    from types import SimpleNamespace
-
-    from orchestrator.submit import ready_first
-
-    queue = deque(SimpleNamespace(config=name) for name in ("dp-a", "dp-b", "ref", "dp-c"))
-    assert ready_first(queue, lambda c: c == "ref", 32) == 2  # the DP plans are not made yet
-    assert ready_first(queue, lambda c: c in ("dp-b", "ref"), 32) == 1  # the queue's order among the ready
-    assert ready_first(queue, lambda c: False, 32) == 0  # none ready: the first, as before
-    assert ready_first(queue, lambda c: c == "ref", 2) == 0  # beyond the window: not looked at

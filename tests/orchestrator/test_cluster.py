@@ -1,7 +1,10 @@
-"""`gpus: auto` packs trials on a GPU by their measured memory (issue 19): the arithmetic, the measurement on
-CPU (no GPU here), and that explicit shares and one trial per GPU keep their meaning."""
+"""orchestrator/cluster.py: `gpus: auto` packs trials on a GPU by their measured memory (issue 19: the arithmetic,
+the measurement on CPU, no GPU here, and that explicit shares and one trial per GPU keep their meaning); which Ray a
+driver starts or joins; a full temporary folder said as such."""
 
 from __future__ import annotations
+
+import contextlib
 
 import yaml
 
@@ -53,3 +56,28 @@ def test_step_memory_measures_one_step_on_cpu():
                                              "train": TINY["train"] | {"batch_size": 256}}))
     need, gpu_mb = step_memory(spec.trials[0])
     assert gpu_mb is None and need >= 0  # no GPU here: the CPU step's extra resident memory, nothing to pack by
+
+
+def test_no_address_means_a_new_local_ray_unless_a_job_names_its_cluster(monkeypatch):
+    """Ray's own default without an address joins the latest `ray start` cluster on the machine; privbench asks for
+    a new local instance ("local"), and inside `ray job submit` (RAY_ADDRESS set) leaves the address to Ray."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert cluster._local() == "local"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert cluster._local() is None
+
+
+def test_a_full_temporary_folder_is_said_as_such(tmp_path, monkeypatch):
+    """Item 27: with TMPDIR full, a local Ray fails with "Timed out waiting for file"; the driver says why."""
+    from tests.storage.test_store_faults import tiny_tmpfs
+
+    with tiny_tmpfs(tmp_path / "tmp", "1m") as folder:
+        monkeypatch.setenv("TMPDIR", str(folder))
+        monkeypatch.delenv("RAY_TMPDIR", raising=False)
+        with open(folder / "filler", "wb") as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        assert f"the temporary folder {folder} is full" in cluster._full_temp_folder()
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert cluster._full_temp_folder() is None

@@ -1,6 +1,7 @@
-"""A trial's phases (issue 19): a plan shared by the trials that share its settings, per-phase times in
-the record and in MLflow, and a lost analysis phase rerun from the stored accelerator output, without
-retraining, with every trial recorded exactly once."""
+"""orchestrator/submit.py fans a trial out phase by phase (issue 19): a plan shared by the trials that share its
+settings, per-phase times in the record and in MLflow, a lost analysis phase rerun from the stored accelerator
+output, without retraining, with every trial recorded exactly once, and a freed slot given to a trial whose plan
+is ready."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -152,3 +155,13 @@ def test_retries_rerun_a_failed_trial_and_record_it_once(local_ray, cli, write_g
     (row,) = status["trials"]
     assert row["status"] == "failed" and row["attempts"] == 3 and "exceeds dataset_size" in row["error"]
     assert len(trial_runs(store, "retried")) == 1
+
+
+def test_a_freed_slot_takes_the_first_trial_whose_plan_is_ready():
+    from orchestrator.submit import ready_first
+
+    queue = deque(SimpleNamespace(config=name) for name in ("dp-a", "dp-b", "ref", "dp-c"))
+    assert ready_first(queue, lambda c: c == "ref", 32) == 2  # the DP plans are not made yet
+    assert ready_first(queue, lambda c: c in ("dp-b", "ref"), 32) == 1  # the queue's order among the ready
+    assert ready_first(queue, lambda c: False, 32) == 0  # none ready: the first, as before
+    assert ready_first(queue, lambda c: c == "ref", 2) == 0  # beyond the window: not looked at
