@@ -61,7 +61,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DeltaRule:
     """A delta stated as a rule of the training set's size N rather than a number: `1/(2N)`, N the training
     examples the trial actually uses. A grid writes it as text; it is parsed once, when the trial's config is

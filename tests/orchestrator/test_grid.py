@@ -582,3 +582,17 @@ def test_a_delta_is_range_checked_by_require_delta_alone():
             require_delta(bad)
         assert delta_problem("delta", bad) == str(raised.value)
     assert delta_problem("delta", 1e-5) is None
+
+
+def test_the_spec_a_trial_makes_carries_its_config_with_delta_resolved():
+    """`workers.trial.privacy_spec` is the one place a trial's `PrivacySpec` is made from its config: the same
+    target, sigma, sampler, accountant and calibration, and the rule resolved with the N actually used."""
+    from workers.trial import privacy_spec
+
+    for trial in parse({"delta": "1/(2N)", "sampler": "shuffle", "accountant": "rdp"}).trials:
+        spec = privacy_spec(trial, 900)
+        assert spec.delta == 1 / 1_800 and spec.dataset_size == 900
+        assert (spec.epsilon, spec.sigma, spec.sampler, spec.accountant, spec.calibration) == (
+            trial.epsilon, trial.sigma, trial.sampler, trial.accountant, trial.calibration)
+        assert (spec.batch_size, spec.epochs, spec.clip) == (trial.train.batch_size, trial.train.epochs,
+                                                             trial.train.clip)
