@@ -281,17 +281,10 @@ class PrivacyPlan:
         return selection
 
     def __post_init__(self) -> None:
-        """An undefined epsilon is refused, and the setting the plan restates (`sample_rate`, `steps`, `sampler`:
-        what the record and the audits read) must be its batch selection's, the sampler that runs."""
         for name in ("epsilon_claimed", "epsilon_certified"):
             value = getattr(self, name)
             if value is not None and math.isnan(value):
                 raise ValueError(f"{self.mechanism}: {name} is NaN; an undefined epsilon is an error, never a verdict")
-        selection = self.parts.sampler if self.parts is not None else self.batch
-        if selection is not None and (self.sample_rate, self.steps, self.sampler) != (
-                selection.sample_rate, selection.steps, selection.name):
-            raise ValueError(f"{self.mechanism}: the plan states sample_rate {self.sample_rate}, {self.steps} steps "
-                             f"and sampler {self.sampler}, its batch selection {selection.describe()}")
 
     def as_record(self) -> dict[str, Any]:
         """Plain JSON-ready view (the event as its repr, which dp-accounting keeps readable)."""
