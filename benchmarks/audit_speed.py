@@ -15,7 +15,7 @@ import time
 import warnings
 
 import mechanisms
-from mechanisms.auditing import DiracCanaries, audit_step
+from mechanisms.auditing import DiracCanaries, audit_step, step_spec
 
 
 def timed(fn):
@@ -27,17 +27,18 @@ def timed(fn):
 def step_audits(full_samples: int) -> list[dict]:
     dpsgd, gredp = mechanisms.get("dpsgd"), mechanisms.get("gredp") if "gredp" in mechanisms.names() else None
     rows = []
-    result, wall = timed(lambda: audit_step(dpsgd, 1.0, samples=20_000, dim=100_000))
+    result, wall = timed(lambda: audit_step(dpsgd, step_spec(1.0, 1e-5), samples=20_000, dim=100_000))
     rows.append({"what": "dpsgd, support path", "dim": 100_000, "samples": 20_000, "wall_s": wall,
                  "epsilon_audited": result.epsilon_audited, "claim_status": result.claim_status})
-    result, wall = timed(lambda: audit_step(dpsgd, 1.0, samples=full_samples, dim=100_000, path="full"))
+    result, wall = timed(lambda: audit_step(dpsgd, step_spec(1.0, 1e-5), samples=full_samples, dim=100_000,
+                                            path="full"))
     per_value_ns = wall / (2 * full_samples * 100_000) * 1e9
     rows.append({"what": "dpsgd, full path", "dim": 100_000, "samples": full_samples, "wall_s": wall,
                  "ns_per_value": per_value_ns,
                  "extrapolated_wall_s_at_20000": per_value_ns * 2 * 20_000 * 100_000 / 1e9,
                  "epsilon_audited": result.epsilon_audited, "claim_status": result.claim_status})
     if gredp is not None:
-        result, wall = timed(lambda: audit_step(gredp, 1.0, samples=20_000, dim=1_000))
+        result, wall = timed(lambda: audit_step(gredp, step_spec(1.0, 1e-5), samples=20_000, dim=1_000))
         rows.append({"what": "gredp, full path (FFT mixes coordinates)", "dim": 1_000, "samples": 20_000,
                      "wall_s": wall, "epsilon_audited": result.epsilon_audited,
                      "claim_status": result.claim_status})

@@ -6,6 +6,7 @@ Exit codes: 0 audit ran (whatever the verdict), 1 the mechanism failed while bei
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from orchestrator.lazy import lazy
 
 if TYPE_CHECKING:
     from mechanisms.auditing.step_audit import StepAudit
+    from mechanisms.parts.plan import PrivacySpec
 
 mechanisms = lazy("mechanisms")
 hooks = lazy("mechanisms.auditing.hooks")
@@ -31,11 +33,6 @@ class _Invalid(ValueError):
 def _fail(message: str, code: int = 2) -> typer.Exit:
     err.print(styled("[bold red]error:[/] {message}", message=message), soft_wrap=True)
     return typer.Exit(code=code)
-
-
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise _Invalid(f"--{name} must be a positive finite number, got {value}")
 
 
 def _number(name: str, text: str | None, kind: type) -> Any:
@@ -64,32 +61,34 @@ def _parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def _bound(cls: type, field: str, option: str, value: Any) -> None:
     """`value` checked against the bounds a grid's setting of the same meaning has (workers/config.py)."""
-    import dataclasses
-
     f = next(f for f in dataclasses.fields(cls) if f.name == field)
     if problem := f.metadata["bounds"].problem(f"--{option}", value, integer=True):
         raise _Invalid(problem)
 
 
-def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: float, dim: int, clip: float,
-              seed: int, path: str) -> None:
-    from mechanisms.accounting.validation import SIGMA_FLOOR, require_delta
-    from workers.config import AuditConfig, TrialConfig
+def _step_setting(sigma: float | None, epsilon: float | None, delta: float, clip: float) -> PrivacySpec:
+    """The audited step's privacy setting (`profile.step_spec`), checked where it is made (sigma or a target
+    epsilon, delta, clip), with a grid's floor on sigma."""
+    from mechanisms.accounting.validation import SIGMA_FLOOR
+    from mechanisms.auditing.profile import step_spec
 
     if sigma is not None and epsilon is not None:
         raise _Invalid("give --sigma or --epsilon, not both")
-    _positive("sigma", sigma)
+    try:
+        setting = step_spec(sigma, delta, epsilon=epsilon, clip=clip)
+    except ValueError as e:
+        raise _Invalid(f"--{e}") from None
     if sigma is not None and sigma < SIGMA_FLOOR:
         raise _Invalid(f"--sigma must be at least {SIGMA_FLOOR:g}, got {sigma:g}")
-    _positive("epsilon", epsilon)
-    _positive("clip", clip)
+    return setting
+
+
+def _validate(samples: int, dim: int, seed: int, path: str) -> None:
+    from workers.config import AuditConfig, TrialConfig
+
     _bound(AuditConfig, "samples", "samples", samples)  # a grid's audit caps them alike (memory grows with them)
     _bound(AuditConfig, "dim", "dim", dim)
     _bound(TrialConfig, "seed", "seed", seed)
-    try:
-        require_delta(delta)
-    except ValueError as e:
-        raise _Invalid(f"--{e}") from None
     if path not in _sampling.PATHS:
         raise _Invalid(f"--path must be one of {', '.join(_sampling.PATHS)}, got {path!r}")
 
@@ -160,8 +159,8 @@ def audit(
         sigma_v, epsilon_v = _number("sigma", sigma, float), _number("epsilon", epsilon, float)
         samples_v, dim_v, seed_v = _number("samples", samples, int), _number("dim", dim, int), _number(
             "seed", seed, int)
-        delta_v, clip_v = _number("delta", delta, float), _number("clip", clip, float)
-        _validate(sigma_v, epsilon_v, samples_v, delta_v, dim_v, clip_v, seed_v, path)
+        setting = _step_setting(sigma_v, epsilon_v, _number("delta", delta, float), _number("clip", clip, float))
+        _validate(samples_v, dim_v, seed_v, path)
         options = _parse_options(option)
         if plugins:
             from pathlib import Path
@@ -175,14 +174,14 @@ def audit(
     except (_Invalid, mechanisms.UnknownName, mechanisms.PluginError) as e:
         raise _fail(str(e)) from None
     try:
-        if epsilon_v is not None:
-            sigma_v = hooks.step_plan(module, None, delta_v, epsilon=epsilon_v, clip=clip_v,
+        if setting.epsilon is not None:
+            sigma_v = hooks.step_plan(module, None, setting.delta, epsilon=setting.epsilon, clip=setting.clip,
                                       options=options).sigma
             if sigma_v is None:
                 raise _fail(f"{mechanism} adds no noise: --epsilon cannot be met, use --sigma")
-        result = _step_audit.audit_step(module, 1.0 if sigma_v is None else sigma_v, samples=samples_v,
-                                        delta=delta_v, dim=dim_v, clip=clip_v, seed=seed_v, path=path,
-                                        options=options)
+        audited = dataclasses.replace(setting, epsilon=None, sigma=1.0 if sigma_v is None else sigma_v,
+                                      options=options)
+        result = _step_audit.audit_step(module, audited, samples=samples_v, dim=dim_v, seed=seed_v, path=path)
     except typer.Exit:
         raise
     except ValueError as e:
@@ -190,8 +189,8 @@ def audit(
     except Exception as e:  # the mechanism itself failed: a runtime failure, not bad input
         raise _fail(f"auditing {mechanism} failed: {type(e).__name__}: {e}", code=1) from None
     record = result.as_record()
-    if epsilon_v is not None:
-        record["epsilon_target"] = epsilon_v
+    if setting.epsilon is not None:
+        record["epsilon_target"] = setting.epsilon
     if as_json:
         typer.echo(json.dumps(record))
     else:

@@ -24,7 +24,7 @@ from mechanisms.framework.registry import UnknownName
 from orchestrator import grid_yaml
 from workers import datasets, models
 from workers import plugins as plugins_lib
-from workers.config import DELTA_PER_N, AuditConfig, ConfigError, Resources, TrainConfig, TrialConfig, section, shown
+from workers.config import AuditConfig, ConfigError, Resources, TrainConfig, TrialConfig, parse_delta, section, shown
 
 TOP_LEVEL = {"name", "seeds", "delta", "grid", "train", "accountant", "calibration", "sampler", "audit",
              "resources", "mechanism_options", "model_options", "dataset_options", "description", "sigma",
@@ -344,18 +344,6 @@ def _trial_count(raw: dict[str, Any], axes: Axes, problems: list[str]) -> None:
 
 
 # settings shared by every trial ------------------------------------------------------------------------
-def _delta(value: Any) -> Any:
-    """`1e-5` quoted is still a number a person meant; `1 / (2N)` with spaces is the per-N rule."""
-    if isinstance(value, str) and value.replace(" ", "") == DELTA_PER_N:
-        return DELTA_PER_N
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _section(cls: type, value: Any, owner: str, problems: list[str]) -> Any:
     try:
         return section(cls, value, owner)
@@ -368,7 +356,7 @@ def _shared(raw: dict[str, Any], axes: Axes, problems: list[str]) -> dict[str, A
     """The grid's top-level settings as the `TrialConfig` fields every trial shares (sigma: every private trial
     without a target), each checked once against its field's bounds. No type of their own: a trial's privacy
     setting is its `TrialConfig`'s."""
-    scalars = {"delta": _delta(raw.get("delta", 1e-5)), "sigma": raw.get("sigma"),
+    scalars = {"delta": parse_delta(raw.get("delta", 1e-5)), "sigma": raw.get("sigma"),
                "accountant": raw.get("accountant", "pld"), "calibration": raw.get("calibration", "claimed"),
                "sampler": raw.get("sampler", "poisson")}
     for key, value in scalars.items():

@@ -68,7 +68,7 @@ def view(config: TrialConfig) -> dict[str, Any]:
     """What the cached plan of `config` depends on (module docstring), readable."""
     t = config.train
     return {"plan_key": config.plan_key, "mechanism": config.mechanism, "epsilon": config.epsilon,
-            "sigma": config.sigma, "delta": config.delta, "accountant": config.accountant,
+            "sigma": config.sigma, "delta": config.delta_written, "accountant": config.accountant,
             "calibration": config.calibration, "sampler": config.sampler, "dataset": config.dataset,
             "max_train_examples": t.max_train_examples, "batch_size": t.batch_size, "epochs": t.epochs,
             "clip": t.clip, "model": config.model, "tuning": bool(config.tuning), "code": code_digest(),

@@ -62,6 +62,7 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
     if plan.sigma is None or not mechanism.private:
         return {}
     from mechanisms.auditing import audit_step
+    from mechanisms.auditing.profile import step_spec
 
     if tensor_sizes and mechanism.audit_per_tensor:
         options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
@@ -69,8 +70,9 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
     if parts is not None:  # the step's batch: parts whose noise depends on it are audited as they trained
         options = options | {"batch_size": parts.sampler.batch_size}
 
-    audit = audit_step(mechanism, plan.sigma, samples=cfg.samples, delta=plan.delta, dim=cfg.dim, clip=clip,
-                       seed=seed, workers=workers, options=options, significance=cfg.step_significance)
+    step = step_spec(plan.sigma, plan.delta, clip=clip, options=options)  # the plan's noise, on one step
+    audit = audit_step(mechanism, step, samples=cfg.samples, dim=cfg.dim, seed=seed, workers=workers,
+                       significance=cfg.step_significance)
     out = {"epsilon_audited_step": audit.epsilon_audited, "mu_audited": audit.mu_audited,
            "mu_claimed": audit.mu_claimed, "audit_step_violated": audit.violated,
            "audit_step_p_value": audit.p_value, "audit_step_significance": audit.significance,

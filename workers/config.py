@@ -16,9 +16,9 @@ import json
 import math
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from mechanisms.accounting.validation import SIGMA_FLOOR
+from mechanisms.accounting.validation import SIGMA_FLOOR, require_delta
 from mechanisms.framework.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
 
 T = TypeVar("T")
@@ -32,7 +32,6 @@ COMPILABLE_MODES = ("bk",)  # private grad-sample modes the compiled step suppor
 AUDIT_MODES = ("step", "one-run", "both", "off")
 MIAS = ("loss", "off")
 STATISTICS = ("lr", "sum")
-DELTA_PER_N = "1/(2N)"  # resolved by the worker, where the training set's size N is known
 
 
 class ConfigError(ValueError):
@@ -62,6 +61,52 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeltaRule:
+    """A delta stated as a rule of the training set's size N rather than a number: `1/(2N)`, N the training
+    examples the trial actually uses. A grid writes it as text; it is parsed once, when the trial's config is
+    made (`parse_delta`), and resolved to a number where N is known (`TrialConfig.delta_for`, in the worker).
+    Records and keys hold its text, as the grid wrote it."""
+
+    TEXT: ClassVar[str] = "1/(2N)"
+
+    def resolve(self, dataset_size: int) -> float:
+        return 1 / (2 * dataset_size)
+
+    def __str__(self) -> str:
+        return self.TEXT
+
+
+DELTA_PER_N = DeltaRule()
+
+
+def parse_delta(value: Any) -> Any:
+    """A delta as written into its type: the rule's text (`1 / (2N)`, spaces aside) is `DELTA_PER_N`, a quoted
+    number (`"1e-5"`) is the number a person meant; anything else is returned as it is, for `delta_problem`."""
+    if isinstance(value, str) and value.replace(" ", "") == DeltaRule.TEXT:
+        return DELTA_PER_N
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def delta_problem(name: str, value: Any) -> str | None:
+    """What is wrong with a parsed delta (None: nothing): the rule, or a number whose range `require_delta`,
+    the one range check of delta, accepts."""
+    if isinstance(value, DeltaRule):
+        return None
+    if not _is_number(value) or (isinstance(value, int) and abs(value) > INT_MAX):
+        return f"{name} must be {DeltaRule.TEXT!r} or a number, got {shown(value)}"
+    try:
+        require_delta(value, name=name)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     """What one field accepts: a range for numbers, a list of names (or a function giving it, for lists
@@ -73,8 +118,11 @@ class Bounds:
     most: float | None = None
     choices: tuple[str, ...] | Callable[[], Any] | None = None
     words: tuple[str, ...] = ()
+    rule: Callable[[str, Any], str | None] | None = None  # a field with its own check (delta: `delta_problem`)
 
     def problem(self, name: str, value: Any, integer: bool = False) -> str | None:
+        if self.rule is not None:
+            return self.rule(name, value)
         if value is None or (isinstance(value, str) and value in self.words):
             return None
         if self.choices is not None:
@@ -334,7 +382,7 @@ class TrialConfig:
     epsilon: float | None = bounded(None, gt=0)
     seed: int = bounded(0, ge=0, most=SEED_MAX)
     sigma: float | None = bounded(None, ge=SIGMA_FLOOR, most=1e6)
-    delta: float | str = bounded(1e-5, gt=0, lt=1, words=(DELTA_PER_N,))
+    delta: float | DeltaRule = bounded(1e-5, rule=delta_problem)  # the text `1/(2N)` is parsed when made
     accountant: str = bounded("pld", choices=_accountants)
     calibration: str = bounded("claimed", choices=CALIBRATIONS)
     sampler: str = bounded("poisson", choices=_samplers)
@@ -358,6 +406,7 @@ class TrialConfig:
     trial_key: str = dataclasses.field(init=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "delta", parse_delta(self.delta))
         for name in ("epsilon", "sigma"):  # eps 1 and 1.0 are one trial
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT_MAX:
@@ -391,7 +440,7 @@ class TrialConfig:
         """What the trial computes, typed: the settings of `train` and `audit` that differ from their
         defaults, the option tables as written (their numbers made canonical in the key), and the rest."""
         out: dict[str, Any] = {"secure_rng": True} if self.secure_rng else {}
-        out |= {"delta": self.delta, "accountant": self.accountant, "calibration": self.calibration,
+        out |= {"delta": self.delta_written, "accountant": self.accountant, "calibration": self.calibration,
                 "sampler": self.sampler, "audit": _changed(self.audit), "train": _changed(self.train),
                 "dataset": self.dataset, "model": self.model, "mechanism": self.mechanism, "epsilon": self.epsilon,
                 "seed": self.seed, "sigma": self.sigma}
@@ -400,6 +449,15 @@ class TrialConfig:
         if self.code:  # likewise only a trial with a plugin entry
             out["code"] = dict(self.code)
         return out | {name: dict(getattr(self, name)) for name in OPTION_TABLES}
+
+    @property
+    def delta_written(self) -> float | str:
+        """Delta as the grid wrote it (a number, or the rule's text): what the record and the keys hold."""
+        return str(self.delta) if isinstance(self.delta, DeltaRule) else self.delta
+
+    def delta_for(self, dataset_size: int) -> float:
+        """The trial's delta as a number, for a training set of `dataset_size` examples (the rule resolved)."""
+        return self.delta.resolve(dataset_size) if isinstance(self.delta, DeltaRule) else float(self.delta)
 
     @property
     def private(self) -> bool:
@@ -417,11 +475,11 @@ class TrialConfig:
         Not the seed: trials that differ only in it (or in other settings) share one plan."""
         t = self.train
         view = {"mechanism": self.mechanism, "mechanism_options": dict(self.mechanism_options),
-                "epsilon": self.epsilon, "sigma": self.sigma, "delta": self.delta, "accountant": self.accountant,
-                "calibration": self.calibration, "sampler": self.sampler, "dataset": self.dataset,
-                "dataset_options": dict(self.dataset_options), "max_train_examples": t.max_train_examples,
-                "batch_size": t.batch_size, "epochs": t.epochs, "clip": t.clip, "model": self.model,
-                "model_options": dict(self.model_options)}
+                "epsilon": self.epsilon, "sigma": self.sigma, "delta": self.delta_written,
+                "accountant": self.accountant, "calibration": self.calibration, "sampler": self.sampler,
+                "dataset": self.dataset, "dataset_options": dict(self.dataset_options),
+                "max_train_examples": t.max_train_examples, "batch_size": t.batch_size, "epochs": t.epochs,
+                "clip": t.clip, "model": self.model, "model_options": dict(self.model_options)}
         if self.tuning:  # a tuned candidate's noise comes from its cell's whole selection
             view["tuning"] = dict(self.tuning.get("spec") or {})
         return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -481,4 +539,5 @@ class TrialConfig:
             raise ConfigError([str(e)]) from None
 
 
-__all__ = ["AuditConfig", "ConfigError", "Resources", "TrainConfig", "TrialConfig", "section", "shown"]
+__all__ = ["DELTA_PER_N", "AuditConfig", "ConfigError", "DeltaRule", "Resources", "TrainConfig", "TrialConfig",
+           "delta_problem", "parse_delta", "section", "shown"]

@@ -115,12 +115,9 @@ def privacy_spec(config: TrialConfig, dataset_size: int, trainable: list[torch.n
                  bundle: Any = None) -> PrivacySpec:
     """The privacy side of the trial: its target and batch geometry, the trainable tensors' sizes, and the
     statistics the model (`bundle`) has released about the training set before training."""
-    delta = config.delta
-    if delta == "1/(2N)":  # resolved here, where N (the training set actually used) is known
-        delta = 1 / (2 * dataset_size)
     cfg = config.train
-    return PrivacySpec(
-        epsilon=config.epsilon, delta=float(delta), dataset_size=dataset_size,
+    return PrivacySpec(  # delta resolved here, where N (the training set actually used) is known
+        epsilon=config.epsilon, delta=config.delta_for(dataset_size), dataset_size=dataset_size,
         batch_size=cfg.batch_size, epochs=cfg.epochs, clip=cfg.clip,
         calibration=config.calibration, accountant=config.accountant,
         sampler=config.sampler, sigma=config.sigma, options=dict(config.mechanism_options),

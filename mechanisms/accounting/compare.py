@@ -19,10 +19,11 @@ from mechanisms.accounting.events import DpsgdRun
 from mechanisms.accounting.reference import EpsilonReport
 from mechanisms.accounting.validation import require_delta, require_fraction, require_positive
 from mechanisms.framework.registry import ACCOUNTANTS as REGISTRY
-from mechanisms.parts.batch_selection import BatchSelection, PoissonRate, batch_selection, relation_name
+from mechanisms.parts.batch_selection import BatchSelection, PoissonRate, relation_name
 from mechanisms.parts.clipping import FlatClipping
 from mechanisms.parts.noise_addition import GaussianNoise
-from mechanisms.parts.plan import Parts
+from mechanisms.parts.plan import Parts, PrivacySpec
+from mechanisms.parts.releases import DatasetStatistic
 
 
 def accountants() -> tuple[str, ...]:
@@ -42,16 +43,19 @@ def kinds() -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdSetting:
-    """Everything but sigma: the run's batch selection (the same object a trial runs and accounts), delta,
-    and what the claimed analyses additionally need.
+    """A privacy setting as the accountants compare it (everything but sigma): a view of a `PrivacySpec`
+    (`of_spec`: its sampler, delta and one-time statistics), or Poisson sampling stated by rate and steps
+    alone (`poisson`), which no spec can state, plus what the claimed analyses additionally need.
 
-    Its certified event is the trial's: the parts of DP-SGD (this sampler, flat clipping, Gaussian noise)
-    at unit clip, since epsilon does not depend on the clip. `poisson(q, T, ...)` states Poisson sampling
-    by rate and steps; `of(sampler, N, B, epochs, ...)` builds any sampler as a trial does.
+    Its certified event is the trial's: the parts of DP-SGD (this sampler, flat clipping, Gaussian noise, the
+    spec's dataset statistics) at unit clip, since epsilon does not depend on the clip. `run(sigma)` is the
+    one place a `DpsgdRun` (the setting the claimed analyses read) is made.
     """
 
     selection: BatchSelection | PoissonRate
     delta: float
+    # statistics of the training set released once before training (a model's private standardisation)
+    statistics: tuple[DatasetStatistic, ...] = ()
     dim: float | None = None  # model dimension d (Fenton-Wilkinson)
     batch_clip_ratio: float | None = None  # c'/c (Fenton-Wilkinson)
     batch_size: int | None = None  # stands in for c'/c without batch clipping (Fenton-Wilkinson)
@@ -68,15 +72,22 @@ class DpsgdSetting:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
     @classmethod
+    def of_spec(cls, spec: PrivacySpec, **claims: object) -> DpsgdSetting:
+        """The setting of `spec` (checked where it was made): its sampler, delta and dataset statistics."""
+        return cls(selection=spec.batch_selection, delta=spec.delta, statistics=spec.dataset_statistics,
+                   **claims)  # type: ignore[arg-type]
+
+    @classmethod
     def poisson(cls, sample_rate: float, steps: int, delta: float, **claims: object) -> DpsgdSetting:
         return cls(selection=PoissonRate(sample_rate, steps), delta=delta, **claims)  # type: ignore[arg-type]
 
     @classmethod
     def of(cls, sampler: str, dataset_size: int, batch_size: int, epochs: int, delta: float,
            **claims: object) -> DpsgdSetting:
-        """The geometry of a trial: `sampler` over N examples in batches of B for `epochs` epochs."""
-        return cls(selection=batch_selection(sampler, dataset_size, batch_size, epochs), delta=delta,
-                   batch_size=batch_size, **claims)  # type: ignore[arg-type]
+        """The geometry of a trial: `sampler` over N examples in batches of B for `epochs` epochs (its spec)."""
+        spec = PrivacySpec(epsilon=None, delta=delta, dataset_size=dataset_size, batch_size=batch_size,
+                           epochs=epochs, sampler=sampler)
+        return cls.of_spec(spec, batch_size=batch_size, **claims)
 
     @property
     def sampler(self) -> str:
@@ -104,14 +115,16 @@ class DpsgdSetting:
 
     def parts(self) -> Parts:
         """DP-SGD's parts on this sampler at unit clip: the trial's certified event, sigma -> DpEvent."""
-        return Parts(self.selection, FlatClipping(1.0), GaussianNoise(1.0))  # type: ignore[arg-type]
+        return Parts(self.selection, FlatClipping(1.0), GaussianNoise(1.0),  # type: ignore[arg-type]
+                     dataset_releases=self.statistics)
 
     def run(self, sigma: float) -> DpsgdRun:
-        """The setting at `sigma` as the claimed analyses read it."""
+        """The setting at `sigma` as the claimed analyses read it (each statistic row its own Gaussian)."""
+        once = tuple(z for statistic in self.statistics for z in statistic.row_multipliers())
         return DpsgdRun(noise_multiplier=sigma, sampling_probability=self.sample_rate, steps=self.steps,
                         sampler="poisson" if self.sampler == "poisson" else "uniform", dim=self.dim,
                         batch_clip_ratio=self.batch_clip_ratio, batch_size=self.batch_size,
-                        delta_split=self.delta_split)
+                        delta_split=self.delta_split, once=once)
 
     def event(self, sigma: float, accountant: str) -> DpEvent:
         """What `accountant` is asked about: the parts' event (sound), the setting (claimed)."""

@@ -38,7 +38,10 @@ class DpsgdRun(dp_accounting.DpEvent):
     `batch_size` and `delta_split` are what shuffled DP-SGD's Theorem 6 also takes (d, c'/c, B, the share of
     delta given to advanced composition's slack). `once` are the multipliers of Gaussian releases made once on
     the whole training set and composed with the run (Tramer & Boneh's private standardisation: one per
-    statistic row); an analysis that does not compose them does not support the run."""
+    statistic row); an analysis that does not compose them does not support the run.
+
+    A view, never a setting of its own: `compare.DpsgdSetting.run` (a view of a `PrivacySpec`, or of a rate
+    and steps) is the one place it is made, so its numbers are the spec's."""
 
     noise_multiplier: float
     sampling_probability: float

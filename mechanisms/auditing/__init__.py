@@ -22,11 +22,12 @@ from mechanisms.auditing.canary import (
 )
 from mechanisms.auditing.cases import AuditCase, dirac_case
 from mechanisms.auditing.dirac_canaries import DiracCanaries, OneRunEstimate
+from mechanisms.auditing.profile import step_spec
 from mechanisms.auditing.step_audit import StepAudit, audit_step
 from mechanisms.auditing.tradeoff import ApproxDP, Envelope, Gaussian, TradeOff
 
 __all__ = [
     "ApproxDP", "AuditCase", "Bonferroni", "CanaryScoreAuditor", "CanaryScores", "DiracCanaries",
     "Envelope", "Explicit", "Gaussian", "OneRunEstimate", "Split", "StepAudit", "TradeOff", "audit_step",
-    "dirac_case", "epsilon_lower_bound",
+    "dirac_case", "epsilon_lower_bound", "step_spec",
 ]

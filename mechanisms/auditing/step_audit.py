@@ -24,12 +24,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mechanisms.accounting.validation import require_delta
 from mechanisms.auditing import hooks, tradeoff
 from mechanisms.auditing.binomial import clopper_pearson_upper
 from mechanisms.auditing.canary import CanaryScores, roc_counts
@@ -39,6 +38,7 @@ from mechanisms.framework.claims import AUDIT_SIGNIFICANCE, claim_status
 
 if TYPE_CHECKING:
     from mechanisms.framework.mechanism import Mechanism
+    from mechanisms.parts.plan import PrivacySpec
 
 SIGNIFICANCE = AUDIT_SIGNIFICANCE  # 0.1%: privbench's one audit significance (mechanisms/framework/claims.py says why)
 ROLES = ("epsilon", "mu", "claim")
@@ -199,24 +199,24 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def audit_step(module: Mechanism, sigma: float, *, samples: int = 20_000, delta: float = 1e-5,
-               dim: int = 1_000, clip: float = 1.0, seed: int = 0, significance: float = SIGNIFICANCE,
-               path: str = "auto", workers: int | None = None, options: Mapping[str, Any] | None = None,
+def audit_step(module: Mechanism, setting: PrivacySpec, *, samples: int = 20_000, dim: int = 1_000, seed: int = 0,
+               significance: float = SIGNIFICANCE, path: str = "auto", workers: int | None = None,
                cases: Sequence[AuditCase] | None = None) -> StepAudit:
-    """Audit one step of `module` at `sigma`: claim, certificate and an empirical lower bound side by side.
+    """Audit one step of `module`: claim, certificate and an empirical lower bound side by side.
 
-    `cases` overrides the mechanism's cases (Dirac + its `audit_cases` hook). `path`: `auto` uses
+    `setting` is the step's privacy setting (`profile.step_spec`: its sigma, delta, clip and the mechanism's
+    options, auditor-side keys such as `tensor_sizes` among them), checked where it was made; it must have a
+    sigma. `cases` overrides the mechanism's cases (Dirac + its `audit_cases` hook). `path`: `auto` uses
     the support-only path where it is exact (see sampling.py), `full` forces whole rows.
     """
-    if not (sigma > 0 and math.isfinite(sigma)):
-        raise ValueError(f"sigma must be a positive finite number, got {sigma}")
-    require_delta(delta)
+    if setting.sigma is None:
+        raise ValueError("the audited step needs a sigma; its setting has none (a target epsilon is planned first)")
+    sigma, delta, clip, options = setting.sigma, setting.delta, setting.clip, dict(setting.options)
     if samples < 4:
         raise ValueError(f"samples must be >= 4, got {samples}")
     if not 0 < significance < 0.5:
         raise ValueError(f"significance must lie in (0, 0.5), got {significance}")
     start = time.perf_counter()
-    options = dict(options or {})
     plan = hooks.step_plan(module, sigma, delta, clip=clip, options=options)
     claim = hooks.claimed_step_tradeoff(module, sigma, clip=clip, options=options)
     cases = list(cases) if cases is not None else list(hooks.audit_cases(module, dim, clip, seed, options, sigma))

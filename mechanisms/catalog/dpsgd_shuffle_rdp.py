@@ -46,12 +46,9 @@ def claimed_run(sigma: float, spec: PrivacySpec) -> Any:
     """The run their analysis reads: Poisson sampling at q = B / N over the steps the shuffled loader executes,
     and each row of the model's one-time statistics as its own Gaussian (their code's 2 x RDP of the noised
     mean and mean square)."""
-    from mechanisms.accounting.events import DpsgdRun
+    from mechanisms.accounting.compare import DpsgdSetting  # the accounting package, loaded when claimed
 
-    claimed = _selection(spec, CLAIMED_SAMPLER)
-    once = tuple(z for statistic in spec.dataset_statistics for z in statistic.row_multipliers())
-    return DpsgdRun(noise_multiplier=sigma, sampling_probability=claimed.sample_rate, steps=claimed.steps,
-                    sampler=CLAIMED_SAMPLER, once=once)
+    return DpsgdSetting.of_spec(dataclasses.replace(spec, sampler=CLAIMED_SAMPLER)).run(sigma)
 
 
 def claimed_epsilon(sigma: float, spec: PrivacySpec) -> float:

@@ -48,21 +48,19 @@ class PrivacySpec:
     dataset_statistics: tuple[DatasetStatistic, ...] = ()
 
     def __post_init__(self) -> None:
+        """Every check of a privacy setting, once, where it is made: what reads a spec trusts it."""
         if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon}")
         require_delta(self.delta)
-        if self.dataset_size < 1 or self.batch_size < 1 or self.epochs < 1:
-            raise ValueError("dataset_size, batch_size and epochs must be >= 1")
-        if self.batch_size > self.dataset_size:
-            raise ValueError(f"batch_size {self.batch_size} exceeds dataset_size {self.dataset_size}")
-        if self.clip <= 0:
-            raise ValueError(f"clip must be > 0, got {self.clip}")
-        if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {self.calibration!r}")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {tuple(SAMPLERS)}, got {self.sampler!r}")
-        if self.sigma is not None and self.sigma <= 0:
-            raise ValueError(f"sigma must be > 0, got {self.sigma}")
+        batch_selection(self.sampler, self.dataset_size, self.batch_size, self.epochs)  # its check of N, B, epochs
+        for name in ("clip", "sigma"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive finite number, got {value}")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {self.calibration!r}")
 
     @property
     def batch_selection(self) -> BatchSelection:

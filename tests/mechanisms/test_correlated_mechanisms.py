@@ -121,10 +121,10 @@ def test_training_runs_the_fixed_order_and_the_streamed_noise(mechanism_id, opti
 def test_one_step_audit_of_a_correct_run_is_ok():
     """The one-step audit tests one participation's release (the first step of a fresh stream) against the claim:
     a correct mechanism is not violated, and its audited epsilon is above zero."""
-    from mechanisms.auditing.step_audit import audit_step
+    from mechanisms.auditing import audit_step, step_spec
 
     for mechanism_id in ("dp-bandmf", "dpftrl-tree"):
-        audit = audit_step(mechanisms.get(mechanism_id), 1.0, samples=4000, dim=50, seed=0)
+        audit = audit_step(mechanisms.get(mechanism_id), step_spec(1.0, 1e-5), samples=4000, dim=50, seed=0)
         assert not audit.violated
         assert audit.epsilon_audited > 0
         assert audit.claim_status == "ok"

@@ -51,8 +51,10 @@ def test_model_train_overrides_that_model_and_mechanism_train_wins():
     ({"grid": TINY["grid"] | {"mechanism": ["magic-dp"]}}, "unknown mechanism 'magic-dp'"),
     ({"grid": TINY["grid"] | {"epsilon": [0]}}, "grid.epsilon must be > 0"),
     ({"grid": TINY["grid"] | {"epsilon": [-1]}}, "grid.epsilon must be > 0"),
-    ({"delta": 0}, "delta must be > 0"),
-    ({"delta": 1.5}, "delta must be < 1"),
+    ({"delta": 0}, "delta must lie in (0, 1), got 0"),  # require_delta's message: the one range check
+    ({"delta": 1.5}, "delta must lie in (0, 1), got 1.5"),
+    ({"delta": None}, "delta must be '1/(2N)' or a number, got None"),
+    ({"delta": "1/(3N)"}, "delta must be '1/(2N)' or a number, got '1/(3N)'"),
     ({"train": {"epochs": 1, "batch_size": 64, "lr": 0.5, "bogus": 1}}, "train: unknown option(s) bogus"),
     ({"resources": {"cpus": 1, "gpus": "many"}}, "resources: gpus must be"),
     ({"colour": "blue"}, "unknown top-level keys"),
@@ -522,3 +524,47 @@ def test_private_is_decided_by_the_mechanism_alone(target):
     assert {n: grid.mechanism_private(n) for n in names} == declared
     seen = {t.mechanism: t.private for t in spec.trials}
     assert seen == declared
+
+
+# delta: a number, or the rule 1/(2N) -------------------------------------------------------------------
+@pytest.mark.parametrize("written", ["1/(2N)", "1 / (2N)", " 1/( 2N ) "])
+def test_the_delta_rule_is_parsed_once_and_records_its_text(written):
+    """The grid's `1/(2N)` travels as the typed rule (never as text), resolves to 1/(2N) with the training set's
+    N, and the record, the trial key and a stored config read back all hold the text, as before."""
+    from workers.config import DELTA_PER_N, DeltaRule
+
+    spec = parse({"delta": written})
+    for trial in spec.trials:
+        assert isinstance(trial.delta, DeltaRule) and trial.delta == DELTA_PER_N
+        assert trial.delta_for(1_000) == 1 / 2_000 and trial.delta_for(37) == 1 / 74
+        assert trial.to_dict()["delta"] == "1/(2N)" and trial.delta_written == "1/(2N)"
+        back = TrialConfig.from_dict(json.loads(json.dumps(trial.to_dict())))
+        assert back == trial and back.trial_key == trial.trial_key and back.delta == DELTA_PER_N
+    numeric = parse({"delta": 1e-5}).trials[0]
+    assert numeric.delta == 1e-5 and numeric.delta_for(1_000) == 1e-5 and numeric.to_dict()["delta"] == 1e-5
+
+
+def test_a_delta_is_range_checked_by_require_delta_alone():
+    """TrialConfig's delta check is `require_delta` (mechanisms.accounting.validation), not bounds of its own."""
+    from mechanisms.accounting.validation import require_delta
+    from workers.config import delta_problem
+
+    for bad in (0.0, 1.0, -1e-9, float("nan"), float("inf")):
+        with pytest.raises(ValueError) as raised:
+            require_delta(bad)
+        assert delta_problem("delta", bad) == str(raised.value)
+    assert delta_problem("delta", 1e-5) is None
+
+
+def test_the_spec_a_trial_makes_carries_its_config_with_delta_resolved():
+    """`workers.trial.privacy_spec` is the one place a trial's `PrivacySpec` is made from its config: the same
+    target, sigma, sampler, accountant and calibration, and the rule resolved with the N actually used."""
+    from workers.trial import privacy_spec
+
+    for trial in parse({"delta": "1/(2N)", "sampler": "shuffle", "accountant": "rdp"}).trials:
+        spec = privacy_spec(trial, 900)
+        assert spec.delta == 1 / 1_800 and spec.dataset_size == 900
+        assert (spec.epsilon, spec.sigma, spec.sampler, spec.accountant, spec.calibration) == (
+            trial.epsilon, trial.sigma, trial.sampler, trial.accountant, trial.calibration)
+        assert (spec.batch_size, spec.epochs, spec.clip) == (trial.train.batch_size, trial.train.epochs,
+                                                             trial.train.clip)

@@ -441,11 +441,11 @@ def test_privatize_step_normalises_rows_then_adds_gaussian_noise():
 
 
 def test_audit_refutes_the_sensitivity_c_claim():
-    from mechanisms.auditing import audit_step
+    from mechanisms.auditing import audit_step, step_spec
 
-    code = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16,
-                      options={"sensitivity": "C"})
-    paper = audit_step(dp_forward.mechanism, sigma=1.0, delta=DELTA, samples=20_000, dim=16)
+    code = audit_step(dp_forward.mechanism, step_spec(1.0, DELTA, options={"sensitivity": "C"}), samples=20_000,
+                      dim=16)
+    paper = audit_step(dp_forward.mechanism, step_spec(1.0, DELTA), samples=20_000, dim=16)
     assert code.violated and code.claim_status == "violated"
     assert not paper.violated
     assert code.mu_audited > 1.0  # the true mu is 2 / sigma; the code claims 1 / sigma

@@ -166,11 +166,11 @@ def test_claimed_step_curve_is_the_gaussian_at_d1_and_claims_more_than_the_truth
 
 def test_audit_refutes_the_per_step_claim():
     """The step audit at the paper's per-step sigma (epsilon_s = 0.198, d = dim = 1000, c' = 16c)."""
-    from mechanisms.auditing import audit_step
+    from mechanisms.auditing import audit_step, step_spec
 
     options = {"num_params": 1000, "batch_clip_ratio": 16}
     sigma = fw.per_step_sigma(0.1976, 2.5e-7, 1000, 16)
-    result = audit_step(SD, sigma, samples=4000, dim=1000, delta=1e-5, options=options, workers=1)
+    result = audit_step(SD, step_spec(sigma, 1e-5, options=options), samples=4000, dim=1000, workers=1)
     assert result.epsilon_claimed == pytest.approx(0.197, abs=2e-3)
     assert result.epsilon_certified > 10 * result.epsilon_claimed
     assert result.claim_status == "violated"
