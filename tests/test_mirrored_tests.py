@@ -17,8 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MIRRORED = ("mechanisms", "orchestrator")
 
 NOT_YET_MIRRORED = frozenset({
-    "mechanisms/accounting/compare.py",
-    "mechanisms/accounting/events.py",
     "mechanisms/catalog/dp_bandmf.py",
     "mechanisms/catalog/dp_forward/forward_noise.py",
     "mechanisms/catalog/dp_forward/label_rr.py",
@@ -28,7 +26,6 @@ NOT_YET_MIRRORED = frozenset({
     "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
     "mechanisms/framework/private_training.py",
-    "mechanisms/parts/plan.py",
 })
 
 
