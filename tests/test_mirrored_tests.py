@@ -40,7 +40,6 @@ NOT_YET_MIRRORED = frozenset({
     "mechanisms/framework/integrity/trust.py",
     "mechanisms/framework/integrity/verdict.py",
     "mechanisms/framework/options.py",
-    "mechanisms/framework/private_training.py",
     "mechanisms/framework/registry.py",
     "mechanisms/parts/plan.py",
     "orchestrator/cli.py",
