@@ -277,16 +277,16 @@ def test_bad_input_is_refused_before_training(case, message):
 
 # ---- the loader -------------------------------------------------------------------------------------------------
 class Rows(Dataset):
-    """A training set that is not a `TensorDataset`: it streams through a DataLoader."""
+    """A training set without `tensors` (not a `TensorDataset`): it streams through a DataLoader."""
 
-    def __init__(self, x, y):
-        self.x, self.y = x, y
+    def __init__(self, *tensors):
+        self.columns = tensors
 
     def __len__(self):
-        return len(self.y)
+        return len(self.columns[0])
 
     def __getitem__(self, i):
-        return self.x[i], self.y[i]
+        return tuple(t[i] for t in self.columns)
 
 
 def test_tensors_are_gathered_where_they_live_and_other_data_streams_with_its_empty_batches():
@@ -308,6 +308,33 @@ def test_tensors_are_gathered_where_they_live_and_other_data_streams_with_its_em
         assert empty and empty[0][0].shape == (0, 5)
         for batch in batches:  # every row is an example of the training set
             assert all(bool((x == row).all(1).any()) for row in batch[0])
+
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["resident", "streamed"])
+def test_a_batch_of_sequences_is_cut_to_its_longest_example(stream):
+    """`trim_by` names the attention mask: each batch's inputs are cut to the longest mask in it (a transformer's
+    padding beyond it is never computed), the labels are left whole, no token of an example is lost."""
+    torch.manual_seed(6)
+    n, width = 64, 12
+    lengths = torch.randint(1, 9, (n,))
+    mask = (torch.arange(width) < lengths.unsqueeze(1)).long()
+    ids = torch.randint(1, 50, (n, width)) * mask
+    ids[:, 0] = torch.arange(n)  # the row's index: which example a batch row is
+    labels = torch.randint(0, 2, (n,))
+    data = Rows(ids, mask, labels) if stream else TensorDataset(ids, mask, labels)
+    data.trim_by = 1
+    loader = plan_loader(data, DPSGD.plan(spec()), torch.Generator().manual_seed(0))
+    assert isinstance(loader, StreamedBatches if stream else ResidentBatches)
+    cut = 0
+    for batch_ids, batch_mask, batch_labels in loader:
+        rows = batch_ids[:, 0]
+        longest = int(lengths[rows].max()) if len(rows) else 1
+        assert batch_ids.shape[1] == batch_mask.shape[1] == longest
+        assert torch.equal(batch_ids, ids[rows, :longest]) and torch.equal(batch_mask, mask[rows, :longest])
+        assert torch.equal(batch_labels, labels[rows])
+        cut += longest < width
+    assert cut == len(loader)
 
 
 # ---- privacy units and augmult (`Grouping`): the loader draws them, the step clips a unit's rows together -------
