@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 import mechanisms
+from mechanisms.catalog import dp_bandmf, dpsgd, dpsgd_adaclip
 from mechanisms.framework import private_training
 from mechanisms.framework.private_training import (
     Grouping,
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:Secure RNG turned off"),
               pytest.mark.filterwarnings("ignore:Full backward hook")]
 
 CLIP = 1.0
-DPSGD = mechanisms.get("dpsgd")
+DPSGD = dpsgd.mechanism
 
 
 def model(seed=0):
@@ -84,9 +85,8 @@ def wrap(module, plan, mode="hooks", *, features=5, noise_seed=1, **kwargs):
     return training, capture
 
 
-def step(training, x, y, *, zero_grad=True):
-    if zero_grad:
-        training.optimizer.zero_grad(set_to_none=True)
+def step(training, x, y):
+    training.optimizer.zero_grad(set_to_none=True)
     training.criterion(training.module(x), y).backward()
     training.optimizer.step()
 
@@ -149,7 +149,7 @@ def test_the_correlated_noise_continues_its_stream_from_step_to_step():
     generator's N(0, 1) draws in order (one flat buffer per step) and C the banded Toeplitz matrix of the
     strategy's coefficients, built here; a stream restarted every step would add s z_t / c_0."""
     steps, sigma = 5, 0.8
-    plan = mechanisms.get("dp-bandmf").plan(spec(sigma=sigma, options={"bands": 3}))
+    plan = dp_bandmf.mechanism.plan(spec(sigma=sigma, options={"bands": 3}))
     coefficients = plan.parts.noise.strategy.coefficients
     training, capture = wrap(model(), plan, noise_seed=5)
     torch.manual_seed(2)
@@ -185,7 +185,7 @@ def test_updates_are_counted_and_one_beyond_the_plan_is_refused(mode):
     x, y = 3 * torch.randn(8, 5), torch.randint(0, 3, (8,))
     optimizer.signal_skip_step(True)
     step(training, x[:4], y[:4])
-    step(training, x[4:], y[4:], zero_grad=mode == "hooks")  # Opacus keeps the kept sum through zero_grad
+    step(training, x[4:], y[4:])  # zero_grad after a skipped step keeps its clipped sum (Opacus)
     assert optimizer.steps_taken == 1 and len(capture.sums) == 1
     torch.testing.assert_close(capture.sums[0], reference_clipped_sum(model(), x, y, [CLIP])[0], rtol=1e-5,
                                atol=1e-6)
@@ -222,8 +222,10 @@ def test_clipped_norm_is_the_engines_clipping_at_its_bound(mode):
 
 def test_per_layer_clipped_norm_is_the_norm_of_the_clipped_tensors():
     """Per-layer: a norm |g| in every tensor keeps min(|g|, C_l) in tensor l, sqrt(sum_l ...^2) in all."""
-    training, _ = wrap(model(), DPSGD.plan(spec(**PER_LAYER)))
-    clips = [0.5] * 4  # 1 shared equally, in squares, by 4 tensors
+    plan = DPSGD.plan(spec(**PER_LAYER))
+    training, _ = wrap(model(), plan)
+    clips = plan.parts.clipper.clips
+    assert clips == (0.5,) * 4  # C = 1 shared equally, in squares, by 4 tensors
     for norm in (0.1, 0.4, 4.0):
         want = sum(min(norm, c) ** 2 for c in clips) ** 0.5
         assert float(training.optimizer.clipped_norm(torch.tensor(norm))) == pytest.approx(want, rel=1e-5)
@@ -246,9 +248,6 @@ def test_an_unknown_mode_and_per_layer_ghost_are_refused():
         optimizer_class("per_layer", "ghost")
 
 
-ADACLIP = mechanisms.get("dpsgd-adaclip")
-
-
 @pytest.mark.parametrize(("case", "message"), [
     ("wrapped", "takes the plain module"),
     ("padded hooks", "need grad_sample_mode bk"),
@@ -258,7 +257,7 @@ ADACLIP = mechanisms.get("dpsgd-adaclip")
 ])
 def test_bad_input_is_refused_before_training(case, message):
     module, mode, kwargs, n = model(), "hooks", {}, 64
-    plan = ADACLIP.plan(spec()) if case in ("no state", "releases under ghost") else DPSGD.plan(spec())
+    plan = dpsgd_adaclip.mechanism.plan(spec()) if case in ("no state", "releases under ghost") else DPSGD.plan(spec())
     if plan.parts.clipper.state_key is not None and case != "no state":
         kwargs["state"] = {plan.parts.clipper.state_key: CLIP}
     if case == "wrapped":
