@@ -176,23 +176,26 @@ def test_the_release_is_divided_by_the_expected_batch_size_not_the_batchs():
 @pytest.mark.parametrize("mode", ["hooks", "bk"])
 def test_updates_are_counted_and_one_beyond_the_plan_is_refused(mode):
     """Two planned steps (16 examples, batches of 8). A skipped step (Opacus' virtual step: the batch's clipped
-    sum is kept for the next) is no update; a third update raises before anything else runs."""
+    sum is kept for the next) is no update and no post-processing; a third update raises before its
+    post-processing runs."""
     plan = DPSGD.plan(spec(dataset_size=16))
     assert plan.steps == 2
-    training, capture = wrap(model(), plan, mode)
+    post_processed = []
+    training, capture = wrap(model(), plan, mode, after_step=lambda opt: post_processed.append(opt.steps_taken))
     optimizer = training.optimizer
     torch.manual_seed(3)
     x, y = 3 * torch.randn(8, 5), torch.randint(0, 3, (8,))
     optimizer.signal_skip_step(True)
     step(training, x[:4], y[:4])
     step(training, x[4:], y[4:])  # zero_grad after a skipped step keeps its clipped sum (Opacus)
-    assert optimizer.steps_taken == 1 and len(capture.sums) == 1
+    assert optimizer.steps_taken == 1 and len(capture.sums) == 1 and post_processed == [1]
     torch.testing.assert_close(capture.sums[0], reference_clipped_sum(model(), x, y, [CLIP])[0], rtol=1e-5,
                                atol=1e-6)
     step(training, x, y)
     assert optimizer.steps_taken == 2
     with pytest.raises(PlanViolation, match="update 3 exceeds the 2 steps"):
         step(training, x, y)
+    assert post_processed == [1, 2]
 
 
 @pytest.mark.parametrize("mode", ["hooks", "bk", "ghost"])
@@ -272,6 +275,16 @@ def test_bad_input_is_refused_before_training(case, message):
     with pytest.raises(ValueError, match=message):
         make_private(module, torch.optim.SGD(module.parameters(), lr=0.1), data, plan, criterion=nn.CrossEntropyLoss(),
                      generator=torch.Generator(), grad_sample_mode=mode, **kwargs)
+
+
+
+def test_a_bookkeeping_step_without_its_backward_pass_is_refused():
+    """The book-keeping engine writes the clipped sum during the backward pass: without one there is no sum to
+    noise (not a zero one)."""
+    training, _ = wrap(model(), DPSGD.plan(spec()), "bk")
+    training.optimizer.zero_grad(set_to_none=True)
+    with pytest.raises(RuntimeError, match="call the engine's loss backward"):
+        training.optimizer.step()
 
 
 # ---- the loader -------------------------------------------------------------------------------------------------
