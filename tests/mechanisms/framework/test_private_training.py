@@ -16,7 +16,6 @@ from opacus.grad_sample import GradSampleModule
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-import mechanisms
 from mechanisms.catalog import dp_bandmf, dpsgd, dpsgd_adaclip
 from mechanisms.framework import private_training
 from mechanisms.framework.private_training import (
@@ -370,8 +369,8 @@ def test_singleton_units_are_plain_dpsgd_bit_for_bit(mode):
     the very parameters plain DP-SGD gives, with the same seeds: same batches, same clipped sums, same noise."""
     torch.manual_seed(4)
     tensors = torch.randn(90, 5), torch.randint(0, 3, (90,))
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
-    plan = mechanisms.get("dpsgd").plan(spec)
+    setting = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
+    plan = DPSGD.plan(setting)
     plain, _ = train_params(TensorDataset(*tensors), plan, mode)
     grouped_data = TensorDataset(*tensors)
     grouped_data.units = Units.of(np.arange(90))
@@ -387,8 +386,8 @@ def test_the_units_sampler_draws_units_as_the_plan_accounts():
     unit = np.repeat(np.arange(200), rng.integers(1, 5, 200))
     data = TensorDataset(torch.randn(len(unit), 5), torch.zeros(len(unit), dtype=torch.long))
     data.units = Units.of(unit)
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=200, batch_size=20, epochs=3, sigma=1.0)
-    plan = mechanisms.get("dpsgd").plan(spec)
+    setting = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=200, batch_size=20, epochs=3, sigma=1.0)
+    plan = DPSGD.plan(setting)
     assert (plan.sample_rate, plan.steps) == (20 / 200, 30)
     training = make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data, plan,
                             criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0),
@@ -406,7 +405,7 @@ def test_the_units_sampler_draws_units_as_the_plan_accounts():
     assert drawn == pytest.approx(30 * 20, rel=0.25)
     with pytest.raises(ValueError, match="accounts for 100 privacy units, the data has 200"):
         make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data,
-                     mechanisms.get("dpsgd").plan(dataclasses.replace(spec, dataset_size=100)),
+                     DPSGD.plan(dataclasses.replace(setting, dataset_size=100)),
                      criterion=nn.CrossEntropyLoss(), generator=torch.Generator(), grad_sample_mode="hooks")
 
 
@@ -419,9 +418,9 @@ def _rows(batch, data):
 def test_grouping_refuses_opacus_ghost_which_clips_rows():
     data = TensorDataset(torch.randn(30, 5), torch.zeros(30, dtype=torch.long))
     data.units = Units.of(np.arange(30) // 3)
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=10, batch_size=2, epochs=1, sigma=1.0)
+    setting = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=10, batch_size=2, epochs=1, sigma=1.0)
     with pytest.raises(ValueError, match="clip a unit's rows together"):
-        make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data, mechanisms.get("dpsgd").plan(spec),
+        make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data, DPSGD.plan(setting),
                      criterion=nn.CrossEntropyLoss(), generator=torch.Generator(), grad_sample_mode="ghost")
 
 
@@ -433,10 +432,10 @@ def test_augmult_of_identical_copies_is_plain_dpsgd(mode, monkeypatch):
     record's copies as four positions of one example, whose ghost norm sums in another order."""
     torch.manual_seed(6)
     tensors = torch.randn(90, 1, 1, 5), torch.randint(0, 3, (90,))
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
-    plan = mechanisms.get("dpsgd").plan(spec)
-    flat = nn.Flatten()
-    plain, _ = train_params(TensorDataset(flat(tensors[0]), tensors[1]), plan, mode)
+    setting = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
+    plan = DPSGD.plan(setting)
+    flatten = nn.Flatten()
+    plain, _ = train_params(TensorDataset(flatten(tensors[0]), tensors[1]), plan, mode)
     monkeypatch.setattr(private_training, "augment_crop_flip", lambda images, generator, padding: images)
     data = TensorDataset(*tensors)
     data.augmult = 4
