@@ -25,7 +25,6 @@ NOT_YET_MIRRORED = frozenset({
     "mechanisms/catalog/matrix_factorization.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
-    "mechanisms/framework/private_training.py",
 })
 
 

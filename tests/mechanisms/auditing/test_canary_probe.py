@@ -133,16 +133,6 @@ def test_the_probe_runs_before_the_observers_and_only_one_attaches():
     assert order[-2:] == ["probe", "observer"]
 
 
-def test_clipped_norm_is_the_engines_clipping_at_its_bound():
-    _, _, canaries = run(steps=1)
-    optimizer = canaries._optimizer
-    four = torch.tensor(4.0)
-    assert float(optimizer.clipped_norm(four)) == pytest.approx(1.0, rel=1e-5)
-    assert float(optimizer.clipped_norm(torch.tensor(0.5))) == pytest.approx(0.5, rel=1e-5)  # not clipped
-    optimizer.max_grad_norm = 3.0
-    assert float(optimizer.clipped_norm(four)) == pytest.approx(3.0, rel=1e-5)
-
-
 def test_adaptive_clipping_is_measured_in_the_bound_in_force_clamped_to_its_declared_range():
     options = {"min_clip": 0.5, "max_clip": 2.0}
     plan = dpsgd_adaclip.mechanism.plan(PrivacySpec(epsilon=None, delta=1e-5, dataset_size=64, batch_size=64,

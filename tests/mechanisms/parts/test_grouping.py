@@ -1,10 +1,9 @@
 """Rows grouped before clipping (declared privacy units, augmentation with multiplicity), against references
-written independently: per-unit gradients by a plain loop over units with autograd, the unit-level
-sensitivity measured on neighbouring datasets, and plain DP-SGD for singleton units."""
+written independently: per-unit gradients by a plain loop over units with autograd, and the unit-level
+sensitivity measured on neighbouring datasets. How `make_private`'s loader draws units and augments, and training
+with it, are tested with it (tests/mechanisms/framework/test_private_training.py)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pytest
@@ -194,102 +193,3 @@ def test_augmult_averages_the_k_copies_before_clipping(mode):
     got = private_step(module(), x, y, groups, mode)
     want = reference_clipped_sum(module(), x, y, groups.index.numpy(), scale=1 / 3)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-
-
-def train_params(data, plan, mode, seed=0, flatten=False):
-    module = nn.Sequential(nn.Flatten(), *model(seed)) if flatten else model(seed)
-    training = make_private(module, torch.optim.SGD(module.parameters(), lr=0.5), data, plan,
-                            criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(seed),
-                            grad_sample_mode=mode, noise_generator=torch.Generator().manual_seed(seed + 1))
-    for batch in training.loader:
-        x, y = batch
-        training.optimizer.row_groups = batch.groups  # what the trainer's step does (workers.train.train_step)
-        training.optimizer.zero_grad(set_to_none=True)
-        training.criterion(training.module(x), y).backward()
-        training.optimizer.step()
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()]), training
-
-
-@pytest.mark.parametrize("mode", ["hooks", "bk"])
-def test_singleton_units_are_plain_dpsgd_bit_for_bit(mode):
-    """Every row its own unit: the units path (host draw, rows by unit, per-row gradients summed per group) gives
-    the very parameters plain DP-SGD gives, with the same seeds: same batches, same clipped sums, same noise."""
-    torch.manual_seed(4)
-    tensors = torch.randn(90, 5), torch.randint(0, 3, (90,))
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
-    plan = mechanisms.get("dpsgd").plan(spec)
-    plain, _ = train_params(TensorDataset(*tensors), plan, mode)
-    grouped_data = TensorDataset(*tensors)
-    grouped_data.units = Units.of(np.arange(90))
-    grouped, training = train_params(grouped_data, plan, mode)
-    assert training.loader.grouping is not None
-    assert torch.equal(plain, grouped)
-
-
-def test_the_units_sampler_draws_units_as_the_plan_accounts():
-    """Poisson over 200 units of 1 to 4 rows: the plan's q and T are the units' (B / U, epochs * round(U / B)),
-    the loader yields T steps, each with every row of the units it drew."""
-    rng = np.random.default_rng(0)
-    unit = np.repeat(np.arange(200), rng.integers(1, 5, 200))
-    data = TensorDataset(torch.randn(len(unit), 5), torch.zeros(len(unit), dtype=torch.long))
-    data.units = Units.of(unit)
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=200, batch_size=20, epochs=3, sigma=1.0)
-    plan = mechanisms.get("dpsgd").plan(spec)
-    assert (plan.sample_rate, plan.steps) == (20 / 200, 30)
-    training = make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data, plan,
-                            criterion=nn.CrossEntropyLoss(), generator=torch.Generator().manual_seed(0),
-                            grad_sample_mode="hooks")
-    drawn = 0
-    for _ in range(3):
-        for batch in training.loader:
-            groups, rows = batch.groups, np.array(_rows(batch, data), dtype=np.int64)
-            drawn_units = np.unique(unit[rows])
-            assert sorted(rows) == sorted(np.flatnonzero(np.isin(unit, drawn_units)))  # all their rows, no other
-            group = groups.index.numpy()
-            assert groups.count == len(drawn_units)
-            assert all(len(set(unit[rows[group == g]])) == 1 for g in range(groups.count))  # a group is one unit
-            drawn += groups.count
-    assert drawn == pytest.approx(30 * 20, rel=0.25)
-    with pytest.raises(ValueError, match="accounts for 100 privacy units, the data has 200"):
-        make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data,
-                     mechanisms.get("dpsgd").plan(dataclasses.replace(spec, dataset_size=100)),
-                     criterion=nn.CrossEntropyLoss(), generator=torch.Generator(), grad_sample_mode="hooks")
-
-
-def _rows(batch, data):
-    """Which training rows a batch holds (its inputs are rows of `data`, all distinct)."""
-    x = batch[0]
-    return [int(torch.nonzero((data.tensors[0] == row).all(1))[0]) for row in x]
-
-
-def test_grouping_refuses_opacus_ghost_which_clips_rows():
-    data = TensorDataset(torch.randn(30, 5), torch.zeros(30, dtype=torch.long))
-    data.units = Units.of(np.arange(30) // 3)
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=10, batch_size=2, epochs=1, sigma=1.0)
-    with pytest.raises(ValueError, match="clip a unit's rows together"):
-        make_private(model(), torch.optim.SGD(model().parameters(), lr=0.1), data, mechanisms.get("dpsgd").plan(spec),
-                     criterion=nn.CrossEntropyLoss(), generator=torch.Generator(), grad_sample_mode="ghost")
-
-
-@pytest.mark.parametrize("mode", ["hooks", "bk"])
-def test_augmult_of_identical_copies_is_plain_dpsgd(mode, monkeypatch):
-    """With the augmentation replaced by the identity, each record's K copies are the record K times: their
-    averaged gradient is the record's, so training gives plain DP-SGD's parameters (the same batches, the same
-    noise), within float32 rounding: Opacus' hooks undo the loss's mean over four times as many rows, and bk takes a
-    record's copies as four positions of one example, whose ghost norm sums in another order."""
-    from mechanisms.framework import private_training
-
-    torch.manual_seed(6)
-    tensors = torch.randn(90, 1, 1, 5), torch.randint(0, 3, (90,))
-    spec = PrivacySpec(epsilon=None, delta=1e-5, dataset_size=90, batch_size=10, epochs=2, sigma=1.0, clip=CLIP)
-    plan = mechanisms.get("dpsgd").plan(spec)
-    flat = nn.Flatten()
-    plain, _ = train_params(TensorDataset(flat(tensors[0]), tensors[1]), plan, mode)
-    monkeypatch.setattr(private_training, "augment_crop_flip", lambda images, generator, padding: images)
-    data = TensorDataset(*tensors)
-    data.augmult = 4
-    copies, training = train_params(data, plan, mode, flatten=True)
-    assert training.loader.grouping == Grouping(None, 4)
-    torch.testing.assert_close(plain, copies, rtol=1e-5, atol=1e-6)
-    untrained = torch.cat([p.detach().reshape(-1) for p in model(0).parameters()])
-    assert (plain - untrained).abs().max() > 1e-2  # it trained
