@@ -2,11 +2,10 @@
 
 A table is made for one width (a venue's column or text width, dashboards/venues.py) and measured before it
 is written, with the widths pdflatex gives the glyphs of the venue's text fonts (Computer Modern, or Times and
-Courier in IEEEtran: dashboards/tex_metrics.py). The
-writer then picks the most readable layout that fits: the venue's body size, else 9 pt, else 8 pt (never
-smaller), full headers, else abbreviated ones explained in a legend line, normal column spacing, else
-tighter. When the chosen columns fit no single table, they are split into stacked tables that each repeat
-the key columns (mechanism and target epsilon).
+Courier in IEEEtran: dashboards/tex_metrics.py). The writer then picks the most readable layout that fits:
+the venue's body size, else 9 pt, else 8 pt (never smaller), full headers, else abbreviated ones explained in
+a legend line, normal column spacing, else tighter. When the chosen columns fit no single table, they are
+split into stacked tables that each repeat the key columns (mechanism and target epsilon).
 
 Every number is written as every other output writes its quantity (`storage/schema.py`: one number of
 decimals per quantity, so that, right-aligned, a column aligns on the decimal point), rounded up for upper
