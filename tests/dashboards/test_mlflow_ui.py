@@ -208,48 +208,6 @@ CUT_NAMES_JS = """[...document.querySelectorAll('a')].filter(a => /seed\\d/.test
     return [a.innerText, box.left + per * shown.length > cell.getBoundingClientRect().right]; })"""
 HEADERS_JS = """[...document.querySelectorAll('[role=columnheader]')].map(h => {
     const r = h.getBoundingClientRect(); return [h.innerText.trim(), r.left, r.right]; })"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("width", BROWSER_WIDTHS)
-def test_the_experiment_opened_from_the_list_shows_the_trials_columns_rounded(api, runs, width):
-    """Headless Chromium with a fresh profile: the sweep opened from MLflow's experiments list lands on its
-    runs table (not the GenAI overview), lists the trials only (not the sweep's own run), and shows
-    eps tgt., acc., eps cert., eps aud. and status, rounded, whole, within the window. The experiments list
-    shows the summary's plain first line, the Markdown below it past the cell's edge (issue 48, 4: it read
-    `**quickstart**: 6 trials…`)."""
-    from tests.browser import Browser
-
-    _, found = runs
-    trials = [r for r in found if "privbench.trial_key" in tags(r)]
-    with Browser(width, 1000) as browser:
-        browser.open(api.base + "/#/experiments")  # the list shows a description as written, in one clipped line
-        browser.wait_for("document.body.innerText.includes('figs: 10 trials')")
-        line, line_end, cell_end = browser.evaluate(DESCRIPTION_JS.replace("SWEEP", "figs"))
-        assert not re.search(r"[*|&`#]", line) and line_end >= cell_end, (line, line_end, cell_end)
-        open_from_the_list(browser, api.base, "figs")
-        browser.wait_for(f"{HEADERS_JS}.some(h => h[0] === 'status') && "
-                         "document.body.innerText.includes('matching runs')")
-        assert "/runs" in browser.evaluate("location.href")
-        text = browser.text()
-        assert "Traces\n0" not in text and "Detect Issues" not in text  # not the GenAI overview
-        headers = {h: (left, right) for h, left, right in browser.evaluate(HEADERS_JS)}
-        for column in (*FIRST_COLUMNS, "seed", "dataset", "model"):  # every column docs/commands.md names
-            assert column in headers and headers[column][1] <= width, (column, headers)
-        assert browser.evaluate(CUT_JS) == []  # headers and values whole
-        # run names whole: epsilon and seed not cut off
-        cut = browser.evaluate(CUT_NAMES_JS)
-        assert cut and not [name for name, clipped in cut if clipped], cut  # each name's "eps8 seed0" in view
-        browser.screenshot(SHOTS / f"runs-{width}.png")
-        order = [headers[c][0] for c in FIRST_COLUMNS]
-        assert order == sorted(order)  # in this order, left to right
-        assert f"{len(trials)} matching runs" in text
-        assert not browser.evaluate("[...document.querySelectorAll('a')].some(a => a.textContent.includes('(sweep)'))")
-        assert not re.search(r"\d\.\d{6,}", text)  # nothing like 7.999424731
-        params = {p["key"]: p["value"] for p in trials[0]["data"]["params"]}
-        assert params["eps cert."] in text and params["acc."] in text
-
-
 # The view's headers and cells whose text is cut (an element inside them that clips narrower than its text).
 CUT_JS = """(() => { const cut = e => [...e.querySelectorAll('*')].some(d => d.scrollWidth > d.clientWidth + 1
         && getComputedStyle(d).overflow !== 'visible');
@@ -277,6 +235,47 @@ MECHANISM_CUT_JS = """[...document.querySelectorAll('a')].filter(a => /seed\\d/.
     range.setEnd(node, node.textContent.indexOf(' ') > 0 ? node.textContent.indexOf(' ') : node.textContent.length);
     let clip = a; while (clip.parentElement && getComputedStyle(clip).overflow === 'visible') clip = clip.parentElement;
     return [a.innerText, range.getBoundingClientRect().right > clip.getBoundingClientRect().right]; })"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", BROWSER_WIDTHS)
+def test_the_experiment_opened_from_the_list_shows_the_trials_columns_rounded(api, runs, width):
+    """Headless Chromium with a fresh profile: the sweep opened from MLflow's experiments list lands on its
+    runs table (not the GenAI overview), lists the trials only (not the sweep's own run), and shows
+    eps tgt., acc., eps cert., eps aud. and status, rounded, whole, within the window. The experiments list
+    shows the summary's plain first line, the Markdown below it past the cell's edge (issue 48, 4: it read
+    `**quickstart**: 6 trials…`)."""
+    from tests.browser import Browser
+
+    _, found = runs
+    trials = [r for r in found if "privbench.trial_key" in tags(r)]
+    with Browser(width, 1000) as browser:
+        browser.open(api.base + "/#/experiments")  # the list shows a description as written, in one clipped line
+        browser.wait_for("document.body.innerText.includes('figs: 10 trials')")
+        line, line_end, cell_end = browser.evaluate(DESCRIPTION_JS.replace("SWEEP", "figs"))
+        assert not re.search(r"[*|&`#]", line) and line_end >= cell_end, (line, line_end, cell_end)
+        open_from_the_list(browser, api.base, "figs")
+        browser.wait_for(f"{HEADERS_JS}.some(h => h[0] === 'status') && "
+                         "document.body.innerText.includes('matching runs')")
+        assert "/runs" in browser.evaluate("location.href")
+        text = browser.text()
+        assert "Traces\n0" not in text and "Detect Issues" not in text  # not the GenAI overview
+        headers = {h: (left, right) for h, left, right in browser.evaluate(HEADERS_JS)}
+        right = browser.evaluate(ROOM_JS)[1]  # the table's own edge, left of the window's
+        for column in (*FIRST_COLUMNS, "seed", "dataset", "model"):  # every column docs/commands.md names
+            assert column in headers and headers[column][1] <= right, (column, headers, right)
+        assert browser.evaluate(CUT_JS) == []  # headers and values whole
+        # run names whole: epsilon and seed not cut off
+        cut = browser.evaluate(CUT_NAMES_JS)
+        assert cut and not [name for name, clipped in cut if clipped], cut  # each name's "eps8 seed0" in view
+        browser.screenshot(SHOTS / f"runs-{width}.png")
+        order = [headers[c][0] for c in FIRST_COLUMNS]
+        assert order == sorted(order)  # in this order, left to right
+        assert f"{len(trials)} matching runs" in text
+        assert not browser.evaluate("[...document.querySelectorAll('a')].some(a => a.textContent.includes('(sweep)'))")
+        assert not re.search(r"\d\.\d{6,}", text)  # nothing like 7.999424731
+        params = {p["key"]: p["value"] for p in trials[0]["data"]["params"]}
+        assert params["eps cert."] in text and params["acc."] in text
 
 
 @pytest.mark.slow
