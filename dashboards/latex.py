@@ -1,11 +1,11 @@
 """The leaderboard as LaTeX that fits a paper by design: never shrunk with `\\resizebox`.
 
 A table is made for one width (a venue's column or text width, dashboards/venues.py) and measured before it
-is written, with the widths pdflatex gives its Computer Modern glyphs (dashboards/tex_metrics.py). The
-writer then picks the most readable layout that fits: the venue's body size, else 9 pt, else 8 pt (never
-smaller), full headers, else abbreviated ones explained in a legend line, normal column spacing, else
-tighter. When the chosen columns fit no single table, they are split into stacked tables that each repeat
-the key columns (mechanism and target epsilon).
+is written, with the widths pdflatex gives the glyphs of the venue's text fonts (Computer Modern, or Times and
+Courier in IEEEtran: dashboards/tex_metrics.py). The writer then picks the most readable layout that fits:
+the venue's body size, else 9 pt, else 8 pt (never smaller), full headers, else abbreviated ones explained in
+a legend line, normal column spacing, else tighter. When the chosen columns fit no single table, they are
+split into stacked tables that each repeat the key columns (mechanism and target epsilon).
 
 Every number is written as every other output writes its quantity (`storage/schema.py`: one number of
 decimals per quantity, so that, right-aligned, a column aligns on the decimal point), rounded up for upper
@@ -38,6 +38,13 @@ GREEK = {"eps": "varepsilon", "sigma": "sigma", "mu": "mu"}  # words of schema l
 UNITS = {"x": r"$\times$", "%": r"\%"}
 MEDIUM_SPACE = 8 / 18  # \medmuskip on both sides of a binary operator (4 mu each), in em
 MARGIN = 1.0  # points kept free: kerning is not measured (measured widths are within 0.3 pt of pdflatex's)
+# A Tex run names its font by Computer Modern's name for its role (roman, bold, italic, typewriter); a venue
+# whose class sets text in other fonts (`Venue.fonts`) measures each role in its own font (math stays cmmi/cmsy).
+FONTS = {"cm": {"cmr": "cmr", "cmbx": "cmbx", "cmti": "cmti", "cmtt": "cmtt"},
+         "times": {"cmr": "ptmr7t", "cmbx": "ptmb7t", "cmti": "ptmri7t", "cmtt": "pcrr7t"}}
+# Interword spaces a class sets instead of the font's own, in em: IEEEtran widens its roman and italic to 0.35,
+# its bold to 0.375, at every size (its \@IEEEtunefonts; Courier keeps its own).
+SPACE_EM = {"times": {"cmr": 0.35, "cmti": 0.35, "cmbx": 0.375}}
 
 
 def escape(text: str) -> str:
@@ -49,7 +56,8 @@ def escape(text: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Tex:
     """A piece of LaTeX and what sets it: runs of (font, text) for cmr / cmbx / cmti / cmtt, (cmmi or cmsy,
-    glyph name) for math, ("em", fraction) for math spacing, so its width is known at any size."""
+    glyph name) for math, ("em", fraction) for math spacing, so its width is known at any size and in any of
+    `FONTS`."""
 
     latex: str
     runs: tuple[tuple[str, str | float], ...] = ()
@@ -57,7 +65,7 @@ class Tex:
     def __add__(self, other: Tex) -> Tex:
         return Tex(self.latex + other.latex, self.runs + other.runs)
 
-    def width(self, size: int) -> float:
+    def width(self, size: int, fonts: str = "cm") -> float:
         total = 0.0
         for font, payload in self.runs:
             if font == "em":
@@ -65,8 +73,9 @@ class Tex:
             elif font in ("cmmi", "cmsy"):
                 total += MATH[(font, size)][str(payload)]
             else:
-                widths = TEXT[(font, size)]
-                total += sum(SPACE[(font, size)] if ch == " " else widths[ord(ch) - 32] if 32 < ord(ch) < 127
+                face = (FONTS[fonts][font], size)
+                widths, space = TEXT[face], SPACE_EM.get(fonts, {}).get(font, 0.0) * size or SPACE[face]
+                total += sum(space if ch == " " else widths[ord(ch) - 32] if 32 < ord(ch) < 127
                              else 0.5 * size for ch in str(payload))
         return total
 
@@ -122,13 +131,13 @@ class Column:
     cells: tuple[Tex, ...]  # one per row (rows of the board, in order)
     std: tuple[Tex, ...] = ()  # the utility's `± std` cells
 
-    def body(self, size: int) -> float:
-        return max([c.width(size) + (s.width(size) if self.std else 0.0)
+    def body(self, size: int, fonts: str) -> float:
+        return max([c.width(size, fonts) + (s.width(size, fonts) if self.std else 0.0)
                     for c, s in zip(self.cells, self.std or self.cells, strict=True)] + [0.0])
 
-    def lines(self, size: int, abbreviated: bool) -> list[Tex]:
+    def lines(self, size: int, abbreviated: bool, fonts: str) -> list[Tex]:
         tokens = list(self.short if abbreviated else self.full) + ([unit_tex(self.unit)] if self.unit else [])
-        body = self.body(size)
+        body = self.body(size, fonts)
 
         def joined(part: Sequence[Tex]) -> Tex:
             out = part[0]
@@ -137,10 +146,10 @@ class Column:
             return out
 
         splits = [[joined(tokens)]] + [[joined(tokens[:i]), joined(tokens[i:])] for i in range(1, len(tokens))]
-        return min(splits, key=lambda ls: (max([body] + [t.width(size) for t in ls]), len(ls)))
+        return min(splits, key=lambda ls: (max([body] + [t.width(size, fonts) for t in ls]), len(ls)))
 
-    def width(self, size: int, abbreviated: bool) -> float:
-        return max([self.body(size)] + [t.width(size) for t in self.lines(size, abbreviated)])
+    def width(self, size: int, abbreviated: bool, fonts: str) -> float:
+        return max([self.body(size, fonts)] + [t.width(size, fonts) for t in self.lines(size, abbreviated, fonts)])
 
     def label(self, abbreviated: bool) -> str:
         """The header's words on one line: joined by `~` (a legend never breaks inside "$\\varepsilon$~cert.")."""
@@ -217,39 +226,41 @@ def columns(board: Sequence[LeaderboardRow], headers: Sequence[str], metric: str
 @dataclasses.dataclass(frozen=True)
 class Layout:
     size: int
+    fonts: str  # a key of FONTS
     abbreviated: bool
     separation: float
     parts: tuple[tuple[Column, ...], ...]
     width: float  # the widest part's natural width, points
 
 
-def part_width(part: Sequence[Column], size: int, abbreviated: bool, separation: float,
+def part_width(part: Sequence[Column], size: int, fonts: str, abbreviated: bool, separation: float,
                titles: Sequence[Tex]) -> float:
     """The tabular's natural width: its columns with \\tabcolsep on each side, none at the outer edges
     (`@{}`), at least as wide as its block titles."""
-    body = sum(c.width(size, abbreviated) for c in part) + 2 * separation * (len(part) - 1)
-    return max([body] + [t.width(size) for t in titles])
+    body = sum(c.width(size, abbreviated, fonts) for c in part) + 2 * separation * (len(part) - 1)
+    return max([body] + [t.width(size, fonts) for t in titles])
 
 
-def layout(variants: dict[bool, Sequence[Column]], width: float, venue_font: int, titles: Sequence[Tex]) -> Layout:
+def layout(variants: dict[bool, Sequence[Column]], width: float, venue: Venue, titles: Sequence[Tex]) -> Layout:
     """The most readable layout within `width` points: one table if any size fits it (largest size first,
     full headers before abbreviated ones, normal spacing before tight), else the fewest stacked parts.
     `variants`: the columns with full (False) and abbreviated (True) headers and statuses."""
     width -= MARGIN
     best: Layout | None = None
-    for size in [s for s in SIZES if s <= venue_font] or [min(SIZES)]:
+    fonts = venue.fonts
+    for size in [s for s in SIZES if s <= venue.font_pt] or [min(SIZES)]:
         for abbreviated in (False, True):
             keys = [c for c in variants[abbreviated] if c.header in KEY_COLUMNS]
             rest = [c for c in variants[abbreviated] if c.header not in KEY_COLUMNS]
             for sep in SEPARATIONS:
                 parts: list[list[Column]] = [list(keys)]
                 for c in rest:
-                    if len(parts[-1]) > len(keys) and part_width(parts[-1] + [c], size, abbreviated, sep,
+                    if len(parts[-1]) > len(keys) and part_width(parts[-1] + [c], size, fonts, abbreviated, sep,
                                                                 titles) > width:
                         parts.append(list(keys))
                     parts[-1].append(c)
-                widest = max(part_width(p, size, abbreviated, sep, titles) for p in parts)
-                candidate = Layout(size, abbreviated, sep, tuple(tuple(p) for p in parts), widest)
+                widest = max(part_width(p, size, fonts, abbreviated, sep, titles) for p in parts)
+                candidate = Layout(size, fonts, abbreviated, sep, tuple(tuple(p) for p in parts), widest)
                 if widest <= width and len(parts) == 1:
                     return candidate
                 if best is None or (widest <= width, -len(parts)) > (best.width <= width, -len(best.parts)):
@@ -274,7 +285,7 @@ def _tabular(part: Sequence[Column], lay: Layout, board: Sequence[LeaderboardRow
     spans = sum(2 if c.std else 1 for c in part)
     head = []
     for c in part:
-        cell = _header_cell(c.lines(lay.size, lay.abbreviated), c.align)
+        cell = _header_cell(c.lines(lay.size, lay.abbreviated, lay.fonts), c.align)
         head.append(rf"\multicolumn{{2}}{{c}}{{{cell}}}" if c.std else cell)
     spec = "".join(c.align for c in part)
     begin = (r"\begin{tabular}{@{}" + spec + "@{}}" if width is None else
@@ -394,7 +405,7 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
     titles = [text(" / ".join(str(g) for g in group if g), "cmti") for group in firsts]
     best = best_utility(board)
     cols = columns(board, headers, metric, best, intervals)
-    lay = layout({False: cols, True: _abbreviate_statuses(cols, board)}, points, venue.font_pt, titles)
+    lay = layout({False: cols, True: _abbreviate_statuses(cols, board)}, points, venue, titles)
     what = f"{width} width" if isinstance(width, str) and width in WIDTHS else "width"
     parts = len(lay.parts)
     floats = f", one {float_env} each" if float_env != "none" and parts > 1 else ""
@@ -411,8 +422,8 @@ def latex(board: Sequence[LeaderboardRow], headers: Sequence[str], venue: Venue,
             lines.append(font)
         else:  # a paragraph of its own, apart from the text above (also when \input right after a line)
             lines += [r"\par\medskip", *([font] if n == 0 else []), r"\noindent"]
-        table = min(lay.width + MARGIN, points) if parts > 1 else part_width(part, lay.size, lay.abbreviated,
-                                                                                lay.separation, titles)
+        table = min(lay.width + MARGIN, points) if parts > 1 else part_width(part, lay.size, lay.fonts,
+                                                                                lay.abbreviated, lay.separation, titles)
         lines += _tabular(part, lay, board, group_of, order, table if parts > 1 else None)
         legend = _legend(lay, part, metric, board, best)
         if legend:

@@ -216,7 +216,7 @@ class Unaccounted:
     epsilon_fixed_runs: float | None  # what the composition of one run per setting certifies (None: unknown)
 
     def note(self) -> str:
-        eps = f"; the {self.settings} runs composed certify eps {self.epsilon_fixed_runs:.3g}" \
+        eps = f"; the {self.settings} runs composed certify eps {_fmt(self.epsilon_fixed_runs, EPSILON)}" \
             if self.epsilon_fixed_runs is not None else ""
         return f"best of {self.settings}, tuning unaccounted{eps}"
 

@@ -21,6 +21,7 @@ class Venue:
     column_pt: float  # \columnwidth: one column of the two
     text_pt: float  # \textwidth: both columns (a table* or figure*)
     font_pt: int  # the body text size
+    fonts: str = "cm"  # the text fonts the class sets (dashboards/latex.py FONTS): Computer Modern, or Times
 
     def width_pt(self, width: str) -> float:
         if width not in WIDTHS:
@@ -35,7 +36,7 @@ VENUES = {v.name: v for v in (
     Venue("article", "LaTeX's two-column article (\\documentclass[twocolumn]{article}, 10 pt, US letter)",
           229.5, 469.0, 10),
     Venue("acm", "ACM's acmart, sigconf (9 pt)", 241.14749, 506.295, 9),
-    Venue("ieee", "IEEEtran, conference (10 pt, US letter)", 252.0, 516.0, 10),
+    Venue("ieee", "IEEEtran, conference (10 pt, US letter)", 252.0, 516.0, 10, fonts="times"),
 )}
 DEFAULT_VENUE = "article"
 

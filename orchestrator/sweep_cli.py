@@ -36,6 +36,17 @@ def _label(cfg: dict[str, Any]) -> str:
     return f"{cfg['mechanism']} {cfg['dataset']}/{cfg['model']}{eps} seed={cfg['seed']}"
 
 
+def _numbers(record: dict[str, Any]) -> str:
+    """A finished trial's accuracy and certified epsilon as the leaderboard writes them (the schema's one
+    format per quantity: accuracy in %, ` acc 76.0%`, never the fraction 0.7604; epsilon rounded up)."""
+    from storage import schema
+
+    acc = (record.get("metrics") or {}).get("accuracy")
+    eps = (record.get("privacy") or {}).get("epsilon_certified")
+    return ((f" acc {schema.shown(acc, schema.utility_field('accuracy'))}%" if acc is not None else "")
+            + (f" eps {schema.shown(eps, schema.field('privacy', 'epsilon_certified'))}" if eps is not None else ""))
+
+
 def locate(store: str | None, ledger: str | None = None, artifacts: str | None = None) -> Any:
     from orchestrator.runner import SweepError
     from orchestrator.runner import locate as resolve
@@ -251,10 +262,7 @@ class RichProgress(Callback):
         if run_id is None:
             line = styled("  {label}: [yellow]taken over by another driver[/]", label=label)
         elif record["status"] == "finished":
-            acc = (record.get("metrics") or {}).get("accuracy")
-            eps = (record.get("privacy") or {}).get("epsilon_certified")
-            line = styled("  {label}: [green]done[/]{numbers}", label=label, numbers=(
-                f" acc {acc:.4f}" if acc is not None else "") + (f" eps {eps:.3g}" if eps is not None else ""))
+            line = styled("  {label}: [green]done[/]{numbers}", label=label, numbers=_numbers(record))
         else:
             line = styled("  {label}: [red]failed[/] {error}", label=label, error=(record.get("error") or "")[:60])
         if self.progress is None:
@@ -396,16 +404,21 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
         print(json.dumps({"sweep": name, "counts": counts, "trials": rows}))
         return
     from dashboards.render import fitted_table
+    from storage import schema
 
     def cells(key: str, show: Any = str) -> list[str]:
         return ["-" if r[key] is None else show(r[key]) for r in rows]
+
+    def number(f: schema.Field) -> Any:
+        return lambda x: schema.shown(float(x), f)  # as the leaderboard writes it: accuracy in %
 
     # The trial key, status and numbers stay whole; errors, then dataset and model, then the mechanism are
     # shortened (or left out) to fit a terminal.
     columns = [("trial_key", cells("trial_key"), None), ("status", cells("status"), None),
                ("mechanism", cells("mechanism"), 2), ("dataset", cells("dataset"), 1), ("model", cells("model"), 1),
-               ("epsilon", cells("epsilon", lambda e: f"{e:g}"), None), ("seed", cells("seed"), None),
-               ("accuracy", cells("accuracy", lambda a: f"{a:.4f}"), None)]
+               ("epsilon", cells("epsilon", number(schema.field("config", "epsilon"))), None),
+               ("seed", cells("seed"), None),
+               ("accuracy", cells("accuracy", number(schema.utility_field("accuracy"))), None)]
     if any(r["error"] for r in rows):
         columns.append(("error", [r["error"].splitlines()[0][:80] if r["error"] else "" for r in rows], 0))
     table, left_out = fitted_table(f"sweep {name}", columns,

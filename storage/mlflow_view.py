@@ -2,14 +2,15 @@
 
 MLflow 3's runs table shows no param or metric column until a user picks them, shows metrics unrounded
 (7.999424731…), and keeps the pick in the browser. So every trial run also carries its leaderboard's core
-values as display params, rounded as privbench prints them (`display_params`: `eps target`, the utility,
-`eps certified`, `eps audited`, `status`), and the experiment carries a view of them: the columns mechanism,
-eps target, accuracy, eps certified, eps audited, status first, then seed, dataset and model, and a search
-that lists the trials only (the sweep's own run, which holds its grid, leaderboard and figures, is not a
-trial). MLflow's "share view" reads that view from the experiment tag `mlflow.sharedViewState.<key>` when
-a link carries `viewStateShareKey=<key>`; `privbench ui` also makes it the browser's first view of the
-experiment (dashboards/ui.py). A trial's run page gets a description that groups its numbers
-(`trial_summary`); the experiment's description is the sweep's leaderboard (`sweep_summary`).
+values as display params, rounded as privbench prints them (`display_params`: `eps tgt.`, the utility
+`acc.`, `eps cert.`, `eps aud.`, `status`), and the experiment carries a view of them: the columns eps tgt.,
+acc., eps cert., eps aud., status first, then seed, dataset and model (the run name, which MLflow pins
+to the left, leads with the mechanism), and a search that lists the trials only (the sweep's own run, which
+holds its grid, leaderboard and figures, is not a trial). MLflow's "share view" reads that view from the
+experiment tag `mlflow.sharedViewState.<key>` when a link carries `viewStateShareKey=<key>`; `privbench ui`
+also makes it the browser's first view of the experiment (dashboards/ui.py). A trial's run page gets a
+description that groups its numbers (`trial_summary`); the experiment's description is the sweep's
+leaderboard (`sweep_summary`).
 
 Column ids are MLflow's canonical keys: `params.`name``, `metrics.`name``, `tags.`name``.
 
@@ -32,19 +33,29 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's description of a run or an experime
 UTILITY = "accuracy"  # the utility a trial run's display params show (the leaderboard's default metric)
 # The core leaderboard columns a single trial has (its runs count and step ratio are the sweep's).
 DISPLAY_HEADERS = ("eps target", "utility", "eps certified", "eps audited", "status")
-UTILITY_FIELD = schema.utility_field(UTILITY)  # written as every output writes it (a fraction, 0.8357)
+UTILITY_FIELD = schema.utility_field(UTILITY)  # written as every output writes it (in %: 83.6)
 
 
 def _display_name(header: str) -> str:
-    return UTILITY if header == "utility" else header
+    """A display param's name: the schema's short form of the header (`eps cert.`, the utility's `acc.`), as
+    narrow LaTeX tables write it, which a runs-table column header shows whole."""
+    f = UTILITY_FIELD if header == "utility" else schema.by_header(header)
+    return f.abbr or header
 
 
-# (kind, name, width in px): what compares trials, in this order; all nine fit a 1400 px window beside MLflow's
-# sidebar, run name and creation time (at 95 px for each number, `model` was off-screen), each as wide as its
-# header and its longest usual value (`dpsgd-shuffle-rdp`, `overclaimed`).
-WIDTHS = {"eps target": 70, "utility": 70, "eps certified": 90, "eps audited": 85, "status": 95}
-RUNS_VIEW_COLUMNS = (("params", "mechanism", 125), *(("params", _display_name(h), WIDTHS[h]) for h in DISPLAY_HEADERS),
-                     ("params", "seed", 45), ("params", "dataset", 95), ("params", "model", 85))
+# (kind, name, width in px): what compares trials, in this order. MLflow's runs table gives a column the width
+# its view names, whatever its header or values hold, and cuts the rest (`eps certifie`, `overclaim…`,
+# `fashion-…`). At 1400 px, MLflow's sidebar, checkboxes, run name (190 px, pinned) and creation time (150 px)
+# leave `ROOM_PX`: so no mechanism column (the run name leads with it, whole: storage/mlflow_sink.py), the
+# epsilons and the utility under the schema's short headers, and each width the widest of its header and its
+# values, measured in Chromium (tests/dashboards/test_mlflow_ui.py): every status word, a number such as
+# 123.46, a registered dataset or model name of up to `NAME_CHARS` characters (`scatternet-linear`).
+ROOM_PX = 733
+SCROLLBAR_PX = 15  # left free for the vertical scrollbar of a long list of trials
+NAME_CHARS = 17  # the longest mechanism, dataset or model name shown whole (`dpsgd-shuffle-rdp`, in the run name)
+WIDTHS = {"eps target": 80, "utility": 60, "eps certified": 86, "eps audited": 84, "status": 100}
+RUNS_VIEW_COLUMNS = (*(("params", _display_name(h), WIDTHS[h]) for h in DISPLAY_HEADERS),
+                     ("params", "seed", 58), ("params", "dataset", 124), ("params", "model", 126))
 
 
 def trials_filter(trial_key_tag: str) -> str:

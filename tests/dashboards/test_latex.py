@@ -183,9 +183,9 @@ def test_layout_prefers_one_table_at_the_largest_size_that_fits():
     board = rows(BOARD_RECORDS)
     headers = [h for h, _ in display(board, "core") if h != "runs"]
     cols = columns(board, headers, "accuracy", set())
-    wide = layout({False: cols, True: cols}, 2000.0, 10, [])
+    wide = layout({False: cols, True: cols}, 2000.0, VENUES["article"], [])
     assert (wide.size, wide.abbreviated, wide.separation, len(wide.parts)) == (10, False, 6.0, 1)
-    narrow = layout({False: cols, True: cols}, 150.0, 10, [])
+    narrow = layout({False: cols, True: cols}, 150.0, VENUES["article"], [])
     assert narrow.size == 8 and len(narrow.parts) > 1
     assert all(p[0].header == "mechanism" and p[1].header == "eps target" for p in narrow.parts)
 

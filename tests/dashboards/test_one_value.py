@@ -105,10 +105,10 @@ def test_every_output_writes_each_quantity_one_way():
     md_one = markdown_cells(render(rows(one), "markdown", columns="all"))
     for r in one:
         cells = md_one[(r["config"]["mechanism"], str(r["config"]["epsilon"] or "-").removesuffix(".0"))]
-        params = display_params(r)
-        assert params["accuracy"] == cells["utility"]
-        for q in ("eps certified", "eps audited", "status"):
-            assert params[q] == cells[q], q
+        params = display_params(r)  # named by the schema's short headers, which the runs table shows whole
+        assert params["acc."] == cells["utility"]
+        for q, name in (("eps certified", "eps cert."), ("eps audited", "eps aud."), ("status", "status")):
+            assert params[name] == cells[q], q
         description = trial_summary(r)
         for q in ("eps curve", "ceiling", "MIA AUC", "eps claimed"):
             if cells[q] != "-":

@@ -3,6 +3,8 @@ show, and the "best of N, tuning unaccounted" flag with its N-fold composition."
 
 from __future__ import annotations
 
+import re
+
 import dp_accounting
 import pytest
 
@@ -77,6 +79,9 @@ def test_untuned_runs_at_several_settings_are_best_of_n_with_their_composition()
     flag = tuned_cells.unaccounted(runs)[("digits", "mlp", "dpsgd", 1.0)]
     assert flag.settings == 3 and flag.epsilon_fixed_runs == pytest.approx(composed)
     assert all(r.tuning == flag.note() and r.tuning.startswith("best of 3, tuning unaccounted") for r in board)
+    # an upper bound, written as every output writes a certified epsilon: two decimals, rounded up (was `.3g`)
+    shown = flag.note().rsplit("certify eps ", 1)[1]
+    assert re.fullmatch(r"\d+\.\d\d", shown) and float(shown) >= composed, flag.note()
     assert lb.rows(runs[:1])[0].tuning is None  # one setting: nothing was picked
     same = [record(None, None, 0.6, sweep="a"), record(None, None, 0.7, sweep="b")]
     assert all(r.tuning is None for r in lb.rows(same))  # seeds or sweeps at one setting are not tuning
