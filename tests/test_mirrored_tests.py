@@ -19,12 +19,8 @@ MIRRORED = ("mechanisms", "orchestrator")
 NOT_YET_MIRRORED = frozenset({
     "mechanisms/accounting/compare.py",
     "mechanisms/accounting/events.py",
-    "mechanisms/catalog/dp_bandmf.py",
     "mechanisms/catalog/dp_forward/forward_noise.py",
     "mechanisms/catalog/dp_forward/label_rr.py",
-    "mechanisms/catalog/dpftrl_tree.py",
-    "mechanisms/catalog/dpsgd_fixed_order.py",
-    "mechanisms/catalog/matrix_factorization.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
     "mechanisms/framework/private_training.py",
