@@ -19,8 +19,6 @@ MIRRORED = ("mechanisms", "orchestrator")
 NOT_YET_MIRRORED = frozenset({
     "mechanisms/accounting/compare.py",
     "mechanisms/accounting/events.py",
-    "mechanisms/catalog/dp_forward/forward_noise.py",
-    "mechanisms/catalog/dp_forward/label_rr.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
     "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
     "mechanisms/framework/private_training.py",
