@@ -19,8 +19,6 @@ MIRRORED = ("mechanisms", "orchestrator")
 NOT_YET_MIRRORED = frozenset({
     "mechanisms/accounting/compare.py",
     "mechanisms/accounting/events.py",
-    "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
-    "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
     "mechanisms/framework/private_training.py",
     "mechanisms/parts/plan.py",
 })
