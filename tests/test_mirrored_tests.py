@@ -2,8 +2,7 @@
 `__init__.py`, not `__main__.py`) has its tests in `tests/X/Y/test_z.py`, so that a module's tests are found
 without a search and a module without tests shows.
 
-`NOT_YET_MIRRORED` lists the modules still without one. It only shrinks: a module that gains its test file must
-leave the list (the test fails until it does), and a new module without one fails. Two mirrored files of the same
+A new module without its test file fails here. Two mirrored files of the same
 name (`tests/mechanisms/test_lazy.py`, `tests/orchestrator/test_lazy.py`) must import as different modules, which
 pytest's default import mode gives only to files inside packages (`__init__.py`): checked here too.
 """
@@ -15,17 +14,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRRORED = ("mechanisms", "orchestrator")
-
-NOT_YET_MIRRORED = frozenset({
-    "mechanisms/catalog/dp_bandmf.py",
-    "mechanisms/catalog/dp_forward/forward_noise.py",
-    "mechanisms/catalog/dp_forward/label_rr.py",
-    "mechanisms/catalog/dpftrl_tree.py",
-    "mechanisms/catalog/dpsgd_fixed_order.py",
-    "mechanisms/catalog/matrix_factorization.py",
-    "mechanisms/catalog/shuffled_dpsgd/permutation_flat.py",
-    "mechanisms/catalog/shuffled_dpsgd/permutation_hf.py",
-})
 
 
 def mirror(module: Path) -> Path:
@@ -49,11 +37,8 @@ def import_name(test_file: Path) -> str:
 
 
 def test_every_module_has_its_mirrored_test_file():
-    missing = {str(m) for m in modules() if not (ROOT / mirror(m)).is_file()}
-    new = sorted(missing - NOT_YET_MIRRORED)
-    assert not new, f"modules without their test file at the mirrored path: {', '.join(new)}"
-    done = sorted(NOT_YET_MIRRORED - missing)
-    assert not done, f"these have their test file now (or are gone): remove them from NOT_YET_MIRRORED: {done}"
+    missing = [str(m) for m in modules() if not (ROOT / mirror(m)).is_file()]
+    assert not missing, f"modules without their test file at the mirrored path: {', '.join(missing)}"
 
 
 def test_no_two_test_files_import_as_one_module():

@@ -1,8 +1,10 @@
-"""DP-Forward: calibration equals aMGM, hooks reach the intended sub-layer, noise at inference, honest epsilons."""
+"""mechanisms/catalog/dp_forward/__init__.py: DP-Forward's plan (calibration equals aMGM, certified epsilons,
+honest verdicts), make_private (frozen or leaking pre-noise layers, labels randomised once), the audit hooks and
+a trial end to end. The noise layer and the label RR have their own files (test_forward_noise.py,
+test_label_rr.py)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
@@ -12,26 +14,15 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from transformers import BertConfig, BertForSequenceClassification, BertModel
+from transformers import BertForSequenceClassification
 
 import mechanisms
-from mechanisms import PrivacySpec
 from mechanisms.accounting.analytic_gaussian import agm_epsilon, amgm_sigma
 from mechanisms.catalog import dp_forward
 from mechanisms.catalog.dp_forward import label_rr
-from mechanisms.catalog.dp_forward.forward_noise import bound_norm, install, parse_position
+from mechanisms.catalog.dp_forward.forward_noise import install, parse_position
 from mechanisms.framework.claims import claim_status
-from workers.models.transformers import TextClassifier
-
-DELTA = 1e-5
-LN9 = math.log(9)
-
-
-def spec(epsilon: float | None = 8.0, *, n: int = 512, epochs: int = 3, sigma: float | None = None,
-         calibration: str = "claimed", clip: float = 1.0, batch_size: int = 32, **options) -> PrivacySpec:
-    return PrivacySpec(epsilon=epsilon, delta=DELTA, dataset_size=n, batch_size=batch_size, epochs=epochs, clip=clip,
-                       sigma=sigma, calibration=calibration, options=options)
-
+from tests.mechanisms.catalog.dp_forward.dp_forward_setting import DELTA, LN9, spec, tiny_config
 
 # ---- calibration: the paper's analysis --------------------------------------------------------------
 
@@ -63,30 +54,6 @@ def test_gm_calibrator_is_the_classical_formula():
     p = dp_forward.mechanism.plan(spec(8.0, accounting="local", local_composition="per-release", sensitivity="C",
                              calibrator="gm", epsilon_labels=None))
     assert p.sigma == pytest.approx(0.605601, rel=2e-6)  # research table, GM sigma (S=1)
-
-
-def test_label_rr_costs_the_papers_point_03_on_sst2():
-    """Table 5's 'RR costs only 0.03' (SST-2, keep 0.9) is RR on a size-one subsample, q = 1/N, N releases."""
-    assert 0.025 < label_rr.shuffled_rr_epsilon(LN9, 2, 67_349, DELTA) < 0.032
-    assert label_rr.shuffled_rr_epsilon(LN9, 2, 1, DELTA) == pytest.approx(LN9)
-
-
-@pytest.mark.parametrize(("classes", "n", "eps"), [(2, 4, 0.3), (3, 5, 0.8), (4, 3, 0.1)])
-def test_shuffled_rr_delta_matches_brute_force(classes, n, eps):
-    """The binomial sums equal a full enumeration of every output sequence (both directions)."""
-    q = 1 / n
-    keep = 1 / (1 + (classes - 1) * math.exp(-1.5))
-    a, b = keep, (1 - keep) / (classes - 1)
-    mix = np.array([(1 - q) * b + q * a, (1 - q) * a + q * b] + [b] * (classes - 2))
-    plain = np.array([b, a] + [b] * (classes - 2))
-    worst = 0.0
-    for up, lo in ((mix, plain), (plain, mix)):
-        total = 0.0
-        for seq in itertools.product(range(classes), repeat=n):
-            pu, pl = np.prod(up[list(seq)]), np.prod(lo[list(seq)])
-            total += max(0.0, pu - math.exp(eps) * pl)
-        worst = max(worst, total)
-    assert label_rr.shuffled_rr_delta(eps, 1.5, classes, n) == pytest.approx(worst, rel=1e-9, abs=1e-14)
 
 
 def test_central_claim_is_the_papers_translation():
@@ -167,165 +134,6 @@ def test_options_are_validated():
         install(nn.Sequential(nn.Linear(4, 2)), "pooled", sigma=1.0)
 
 
-# ---- the noise layer on real Hugging Face models --------------------------------------------------------
-
-def tiny_config(**kw) -> BertConfig:
-    return BertConfig(**{"vocab_size": 60, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-                         "intermediate_size": 32, "max_position_embeddings": 32, "num_labels": 2} | kw)
-
-
-@pytest.fixture
-def bert() -> BertForSequenceClassification:
-    torch.manual_seed(0)
-    return BertForSequenceClassification(tiny_config()).eval()
-
-
-@pytest.fixture
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, 60, (4, 9), generator=g)
-    mask = torch.ones_like(ids)
-    mask[0, 6:] = 0
-    mask[2, 4:] = 0
-    return ids, mask
-
-
-def manual_layer(layer: nn.Module, h: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """An independent eval-mode BERT layer: the tensor at every sub-position (from the weights alone)."""
-    sa = layer.attention.self
-    b, n, d = h.shape
-    heads, hd = sa.num_attention_heads, sa.attention_head_size
-
-    def split(x: torch.Tensor) -> torch.Tensor:
-        return x.view(b, n, heads, hd).transpose(1, 2)
-
-    scores = split(sa.query(h)) @ split(sa.key(h)).transpose(-1, -2) / math.sqrt(hd)
-    scores = scores + (1 - mask[:, None, None, :].float()) * torch.finfo(h.dtype).min
-    ctx = (scores.softmax(-1) @ split(sa.value(h))).transpose(1, 2).reshape(b, n, d)
-    mha = layer.attention.output.dense(ctx)
-    add_norm_1 = layer.attention.output.LayerNorm(mha + h)
-    ffn = layer.output.dense(layer.intermediate(add_norm_1))
-    return {"mha": mha, "add-norm-1": add_norm_1, "ffn": ffn, "add-norm-2": layer.output.LayerNorm(ffn + add_norm_1)}
-
-
-def observe(model: nn.Module, position: str, ids: torch.Tensor, mask: torch.Tensor, **kw) -> tuple[list, torch.Tensor]:
-    seen: list[torch.Tensor] = []
-    kw = {"sigma": 0.0, "clip": 1e9, "normalization": "clip"} | kw
-    noise = install(model, position, observer=lambda bounded, released: seen.append(released), **kw)
-    logits = model(input_ids=ids, attention_mask=mask).logits
-    noise.remove()
-    return seen, logits
-
-
-@pytest.mark.parametrize("position", ["embedding", "encoder-1-mha", "encoder-1-add-norm-1", "encoder-1-ffn",
-                                      "encoder-1", "encoder-2-mha", "encoder-2-ffn", "last-encoder", "pooled"])
-def test_hook_reaches_the_intended_sublayer(bert, batch, position):
-    """Shapes and values: with zero noise and no bound the hooked tensor is the reference tensor."""
-    ids, mask = batch
-    ref = bert(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-    seen, _ = observe(bert, position, ids, mask)
-    assert len(seen) == 1
-    pos = parse_position(position).resolve(2)
-    if pos.kind == "embedding":
-        expected = ref.hidden_states[0]
-    elif pos.kind == "pooled":
-        expected = bert.bert.pooler(ref.hidden_states[-1])
-    else:
-        expected = manual_layer(bert.bert.encoder.layer[pos.layer - 1], ref.hidden_states[pos.layer - 1],
-                                mask)[pos.sublayer]
-    assert seen[0].shape == ((4, 16) if pos.kind == "pooled" else (4, 9, 16))
-    torch.testing.assert_close(seen[0], expected, atol=2e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("position", ["embedding", "encoder-1-add-norm-1", "encoder-2", "pooled"])
-def test_zero_noise_unbounded_is_the_plain_model(bert, batch, position):
-    ids, mask = batch
-    plain = bert(input_ids=ids, attention_mask=mask).logits
-    _, hooked = observe(bert, position, ids, mask)
-    torch.testing.assert_close(hooked, plain, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(bert(input_ids=ids, attention_mask=mask).logits, plain)  # removed cleanly
-
-
-@pytest.mark.parametrize("sub", ["mha", "ffn"])
-def test_residual_is_dropped_after_mha_and_ffn(bert, batch, sub):
-    """The post-noise Add&Norm sees only the noisy tensor, never the clean input X."""
-    ids, mask = batch
-    ref = bert(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-    layer = bert.bert.encoder.layer[0]
-    expected = manual_layer(layer, ref.hidden_states[0], mask)
-    add_norm = layer.attention.output if sub == "mha" else layer.output
-    got: list[torch.Tensor] = []
-    handle = add_norm.register_forward_hook(lambda m, a, out: got.append(out))
-    observe(bert, f"encoder-1-{sub}", ids, mask)
-    handle.remove()
-    norm = add_norm.LayerNorm
-    torch.testing.assert_close(got[0], norm(expected[sub]), atol=2e-5, rtol=1e-4)
-    assert not torch.allclose(got[0], expected["add-norm-1" if sub == "mha" else "add-norm-2"], atol=1e-3)
-
-
-def test_normalised_zero_noise_equals_manual_pipeline(bert, batch):
-    """Encoder-2 output normalised to C per example, then pooler and classifier: the hooked logits."""
-    ids, mask = batch
-    ref = bert(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-    h = ref.hidden_states[2]
-    normed = h * (0.7 / h.reshape(4, -1).norm(dim=1)).view(4, 1, 1)
-    expected = bert.classifier(bert.bert.pooler(normed))
-    _, hooked = observe(bert, "encoder-2", ids, mask, clip=0.7, normalization="normalize")
-    torch.testing.assert_close(hooked, expected, atol=2e-5, rtol=1e-4)
-
-
-def test_mean_pooling_adapter_noises_the_head_input(batch):
-    """MiniLM-style TextClassifier (mean pooling, no BertPooler): `pooled` is the head's input vector."""
-    torch.manual_seed(0)
-    model = TextClassifier(BertModel(tiny_config(), add_pooling_layer=False), num_classes=2, pooling="mean").eval()
-    ids, mask = batch
-    seen: list[torch.Tensor] = []
-    noise = install(model, "pooled", sigma=0.0, clip=1e9, normalization="clip",
-                    observer=lambda b, r: seen.append(r))
-    model(ids, mask)
-    noise.remove()
-    length = int(mask.sum(1).max())
-    hidden = model.model(input_ids=ids[:, :length], attention_mask=mask[:, :length]).last_hidden_state
-    m = mask[:, :length, None].float()
-    torch.testing.assert_close(seen[0], (hidden * m).sum(1) / m.sum(1), atol=2e-5, rtol=1e-4)
-
-
-def test_noise_is_present_at_inference_with_the_planned_std(bert, batch):
-    ids, mask = batch
-    p = dp_forward.mechanism.plan(spec(8.0, accounting="local", local_composition="per-release", epsilon_labels=None,
-                             clip=0.5))
-    assert p.sigma == pytest.approx(amgm_sigma(8.0, DELTA, 2.0))
-    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
-    noise = install(bert, "encoder-2", sigma=p.sigma, clip=0.5, seed=3, observer=lambda b, r: pairs.append((b, r)))
-    bert.eval()
-    with torch.no_grad():
-        first, second = bert(input_ids=ids, attention_mask=mask).logits, bert(input_ids=ids, attention_mask=mask).logits
-        for _ in range(10):
-            bert(input_ids=ids, attention_mask=mask)
-    assert not torch.allclose(first, second)
-    bounded = torch.cat([b for b, _ in pairs])
-    residual = torch.cat([r - b for b, r in pairs])
-    torch.testing.assert_close(bounded.reshape(bounded.shape[0], -1).norm(dim=1),
-                               torch.full((bounded.shape[0],), 0.5), atol=1e-5, rtol=1e-5)
-    assert residual.std().item() == pytest.approx(p.sigma * 0.5, rel=0.03)
-    assert abs(residual.mean().item()) < 0.02 * p.sigma
-    noise.remove()
-    off = install(bert, "encoder-2", sigma=p.sigma, clip=0.5, inference_noise=False)
-    with torch.no_grad():
-        assert torch.equal(bert(input_ids=ids, attention_mask=mask).logits,
-                           bert(input_ids=ids, attention_mask=mask).logits)
-        bert.train()
-        assert not torch.equal(bert(input_ids=ids, attention_mask=mask).logits,
-                               bert(input_ids=ids, attention_mask=mask).logits)
-    off.remove()
-
-
-def test_bound_norm_modes():
-    h = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
-    torch.testing.assert_close(bound_norm(h, 1.0, "normalize"), torch.tensor([[0.6, 0.8], [0.6, 0.8], [0.0, 0.0]]))
-    torch.testing.assert_close(bound_norm(h, 1.0, "clip"), torch.tensor([[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]]))
-
-
 # ---- make_private: frozen f, leaking f, labels ----------------------------------------------------------
 
 def loader_for(n: int = 64, classes: int = 2, seed: int = 0) -> DataLoader:
@@ -403,16 +211,6 @@ def test_labels_are_randomized_once_per_example():
             for row, label in zip(ids, y, strict=True):
                 seen.setdefault(tuple(row.tolist()), set()).add(int(label))
     assert max(len(v) for v in seen.values()) == 1
-
-
-def test_randomized_response_is_k_ary_rr():
-    rng = np.random.default_rng(0)
-    labels = np.zeros(300_000, dtype=np.int64)
-    out = label_rr.randomized_response(labels, 1.0, 4, rng)
-    keep = math.e / (math.e + 3)
-    assert (out == 0).mean() == pytest.approx(keep, abs=0.003)
-    for other in (1, 2, 3):
-        assert (out == other).mean() == pytest.approx((1 - keep) / 3, abs=0.003)
 
 
 def test_make_private_checks_the_classes_the_plan_accounted():

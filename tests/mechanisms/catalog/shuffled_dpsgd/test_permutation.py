@@ -1,75 +1,17 @@
-"""The coupled permutation: the model's function is unchanged, the weights really move, and the
-optimizer state and the canonical frame follow them (arXiv 2407.15414), App. B)."""
+"""mechanisms/catalog/shuffled_dpsgd/permutation.py: the coupled permutation. The model's function is unchanged,
+the weights really move, and the optimizer state and the canonical frame follow them (arXiv 2407.15414, App. B)."""
 
 from __future__ import annotations
 
-import math
-import warnings
-
-import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from torch import nn
 
 from mechanisms.catalog.shuffled_dpsgd.permutation import BlockLayout, CanonicalFrame, Target, permute_, permuted_numel
-from mechanisms.catalog.shuffled_dpsgd.permutation_flat import FlatBlock, permute_rows
 from mechanisms.catalog.shuffled_dpsgd.permutation_hf import find_blocks
+from tests.mechanisms.catalog.shuffled_dpsgd.tiny_transformers import quiet, tiny
 
-TOL = 1e-5  # the issue's bound on max |output difference|
-
-
-
-def _quiet() -> None:
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    warnings.filterwarnings("ignore")
-
-
-def _spread(model: nn.Module) -> nn.Module:
-    """HF's init (std 0.02, zero biases) gives ~0.01 logits and constant biases; widen it so that
-    "unchanged to 1e-5" and "every tensor moved" are demanding checks."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" not in name and "ln_" not in name and "layernorm" not in name:
-                p.normal_(0.0, 0.15)
-    return model
-
-
-def tiny(kind: str) -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    """Tiny HF models from configs (2 blocks, 4 heads): fast, random, every layout we support."""
-    model, inputs = _tiny(kind)
-    return _spread(model), inputs
-
-
-def _tiny(kind: str) -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    _quiet()
-    import transformers as tf
-
-    torch.manual_seed(0)
-    ids = torch.randint(1, 60, (3, 9))
-    if kind in ("bert", "roberta"):
-        config_cls, model_cls = ((tf.BertConfig, tf.BertForSequenceClassification) if kind == "bert"
-                                 else (tf.RobertaConfig, tf.RobertaForSequenceClassification))
-        model = model_cls(config_cls(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=48, max_position_embeddings=32, pad_token_id=0))
-        return model, {"input_ids": ids}
-    if kind == "vit":
-        model = tf.ViTForImageClassification(tf.ViTConfig(image_size=8, patch_size=2, num_channels=1, hidden_size=32,
-                                                          num_hidden_layers=2, num_attention_heads=4,
-                                                          intermediate_size=48))
-        return model, {"pixel_values": torch.randn(3, 1, 8, 8)}
-    model = tf.GPT2ForSequenceClassification(tf.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
-                                                            n_positions=32, pad_token_id=0))
-    if kind == "gpt2-linear":  # what privbench's model registry does to GPT-2
-        from workers.models.transformers import conv1d_to_linear
-
-        conv1d_to_linear(model)
-    return model, {"input_ids": ids}
-
-
+TOL = 1e-5  # the bound on max |output difference|
 KINDS = ["bert", "roberta", "vit", "gpt2", "gpt2-linear"]
 
 
@@ -122,7 +64,7 @@ def test_decoupled_permutations_change_the_function(kind):
                                                      ("gpt2-tiny", "rotten-tomatoes")])
 def test_registry_models_are_unchanged_by_a_shuffle(model_name, dataset):
     """The issue's check on privbench's own workloads (adapters around the HF models)."""
-    _quiet()
+    quiet()
     from workers import datasets, models
 
     torch.manual_seed(0)
@@ -195,76 +137,9 @@ def test_canonical_frame_maps_original_coordinates_to_current_ones():
     assert permuted_numel(layouts) == sum(t.numel() for t in original)
 
 
-def test_blocks_are_found_through_opacus_and_frozen_blocks_are_skipped():
-    from opacus import GradSampleModule
-
-    model, _ = tiny("bert")
-    for p in model.bert.encoder.layer[0].parameters():
-        p.requires_grad_(False)
-    assert [layout.name for layout in find_blocks(model)] == ["bert.encoder.layer.1"]
-    assert len(find_blocks(model, trainable_only=False)) == 2
-    wrapped = GradSampleModule(model)
-    inner = find_blocks(wrapped)
-    assert len(inner) == 1 and inner[0].targets[0].tensor is model.bert.encoder.layer[1].attention.self.query.weight
-    assert find_blocks(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))) == []
-
-
 def test_layouts_reject_inconsistent_geometry():
     weight = nn.Parameter(torch.zeros(10, 4))
     with pytest.raises(ValueError, match="expects 8"):
         BlockLayout("b", heads=2, head_dim=4, ffn=6, targets=(Target(weight, 0, (("qk", 0),), "q.weight"),))
     with pytest.raises(ValueError, match="axis 2"):
         BlockLayout("b", heads=2, head_dim=5, ffn=6, targets=(Target(weight, 2, (("qk", 0),), "q.weight"),))
-
-
-# ---- the flat form used by privatize_step --------------------------------------------------------
-
-def _flat_block_forward(flat: np.ndarray, block: FlatBlock, x: np.ndarray) -> np.ndarray:
-    """A numpy transformer block (attention, then a tanh MLP) whose weights are read from `flat`."""
-    d, f, h, dh = block.hidden, block.ffn, block.heads, block.head_dim
-    sizes = [d * d, d, d * d, d, d * d, d, d * d, d, f * d, f, d * f, d]
-    wq, bq, wk, bk, wv, bv, wo, bo, w1, b1, w2, b2 = np.split(flat, np.cumsum(sizes)[:-1])
-    wq, wk, wv, wo = (w.reshape(d, d) for w in (wq, wk, wv, wo))
-    w1, w2 = w1.reshape(f, d), w2.reshape(d, f)
-    q, k, v = x @ wq.T + bq, x @ wk.T + bk, x @ wv.T + bv
-    heads = []
-    for i in range(h):
-        s = slice(i * dh, (i + 1) * dh)
-        scores = q[:, s] @ k[:, s].T / math.sqrt(dh)
-        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
-        heads.append(weights / weights.sum(axis=1, keepdims=True) @ v[:, s])
-    y = np.concatenate(heads, axis=1) @ wo.T + bo
-    return np.tanh(y @ w1.T + b1) @ w2.T + b2
-
-
-@settings(max_examples=20, deadline=None)
-@given(heads=st.integers(1, 3), head_dim=st.integers(1, 4), ffn=st.integers(1, 6), seed=st.integers(0, 2**16))
-def test_flat_block_permutation_keeps_the_numpy_block_function(heads, head_dim, ffn, seed):
-    block = FlatBlock(heads, head_dim, ffn)
-    rng = np.random.default_rng(seed)
-    rows = rng.standard_normal((3, block.size))
-    x = rng.standard_normal((5, block.hidden))
-    idx = block.index(rng, 3)
-    assert np.array_equal(np.sort(idx, axis=1), np.tile(np.arange(block.size), (3, 1)))
-    permuted = permute_rows(rows, rng, "blocks", block)
-    for before, after in zip(rows, permuted, strict=True):
-        assert np.allclose(_flat_block_forward(before, block, x), _flat_block_forward(after, block, x), atol=1e-10)
-
-
-def test_flat_full_permutation_is_per_row_and_breaks_the_block_function():
-    block = FlatBlock(2, 3, 5)
-    rng = np.random.default_rng(0)
-    rows = rng.standard_normal((4, block.size + 7))
-    full = permute_rows(rows, rng, "full")
-    assert np.array_equal(np.sort(full, axis=1), np.sort(rows, axis=1))
-    assert not np.array_equal(full[0] - rows[0], full[1] - rows[1])  # independent draws per row
-    x = rng.standard_normal((5, block.hidden))
-    assert not np.allclose(_flat_block_forward(full[0, :block.size], block, x),
-                           _flat_block_forward(rows[0, :block.size], block, x))
-    blocks = permute_rows(rows, rng, "blocks", block)
-    assert np.array_equal(blocks[:, block.size:], rows[:, block.size:])  # the tail stands for embeddings etc.
-    assert np.array_equal(permute_rows(rows, rng, "none"), rows)
-    with pytest.raises(ValueError, match="no whole block"):
-        permute_rows(rows[:, :10], rng, "blocks", block)
-    with pytest.raises(ValueError, match="flat_permutation"):
-        permute_rows(rows, rng, "rows")
