@@ -175,8 +175,7 @@ def audit(
         raise _fail(str(e)) from None
     try:
         if setting.epsilon is not None:
-            sigma_v = hooks.step_plan(module, None, setting.delta, epsilon=setting.epsilon, clip=setting.clip,
-                                      options=options).sigma
+            sigma_v = hooks.step_plan(module, dataclasses.replace(setting, options=options)).sigma
             if sigma_v is None:
                 raise _fail(f"{mechanism} adds no noise: --epsilon cannot be met, use --sigma")
         audited = dataclasses.replace(setting, epsilon=None, sigma=1.0 if sigma_v is None else sigma_v,

@@ -23,11 +23,11 @@ from mechanisms.framework.integrity.verdict import plan_for
 
 if TYPE_CHECKING:
     from mechanisms.framework.mechanism import Mechanism
-    from mechanisms.parts.plan import Parts, PrivacyPlan
+    from mechanisms.parts.plan import Parts, PrivacyPlan, PrivacySpec
 
-def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilon: float | None = None,
-              clip: float = 1.0, options: Mapping[str, Any] | None = None) -> PrivacyPlan:
-    """The mechanism's own plan for one step: claimed and certified epsilon, or sigma for `epsilon`.
+def step_plan(mechanism: Mechanism, setting: PrivacySpec) -> PrivacyPlan:
+    """The mechanism's own plan for the step `setting` states (`profile.step_spec`): claimed and certified
+    epsilon, or sigma for its target epsilon.
 
     Only the options the mechanism declares reach its plan (audits pass auditor-side keys such as
     `tensor_sizes` to `privatize_step`); `batch_size` among them sets the step's batch (`step_spec`).
@@ -35,11 +35,11 @@ def step_plan(mechanism: Mechanism, sigma: float | None, delta: float, *, epsilo
     Cached per (mechanism, numbers, options) when the options are hashable: a PLD accountant call
     costs ~0.2 s, far more than sampling and bounding a 20,000-sample audit.
     """
-    batch, options, items = step_options(mechanism, options)
+    batch, options, items = step_options(mechanism, setting.options)
     if items is None:
-        return plan_for(mechanism, step_spec(sigma, delta, epsilon=epsilon, clip=clip, options=options,
-                                             batch_size=batch))
-    return _cached_plan(mechanism, sigma, delta, epsilon, clip, items, batch)
+        return plan_for(mechanism, step_spec(setting.sigma, setting.delta, epsilon=setting.epsilon, clip=setting.clip,
+                                             options=options, batch_size=batch))
+    return _cached_plan(mechanism, setting.sigma, setting.delta, setting.epsilon, setting.clip, items, batch)
 
 
 @functools.lru_cache(maxsize=256)

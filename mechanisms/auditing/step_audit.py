@@ -217,7 +217,7 @@ def audit_step(module: Mechanism, setting: PrivacySpec, *, samples: int = 20_000
     if not 0 < significance < 0.5:
         raise ValueError(f"significance must lie in (0, 0.5), got {significance}")
     start = time.perf_counter()
-    plan = hooks.step_plan(module, sigma, delta, clip=clip, options=options)
+    plan = hooks.step_plan(module, dataclasses.replace(setting, epsilon=None))  # the step at its sigma
     claim = hooks.claimed_step_tradeoff(module, sigma, clip=clip, options=options)
     cases = list(cases) if cases is not None else list(hooks.audit_cases(module, dim, clip, seed, options, sigma))
     bounds = 2 * len(ROLES) * len(cases)
