@@ -6,12 +6,15 @@ run. So a damaged one is rebuilt from the other (`storage.recovery`), the damage
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from orchestrator.console import error, fail, out
 from orchestrator.sweep_cli import StoreOpt, store_errors
+
+if TYPE_CHECKING:
+    from storage.location import StoreLocation
 
 app = typer.Typer(help="Check a store's files, and rebuild a damaged one from the other.", no_args_is_help=True)
 LedgerOpt = Annotated[str | None, typer.Option("--ledger", help="Database URI of the ledger, when not in the store "
@@ -85,4 +88,21 @@ def rebuild_mirror(store: StoreOpt = None, ledger: LedgerOpt = None,
     location = _location(store, ledger)
     with store_errors(location.display):
         rebuilt = recovery.rebuild_mirror(location, force=force)
+        _summarise(location)
     out.print(rebuilt.summary("the MLflow runs"), soft_wrap=True)
+
+
+def _summarise(location: StoreLocation) -> None:
+    """Each sweep's summary files (leaderboard, figures, `summary.md`, which is also the experiment's description)
+    written again on the rebuilt parent runs, as `sweep run` writes them: the ledger keeps the records, not the
+    files, so the storage layer rebuilds the runs and this command, above the dashboards, redraws the rest."""
+    from dashboards.summary import sweep_files  # lazy: matplotlib
+    from storage.store import Store  # lazy: mlflow
+
+    st = Store(location)
+    try:
+        for sweep in st.sweep_names():
+            if records := st.records(sweep):
+                st.log_sweep_files(sweep, sweep_files(records))
+    finally:
+        st.close()

@@ -16,6 +16,7 @@ from orchestrator import grid
 from storage.location import resolve
 from storage.store import Store
 from tests.storage.test_ledger_survives_mirror import active_runs, digest, ledger_rows, zero
+from tests.storage.test_store import client_of
 
 GRID = "name: four\nseeds: [0, 1, 2, 3]\ngrid: {dataset: [digits], model: [mlp], mechanism: [nonprivate]}\n"
 
@@ -63,6 +64,13 @@ def test_a_damaged_mlflow_db_stops_a_rerun_and_the_ledger_keeps_its_results(four
     assert rebuilt.exit_code == 0 and "4 finished" in rebuilt.output, rebuilt.output
     assert active_runs(folder, "four") == {k: 1 for k in before}
     assert cli("store", "check", "--store", folder).exit_code == 0
+    # the sweep's summary is back too: the experiment's description and the parent run's files
+    client = client_of(folder)
+    experiment = client.get_experiment_by_name("four")
+    assert experiment.tags["mlflow.note.content"].startswith("four: 4 trials, 4 finished"), experiment.tags
+    parent = next(r for r in client.search_runs([experiment.experiment_id])
+                  if r.data.tags.get("privbench.sweep_run") == "true")
+    assert [p for p in folder.rglob("summary.md") if parent.info.run_id in str(p)], parent.info.artifact_uri
 
 
 def test_a_damaged_ledger_is_never_read_as_empty_and_is_rebuilt_from_the_mirror(four, cli, tmp_path):
