@@ -6,8 +6,10 @@ Exit codes: 0 audit ran (whatever the verdict), 1 the mechanism failed while bei
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -64,8 +66,6 @@ def _parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def _bound(cls: type, field: str, option: str, value: Any) -> None:
     """`value` checked against the bounds a grid's setting of the same meaning has (workers/config.py)."""
-    import dataclasses
-
     f = next(f for f in dataclasses.fields(cls) if f.name == field)
     if problem := f.metadata["bounds"].problem(f"--{option}", value, integer=True):
         raise _Invalid(problem)
@@ -73,8 +73,8 @@ def _bound(cls: type, field: str, option: str, value: Any) -> None:
 
 def _validate(sigma: float | None, epsilon: float | None, samples: int, delta: float, dim: int, clip: float,
               seed: int, path: str) -> None:
-    from mechanisms.accounting.validation import SIGMA_FLOOR, require_delta
-    from workers.config import AuditConfig, TrialConfig
+    from mechanisms.accounting.validation import SIGMA_FLOOR, require_delta  # lazy: keeps privbench --help light
+    from workers.config import AuditConfig, TrialConfig  # lazy: keeps privbench --help light
 
     if sigma is not None and epsilon is not None:
         raise _Invalid("give --sigma or --epsilon, not both")
@@ -164,9 +164,7 @@ def audit(
         _validate(sigma_v, epsilon_v, samples_v, delta_v, dim_v, clip_v, seed_v, path)
         options = _parse_options(option)
         if plugins:
-            from pathlib import Path
-
-            from workers import plugins as plugin_modules
+            from workers import plugins as plugin_modules  # lazy: keeps privbench --help light
 
             plugin_modules.load(plugins, search=[Path.cwd()])
         module = mechanisms.get(mechanism)

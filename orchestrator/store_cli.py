@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from orchestrator.console import error, fail, out
-from orchestrator.sweep_cli import StoreOpt, store_errors
+from orchestrator.sweep_cli import StoreOpt, locate, store_errors
 
 app = typer.Typer(help="Check a store's files, and rebuild a damaged one from the other.", no_args_is_help=True)
 LedgerOpt = Annotated[str | None, typer.Option("--ledger", help="Database URI of the ledger, when not in the store "
@@ -19,7 +19,6 @@ LedgerOpt = Annotated[str | None, typer.Option("--ledger", help="Database URI of
 
 
 def _location(store: str | None, ledger: str | None):  # noqa: ANN202 - a StoreLocation
-    from orchestrator.sweep_cli import locate
 
     return locate(store, ledger)
 
@@ -34,8 +33,8 @@ def check(store: StoreOpt = None, ledger: LedgerOpt = None, quick: QuickOpt = Fa
     """Check the ledger and MLflow's database as every command reads them: SQLite's full integrity check,
     each file's length and log, and every ledger row (JSON that parses, keys that match their index). Exit 2
     when one is damaged, naming the damage and the command that mends it. Reads only."""
-    from storage import recovery
-    from storage.store import damaged
+    from storage import recovery  # lazy: keeps privbench --help light
+    from storage.store import damaged  # lazy: keeps privbench --help light
 
     location = _location(store, ledger)
     with store_errors(location.display):
@@ -65,7 +64,7 @@ def rebuild_ledger(store: StoreOpt = None, ledger: LedgerOpt = None,
     """Rebuild a damaged ledger from the MLflow runs (each complete run holds its trial's result record).
     Stop every driver of the store first. The new ledger is built beside the old one and renamed into place
     when complete; the old file is kept beside it (.damaged-<time>)."""
-    from storage import recovery
+    from storage import recovery  # lazy: keeps privbench --help light
 
     location = _location(store, ledger)
     with store_errors(location.display):
@@ -80,7 +79,7 @@ def rebuild_mirror(store: StoreOpt = None, ledger: LedgerOpt = None,
     """Rebuild a damaged or lost MLflow database from the ledger (one run per recorded trial, from its
     result record). Stop every driver of the store first. The new file is built beside the old one and
     renamed into place when complete; the old file is kept beside it (.damaged-<time>)."""
-    from storage import recovery
+    from storage import recovery  # lazy: keeps privbench --help light
 
     location = _location(store, ledger)
     with store_errors(location.display):

@@ -151,7 +151,7 @@ class AfterStepPart:
 
 def uncertified(plan: PrivacyPlan, reason: str) -> PrivacyPlan:
     """`plan` with no sound analysis: what runs is not what privbench can account (`reason` says why)."""
-    import dp_accounting
+    import dp_accounting  # lazy: heavy (dp_accounting)
 
     return dataclasses.replace(plan, epsilon_certified=None, effective_event=dp_accounting.UnsupportedDpEvent(),
                                epsilons={name: None for name in plan.epsilons} or {"pld": None},
@@ -206,8 +206,8 @@ class Mechanism:
         """
         if not self.private:
             return None
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps import mechanisms light
+        from mechanisms.parts.plan import Parts  # lazy: keeps import mechanisms light
 
         clipper = FlatClipping(spec.clip)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))
@@ -238,7 +238,7 @@ class Mechanism:
 
     def certified_sigma(self, spec: PrivacySpec, parts: Parts) -> float:
         """The smallest sigma (on the calibration grid) whose certified epsilon is <= the target."""
-        from mechanisms.accounting import calibrate_sigma
+        from mechanisms.accounting import calibrate_sigma  # lazy: heavy (dp_accounting, numpy, scipy)
 
         gap = self.certification_gap(spec, self.options(spec.options)) or parts.certification_gap()
         if gap is not None:
@@ -282,10 +282,10 @@ class Mechanism:
     def _assemble(self, spec: PrivacySpec, options: Any, parts: Parts, sigma: float,
                   extra: Mapping[str, Any]) -> PrivacyPlan:
         """The plan of `parts` at `sigma`: the event they add up to, its epsilons, and the claim."""
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
-        from mechanisms.accounting import epsilon
-        from mechanisms.parts.plan import PrivacyPlan, relation_name
+        from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
+        from mechanisms.parts.plan import PrivacyPlan, relation_name  # lazy: keeps import mechanisms light
 
         gap = self.certification_gap(spec, options) or parts.certification_gap()
         relation = parts.accounting_relation
@@ -315,9 +315,9 @@ class Mechanism:
 
     def _reference_plan(self, spec: PrivacySpec) -> PrivacyPlan:
         """No privacy: no sigma, no epsilons; the sampler is shuffling, as ordinary training."""
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
-        from mechanisms.parts.plan import PrivacyPlan
+        from mechanisms.parts.plan import PrivacyPlan  # lazy: keeps import mechanisms light
 
         selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
         return PrivacyPlan(
@@ -375,6 +375,7 @@ class Mechanism:
         trial seed by the worker). Batches come on the module's device (`private_training.plan_loader`), padded to
         multiples of `pad_to` rows of weight 0 when given (static shapes for a compiled step).
         """
+        # lazy: keeps import mechanisms light
         from mechanisms.framework.private_training import PrivateTraining, make_private, plan_loader
 
         if plan.mechanism != self.ID:
@@ -413,7 +414,7 @@ class Mechanism:
         """The parts of one un-subsampled step releasing a `dim`-coordinate gradient (for the one-step audit),
         split into tensors of `tensor_sizes` when given (one tensor by default), on a batch of the trial's
         expected size (`batch_size`, 1 by default: parts whose noise depends on it get the trial's)."""
-        from mechanisms.parts.plan import PrivacySpec
+        from mechanisms.parts.plan import PrivacySpec  # lazy: keeps import mechanisms light
 
         sizes = tuple(tensor_sizes) if tensor_sizes else (dim,)
         batch = int(batch_size or 1)
@@ -440,7 +441,7 @@ class Mechanism:
         each release's own noise), so what the auditor measures is what training does. `options` are the
         mechanism's own (extra, auditor-side keys are dropped: `audit_options`).
         """
-        import torch
+        import torch  # lazy: heavy (torch)
 
         rows = np.atleast_2d(np.asarray(sums, dtype=np.float64))
         extra = self.audit_parts(sigma, clip, 1, self.audit_options(options), batch_size=batch_size).releases
@@ -472,7 +473,7 @@ class Mechanism:
         curve of the step's parts, all releases together (G_mu, mu = 1 / their combined multiplier; G_{1/sigma}
         for DP-SGD); one with its own `claim` claims the privacy profile its plan gives for one step
         (`auditing.profile.claimed_profile`). Override it where the paper states a closed form."""
-        from mechanisms.auditing import profile, tradeoff
+        from mechanisms.auditing import profile, tradeoff  # lazy: keeps import mechanisms light
 
         if not self.private:
             return None

@@ -77,7 +77,7 @@ def _origin(module_name: str) -> str | None:
 
 def is_privbench(module_name: str) -> bool:
     """Whether a module is privbench's own: its file is inside one of privbench's packages."""
-    from mechanisms.framework.integrity import own_module
+    from mechanisms.framework.integrity import own_module  # lazy: keeps import mechanisms light
 
     return own_module(module_name)
 
@@ -256,7 +256,7 @@ class Registry(Generic[T]):
 
 
 def _mechanism_id(obj: Any) -> str:
-    from mechanisms.framework.mechanism import Mechanism
+    from mechanisms.framework.mechanism import Mechanism  # lazy: heavy (numpy)
 
     if not isinstance(obj, Mechanism):
         raise TypeError(f"{obj!r} is not a mechanisms.Mechanism instance")
@@ -266,7 +266,7 @@ def _mechanism_id(obj: Any) -> str:
 
 
 def _accountant_name(obj: Any) -> str:
-    from mechanisms.accounting.accountant import Accountant
+    from mechanisms.accounting.accountant import Accountant  # lazy: keeps import mechanisms light
 
     if not isinstance(obj, Accountant):
         raise TypeError(f"{obj!r} is not a mechanisms.accounting.accountant.Accountant")
