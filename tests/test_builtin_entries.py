@@ -2,7 +2,8 @@
 
 A Ray worker that receives privbench as shipped folders has no package metadata, so the registries must hold
 the built-ins; pyproject.toml therefore declares no `privbench.*` entry point (a second list to keep equal),
-and privbench's own installed metadata (an install made before, which may still list them) is not read.
+and installed entry points into privbench's own packages (an older install's metadata may still list them)
+are not read.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import tomllib
 
-from mechanisms.framework.registry import ACCOUNTANTS, DISTRIBUTION, GROUP_PREFIX, MECHANISMS, Registry
+from mechanisms.framework.registry import ACCOUNTANTS, GROUP_PREFIX, MECHANISMS, Registry
 from workers.datasets.contract import DATASETS
 from workers.models.contract import MODELS
 
@@ -21,7 +22,6 @@ REGISTRIES = (MECHANISMS, ACCOUNTANTS, MODELS, DATASETS)
 
 def test_pyproject_declares_no_builtin_entry_point():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["name"] == DISTRIBUTION
     groups = [g for g in project.get("entry-points", {}) if g.startswith(GROUP_PREFIX)]
     assert groups == [], f"built-ins are declared in their registries, not in pyproject.toml: {groups}"
 
@@ -43,10 +43,10 @@ def _distribution(site: Path, name: str, group: str, entries: dict[str, str]) ->
 
 
 def test_privbench_metadata_is_not_read_and_plugins_are(tmp_path, monkeypatch):
-    """An installed privbench whose metadata lists an entry the table does not is ignored; another
-    distribution's entry point (a plugin) is read."""
+    """An installed privbench whose metadata lists an entry the table does not (an older install) is ignored;
+    another distribution's entry point (a plugin) is read."""
     group = f"{GROUP_PREFIX}mechanisms"
-    _distribution(tmp_path, DISTRIBUTION, group, {"stale": "mechanisms.catalog.gone:mechanism"})
+    _distribution(tmp_path, "privbench", group, {"stale": "mechanisms.catalog.gone:mechanism"})
     _distribution(tmp_path, "a-plugin", group, {"mine": "a_plugin:mechanism"})
     monkeypatch.syspath_prepend(str(tmp_path))
     registry = Registry("mechanism", {"dpsgd": MECHANISMS.builtins["dpsgd"]}, MECHANISMS.name_of)

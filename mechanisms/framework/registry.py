@@ -6,8 +6,8 @@ Each kind has an entry-point group, `privbench.<kind>s`; an entry's name is the 
 `mechanisms.accounting.accountant.Accountant`, `workers.models.Model`, `workers.datasets.Dataset`).
 privbench's built-ins are declared once, in the `builtins` of each registry (not in pyproject.toml): a Ray
 worker that received privbench as shipped folders (runtime_env `py_modules`) has no package metadata, yet
-must find them. Entry points that privbench's own installed metadata still lists (an install older than
-this) are ignored, so the table stays the only definition. Installed plugins come from package metadata,
+must find them. Installed entry points into the built-ins' own packages (an older install's metadata still
+lists them) are ignored, so the table stays the only definition. Installed plugins come from package metadata,
 on the driver and on every worker; modules named by a grid's `plugins:` are imported and scanned by
 `workers.plugins`.
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 GROUP_PREFIX = "privbench."
-DISTRIBUTION = "privbench"  # the installed distribution whose entry points are never read (see the docstring)
 
 
 class UnknownName(ValueError):
@@ -121,13 +120,6 @@ def provenance(obj: Any) -> Provenance | None:
                       _source_hash(os.path.dirname(root), stamps))
 
 
-def _distribution_name(point: importlib.metadata.EntryPoint) -> str | None:
-    """The name of the distribution that declares an entry point (None when unknown), normalised as PEP 503."""
-    dist = getattr(point, "dist", None)
-    name = dist.metadata["Name"] if dist is not None else None
-    return name.lower().replace("_", "-").replace(".", "-") if name else None
-
-
 @functools.cache
 def _distributions() -> Mapping[str, list[str]]:
     """Top-level package -> the distributions providing it (read once per process: it scans every install)."""
@@ -162,12 +154,13 @@ class Registry(Generic[T]):
         self._loaded = False
 
     def entry_points(self) -> list[importlib.metadata.EntryPoint]:
-        """The built-in entries, then the installed plugins' (privbench's own metadata is not read: the
-        built-ins are `builtins`, and an older install's metadata may still list them)."""
+        """The built-in entries, then the installed plugins'. An installed entry into the built-ins' own
+        package is not read: the built-ins are `builtins`, and an older install's metadata may still list them."""
         points = [importlib.metadata.EntryPoint(name, value, self.group) for name, value in self.builtins.items()]
         seen = {(p.name, p.value) for p in points}
+        own = {p.module.partition(".")[0] for p in points}
         for point in importlib.metadata.entry_points(group=self.group):
-            if _distribution_name(point) != DISTRIBUTION and (point.name, point.value) not in seen:
+            if point.module.partition(".")[0] not in own and (point.name, point.value) not in seen:
                 seen.add((point.name, point.value))
                 points.append(point)
         return points
