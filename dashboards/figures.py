@@ -23,17 +23,20 @@ import functools
 import hashlib
 import io
 import math
+import shutil
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter
 
+from dashboards import tuned_cells as tuned
 from dashboards.leaderboard import LeaderboardRow, honest, rows
 from dashboards.venues import DEFAULT_VENUE, WIDTHS, venue
 from storage import schema
@@ -138,8 +141,6 @@ def _styled(builder: Callable[..., Figure]) -> Callable[..., Figure]:
     rcParams are restored afterwards (no global state changes)."""
     @functools.wraps(builder)
     def wrapped(*args: Any, **kwargs: Any) -> Figure:
-        from matplotlib import rc_context
-
         with rc_context(RC):
             return builder(*args, **kwargs)
 
@@ -544,8 +545,6 @@ def tuning(records: Iterable[Mapping[str, Any]], metric: str = "accuracy", width
     marker at one run's certified epsilon, a filled one (with the std over cells) at the epsilon including
     tuning, joined by a dotted line; the mechanism's colour, one marker per budget. The gap is what tuning
     costs."""
-    from dashboards import tuned_cells as tuned
-
     board = [r for r in tuned.rows(records, metric) if r.utility_mean is not None and r.epsilon_tuned is not None]
     panels = sorted({(r.dataset, r.model) for r in board})
     labels = sorted({f"{r.mechanism} ({r.budget})" for r in board})
@@ -600,8 +599,6 @@ def build(kind: str, records: Sequence[Mapping[str, Any]], metric: str = "accura
 
 def tex_engine() -> str | None:
     """The TeX engine matplotlib's PGF backend can measure text with (None: no TeX installed)."""
-    import shutil
-
     return next((e for e in ("xelatex", "pdflatex", "lualatex") if shutil.which(e)), None)
 
 
@@ -612,7 +609,6 @@ def save(fig: Figure, path: Path | BinaryIO, fmt: str | None = None) -> Path | B
     fmt = fmt or Path(path).suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise ValueError(f"unsupported figure format {fmt!r}; known: {', '.join('.' + f for f in FORMATS)}")
-    from matplotlib import rc_context
 
     # PGF takes no metadata; its text is measured by the TeX engine that is installed.
     kwargs = {"pdf": {"metadata": {"CreationDate": None}}, "svg": {"metadata": {"Date": None}}, "png": {"dpi": 200},

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -133,9 +135,6 @@ def rich_tables(board: list[LeaderboardRow], title: str, columns: str | Sequence
     terminal folds into stacked tables, each repeating mechanism and eps target; a column too wide for
     any part is left out. Returns the tables and a note saying how to see the whole table ('' when
     nothing was folded or left out). `ascii_only`: `+-` for `±`."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
     shown = [(h, [cell(r).replace("±", "+-") if ascii_only else cell(r) for r in board])
              for h, cell in display(board, columns, leave_out=("dataset", "model"))]
     statuses = [r.claim_status for r in board]
@@ -179,9 +178,6 @@ def fitted_table(title: str, columns: Sequence[tuple[str, Sequence[str], int | N
     columns with `cut` None (keys, numbers, statuses) are never cut; the others are shortened with `…`,
     lowest `cut` first (the widest among equals), and, when that is not enough, left out in the same
     order. Returns the table and the headers left out."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
     def build(cols: Sequence[tuple[str, Sequence[str], int | None]], widths: dict[str, int]) -> Table:
         table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0, 0, 1))
         for header, _, _ in cols:

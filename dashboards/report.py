@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from matplotlib import rc_context
+
 from dashboards import figures
 from dashboards.leaderboard import LeaderboardRow, rows
 from dashboards.render import text_table
@@ -109,8 +111,6 @@ def audit_sentence(r: LeaderboardRow) -> str:
 
 def _svg(fig: Any, salt: str) -> str:
     """Inline SVG without its metadata block; each figure gets its own id salt so ids cannot collide."""
-    from matplotlib import rc_context
-
     with rc_context({"svg.hashsalt": salt}):
         text = figures.svg_text(fig)
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)

@@ -176,7 +176,7 @@ _EVENTS = None
 def _event_classes() -> dict[str, Any]:
     global _EVENTS
     if _EVENTS is None:
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
         _EVENTS = {name: getattr(dp_accounting, name) for name in dir(dp_accounting)
                    if name.endswith("DpEvent") and isinstance(getattr(dp_accounting, name), type)}
@@ -238,7 +238,7 @@ def unaccounted(records: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, ...], U
 
 
 def _fixed_runs(runs: Iterable[Mapping[str, Any]]) -> float | None:
-    from mechanisms.accounting.tuning_cost import fixed_runs_epsilon
+    from mechanisms.accounting.tuning_cost import fixed_runs_epsilon  # lazy: keeps the read commands light
 
     try:
         events = [event_from_repr((r.get("privacy") or {})["effective_event"]) for r in runs]

@@ -6,15 +6,18 @@ import dataclasses
 import io
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.measure import Measurement
 from rich.table import Table
+from typer._click import exceptions as click  # Typer's own copy of click (Typer >= 0.22)
 
 from orchestrator import audit_cli, privacy_cli, store_cli, sweep_cli
 from orchestrator.console import OutputLost, error, fail, guard_streams, out, output_lost, use_ascii_spelling
-from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, resolve_sweep, store_errors
+from orchestrator.sweep_cli import ArtifactsOpt, LedgerOpt, StoreOpt, _open_store, locate, resolve_sweep, store_errors
 
 
 class _Cli(typer.Typer):
@@ -23,10 +26,6 @@ class _Cli(typer.Typer):
     five-line usage box."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        import sys
-
-        from typer._click import exceptions as click  # Typer's own copy of click (Typer >= 0.22)
-
         kwargs.setdefault("prog_name", "privbench")
         command = typer.main.get_command(self)
         streams = guard_streams()
@@ -123,9 +122,9 @@ def leaderboard(
     label: Annotated[str | None, typer.Option(help="LaTeX only: the float's \\label.")] = None,
 ) -> None:
     """Mean +- std over seeds per (dataset, model, mechanism, epsilon), with the three epsilons."""
-    from dashboards import leaderboard as lb
-    from dashboards import tuned_cells
-    from dashboards.render import render
+    from dashboards import leaderboard as lb  # lazy: keeps privbench --help light
+    from dashboards import tuned_cells  # lazy: keeps privbench --help light
+    from dashboards.render import render  # lazy: keeps privbench --help light
 
     groups_chosen, groups = _leaderboard_options(fmt, columns, venue, width, float_env, caption, label, view, by)
     _, names, records = _read_for(out_file, store, ledger, sweeps, metric)
@@ -160,12 +159,12 @@ def _leaderboard_options(fmt: str, columns: str, venue: str, width: str | None, 
                          label: str | None, view: str, by: str) -> tuple[Any, list[str]]:
     """The leaderboard's options, checked before the store is read (each bad one a one-line error, exit 2):
     the column groups chosen, and the `--by` grouping."""
-    from dashboards import leaderboard as lb
-    from dashboards import tuned_cells
-    from dashboards.latex import resolve_width
-    from dashboards.render import FLOATS, FORMATS
-    from dashboards.venues import venue as venue_of
-    from storage import schema
+    from dashboards import leaderboard as lb  # lazy: keeps privbench --help light
+    from dashboards import tuned_cells  # lazy: keeps privbench --help light
+    from dashboards.latex import resolve_width  # lazy: keeps privbench --help light
+    from dashboards.render import FLOATS, FORMATS  # lazy: keeps privbench --help light
+    from dashboards.venues import venue as venue_of  # lazy: keeps privbench --help light
+    from storage import schema  # lazy: keeps privbench --help light
 
     if fmt not in FORMATS:
         fail(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
@@ -183,7 +182,7 @@ def _leaderboard_options(fmt: str, columns: str, venue: str, width: str | None, 
     if (caption or label) and float_env == "none":
         fail("--caption and --label need a float: --float table or --float 'table*'")
     if label and not caption:
-        from dashboards.latex import LABEL_NEEDS_CAPTION
+        from dashboards.latex import LABEL_NEEDS_CAPTION  # lazy: keeps privbench --help light
 
         fail(LABEL_NEEDS_CAPTION)
     if float_env == "table" and width == "double" or float_env == "table*" and width == "single":
@@ -203,7 +202,7 @@ def _print_leaderboard_tables(board: list[Any], groups: list[str], groups_chosen
                               after: str) -> None:
     """The leaderboard on the terminal: a table per `groups` key, titled `before` + the key + `after`, each sized to
     the terminal (piped: at its natural width), with the notes a sized table leaves out in words below it."""
-    from dashboards.render import rich_tables
+    from dashboards.render import rich_tables  # lazy: keeps privbench --help light
 
     keys = sorted({tuple(getattr(r, g) for g in groups) for r in board})
     sized = out.is_terminal or bool(os.environ.get("COLUMNS"))  # piped: one table at its natural width
@@ -235,7 +234,6 @@ def _print_whole(table: Any) -> None:
     if out.is_terminal or os.environ.get("COLUMNS"):
         out.print(table)
         return
-    from rich.measure import Measurement
 
     width = out.width
     out.width = max(width, Measurement.get(out, out.options.update(max_width=1000), table).maximum)
@@ -286,7 +284,7 @@ def report(
     out_file: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
 ) -> None:
     """A self-contained HTML report: figures (inline SVG), leaderboard, verdicts and the grid files."""
-    from dashboards.report import report as build_report
+    from dashboards.report import report as build_report  # lazy: keeps privbench --help light
 
     st, names, records = _read_for(out_file, store, ledger, sweeps, metric)
     with store_errors(st.where):
@@ -310,8 +308,9 @@ def plot(
                                             "3.49 / 7.14 in).")] = "article",
 ) -> None:
     """One publication figure (matplotlib) from one or more sweeps."""
+    # lazy: keeps privbench --help light
     from dashboards import figures  # matplotlib: imported only when a figure is made
-    from dashboards.venues import VENUES
+    from dashboards.venues import VENUES  # lazy: keeps privbench --help light
 
     if kind not in (*figures.KINDS, figures.TUNING_KIND):
         fail(f"unknown figure kind {kind!r}; known: {', '.join((*figures.KINDS, figures.TUNING_KIND))}")
@@ -361,7 +360,7 @@ def export(
     if fmt == "json":
         _write(out_file, json.dumps(records, indent=1))
         return
-    import pandas as pd
+    import pandas as pd  # lazy: heavy (pandas)
 
     frame = pd.json_normalize(records)
     try:
@@ -381,9 +380,9 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
 ) -> None:
     """Serve the MLflow UI (and REST API) on the store; stops it on Ctrl-C or SIGTERM."""
+    # lazy: keeps privbench --help light
     from dashboards.ui import UiError, check_bindable, home_url, runs_table_url, serve
-    from orchestrator.sweep_cli import locate
-    from storage.mlflow_view import RUNS_VIEW_TAG
+    from storage.mlflow_view import RUNS_VIEW_TAG  # lazy: keeps privbench --help light
 
     location = locate(store, artifacts=artifacts)
     if location.kind == "server":
@@ -415,8 +414,8 @@ def load_plugins(modules: list[str]) -> None:
     current folder); a module that cannot be loaded is one line and exit 2."""
     if not modules:
         return
-    from mechanisms.framework.registry import PluginError
-    from workers import plugins
+    from mechanisms.framework.registry import PluginError  # lazy: keeps privbench --help light
+    from workers import plugins  # lazy: keeps privbench --help light
 
     try:
         plugins.load(modules, search=[Path.cwd()])
@@ -434,10 +433,10 @@ def list_names(what: Annotated[str, typer.Argument(help="mechanisms|datasets|mod
                ) -> None:
     """List the names a grid file can use: privbench's, installed plugins' (entry points), and the modules
     named with --plugins (as a grid's `plugins:` key loads them)."""
-    from mechanisms.accounting.accountant import described
-    from mechanisms.framework.mechanism import FINAL, HOOKS, filled_hooks
-    from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS
-    from workers import datasets, models
+    from mechanisms.accounting.accountant import described  # lazy: keeps privbench --help light
+    from mechanisms.framework.mechanism import FINAL, HOOKS, filled_hooks  # lazy: keeps privbench --help light
+    from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS  # lazy: keeps privbench --help light
+    from workers import datasets, models  # lazy: keeps privbench --help light
 
     if hooks and what != "mechanisms":
         fail("--hooks goes with `privbench list mechanisms`")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import math
 import os
+import signal
 import socket
+import tempfile
+import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.framework.integrity import OWN_PACKAGES
+from orchestrator.ray_probe import not_ray
 from storage.faults import fault
 
 if TYPE_CHECKING:
@@ -32,17 +37,12 @@ class StoppedWhileStarting(ClusterError):
     """SIGTERM or Ctrl-C while Ray started: Ray was shut down again, and the driver exits 128 + the signal."""
 
     def __init__(self, signum: int) -> None:
-        import signal
-
         super().__init__(f"stopped by {signal.Signals(signum).name} while Ray was starting; nothing was run")
         self.code = 128 + signum
 
 
 def _renote(noted: list[int]) -> None:
     """Note SIGTERM and SIGINT in `noted` again, over any handler Ray's native code installed."""
-    import signal
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, _frame: noted.append(signum))
@@ -56,9 +56,6 @@ def _signals_deferred() -> Iterator[list[int]]:
     processes and exits 1); a SIGTERM that lands while Ray's C++ core is on the stack aborted the driver with
     Ray's crash dump (exit 134). Here every handler Ray installs during start-up is replaced by one that
     only notes the signal; the caller shuts Ray down and exits 143 (or 130). In the main thread only."""
-    import signal
-    import threading
-
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
@@ -69,6 +66,7 @@ def _signals_deferred() -> Iterator[list[int]]:
 
     old = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        # lazy: optional dependency
         from ray._private import utils as ray_utils  # Ray's own way of installing its SIGTERM handler
     except ImportError:  # another Ray: its handlers are overridden once it returns
         ray_utils = None
@@ -119,9 +117,7 @@ def runtime_env(plugins: Sequence[str] = ()) -> dict[str, Any]:
     """Ship privbench's own packages, and the grid's `plugins:` modules, to the cluster's workers
     (`py_modules`): nodes need only the dependencies installed, not privbench nor the plugins.
     `PRIVBENCH_SHIP_CODE=0` turns shipping privbench off (privbench installed on every node)."""
-    import importlib
-
-    from workers.plugins import shipped
+    from workers.plugins import shipped  # lazy: heavy (numpy)
 
     modules = shipped(plugins)
     if os.environ.get("PRIVBENCH_SHIP_CODE", "1") != "0":
@@ -138,20 +134,19 @@ def connect(address: str | None, plugins: Sequence[str] = ()) -> dict[str, float
     os.environ.setdefault("RAY_ACCEPT_CLUSTER_RESOURCES", "1")
     if address is not None:
         _reachable(address)
-        from orchestrator.ray_probe import not_ray
 
         endpoint = _host_port(address)
         answered = not_ray(*endpoint) if endpoint is not None else None
         if answered is not None:
             raise ClusterError(f"--address {address} is not a Ray cluster: {answered}")
-    import ray
+    import ray  # lazy: heavy (ray)
 
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         if address is None:
             kwargs["include_dashboard"] = False
             if plugins:  # local workers do not see modules the driver found beside the grid file
-                from workers.plugins import shipped
+                from workers.plugins import shipped  # lazy: heavy (numpy)
 
                 kwargs["runtime_env"] = {"py_modules": shipped(plugins)}
         elif not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
@@ -186,8 +181,6 @@ MIN_TEMP_MB = 64  # below this, a new local Ray cannot write its session files
 def _full_temp_folder() -> str | None:
     """Why a local Ray could not start when its temporary folder is full (Ray itself says "Timed out
     waiting for file"), else None."""
-    import tempfile
-
     folder = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or tempfile.gettempdir()  # as Ray picks it
     try:
         info = os.statvfs(folder)

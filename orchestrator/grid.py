@@ -633,7 +633,7 @@ def check(text: str, *, source: str = "grid") -> CheckedGrid:
     train = _train(raw, axes, problems)
     tune = None
     if "tune" in raw:  # the tuning accountant (dp-accounting) is imported only for a grid that tunes
-        from orchestrator import tune_block
+        from orchestrator import tune_block  # lazy: keeps grid validation light
 
         tune = tune_block.grid_spec(raw, axes, options, problems)
     if problems:

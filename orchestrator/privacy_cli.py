@@ -116,7 +116,7 @@ def _steps_bound(what: str, steps: int) -> None:
 
 def _sigma(text: str | None) -> float:
     """The noise multiplier, at least `SIGMA_FLOOR` as in a grid (below it the accountants overflow)."""
-    from mechanisms.accounting.validation import SIGMA_FLOOR
+    from mechanisms.accounting.validation import SIGMA_FLOOR  # lazy: keeps privbench --help light
 
     value = _number("sigma", text, required=True)
     if value < SIGMA_FLOOR:

@@ -119,7 +119,7 @@ class _All(Callback):
 def load_grid(grid: str | Path | GridSpec) -> GridSpec:
     """A grid from a file path, from YAML text (a string with a line break), or as it is.
     Raises `SweepError` (code 2) listing every problem of an invalid grid."""
-    from orchestrator import grid as grids
+    from orchestrator import grid as grids  # lazy: keeps import privbench light
 
     if isinstance(grid, grids.GridSpec):
         return grid
@@ -134,7 +134,7 @@ def load_grid(grid: str | Path | GridSpec) -> GridSpec:
 def select(spec: GridSpec, only: Sequence[str] = ()) -> TrialSet:
     """The trials `--only` items select (`orchestrator.grid.select`; every trial without items). Raises
     `SweepError` (code 2) listing every bad item."""
-    from orchestrator import grid as grids
+    from orchestrator import grid as grids  # lazy: keeps import privbench light
 
     try:
         return grids.select(spec, only) if only else spec.trials
@@ -145,8 +145,8 @@ def select(spec: GridSpec, only: Sequence[str] = ()) -> TrialSet:
 def locate(store: str | Path | StoreLocation | None, ledger: str | None = None,
            artifacts: str | None = None) -> StoreLocation:
     """Where the store is (`storage.location.resolve`); a bad location is a `SweepError` (code 2)."""
-    from storage.errors import StoreError
-    from storage.location import StoreLocation, resolve
+    from storage.errors import StoreError  # lazy: keeps import privbench light
+    from storage.location import StoreLocation, resolve  # lazy: keeps import privbench light
 
     if isinstance(store, StoreLocation):
         return store
@@ -187,7 +187,7 @@ def code_changes(rows: Iterable[Any], trials: Iterable[TrialConfig]) -> list[str
 def _store_error(e: Exception, code: int = 2) -> SweepError:
     """A store problem: 2 before anything was written, 1 mid-sweep (what was recorded is kept), 2 for a store
     file another process kept locked, whenever it was (`storage.errors.Locked`)."""
-    from storage.errors import Locked
+    from storage.errors import Locked  # lazy: keeps import privbench light
 
     return SweepError(str(e), code=2 if isinstance(e, Locked) else code)
 
@@ -205,8 +205,8 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
     grid's, so the parts of a long grid run one after another (or side by side) without superseding each other.
     A failed trial is recorded and reported in the summary, not raised.
     """
-    from storage.errors import StoreError, translated
-    from storage.store import Store, preflight
+    from storage.errors import StoreError, translated  # lazy: keeps import privbench light
+    from storage.store import Store, preflight  # lazy: keeps import privbench light
 
     began = (time.perf_counter(), time.time())  # the driver run's wall time starts here (`privbench_driver_runs`)
     spec = load_grid(grid)
@@ -231,8 +231,8 @@ def run(grid: str | Path | GridSpec, store: str | Path | StoreLocation | None = 
         preflight(location, spec.name)  # nothing is created before the server answers and the sweep is ours
     except StoreError as e:
         raise _store_error(e) from None
-    from orchestrator import cluster
-    from orchestrator import grid as grids
+    from orchestrator import cluster  # lazy: keeps import privbench light
+    from orchestrator import grid as grids  # lazy: keeps import privbench light
 
     try:
         resources = cluster.connect(address, spec.plugins)
@@ -257,7 +257,7 @@ def _open_and_run(spec: GridSpec, location: StoreLocation, resources: Mapping[st
     """Open the sweep in the store (the whole grid) and run what it has to do of the `selected` trials (`run`,
     once Ray is connected): open the store, plan the run (what is left, how it packs), run and record, summarise.
     Every grid takes this one path: its trials stream from the grid to the driver (`_Todo`), small or large."""
-    from storage.errors import StoreError
+    from storage.errors import StoreError  # lazy: keeps import privbench light
 
     try:
         st = _open_sweep(spec, location, cb, stopping, steal_leases)
@@ -282,8 +282,8 @@ def _open_sweep(spec: GridSpec, location: StoreLocation, cb: Callback, stopping:
     """The store, open for writing, with the sweep's trials in its ledger (two passes over the grid: the keys, then
     the rows the ledger lacks; only the keys are held). Changed plugin code is warned about first. A stop while the
     trials are opened rolls their rows back and ends the run (`_Stopped`)."""
-    from orchestrator import grid as grids
-    from storage.store import Store
+    from orchestrator import grid as grids  # lazy: keeps import privbench light
+    from storage.store import Store  # lazy: keeps import privbench light
 
     st = Store(location, create=True)  # schema and experiment exist before any trial starts
     if any(t.code for t in grids.samples(spec.trials)):  # only a grid with plugin code reads the recorded configs
@@ -322,13 +322,14 @@ class _Packing:
     @classmethod
     def of(cls, trials: TrialSet, left: int, resources: Mapping[str, float], max_concurrent: int | None) -> _Packing:
         """Measured on the grid's samples (`orchestrator.grid.samples`: every `memory_key` of the grid)."""
-        from orchestrator import cluster
-        from orchestrator import grid as grids
+        from orchestrator import cluster  # lazy: keeps import privbench light
+        from orchestrator import grid as grids  # lazy: keeps import privbench light
 
         samples, gpus = grids.samples(trials), resources.get("GPU", 0.0)
         started = time.perf_counter()
         memory = {}
         if left and gpus >= 1 and any(c.resources.gpus == "auto" for c in samples):
+            # lazy: keeps import privbench light
             from orchestrator.submit import measure_memory  # `gpus: auto` packs trials by their measured memory
 
             memory = measure_memory([c for c in samples if c.resources.gpus == "auto"], 1.0)
@@ -357,8 +358,8 @@ def _run_and_release(st: Any, spec: GridSpec, selected: TrialSet, todo: _Todo, l
     """Run and record the trials, count what is left and check that the store is still the one opened; the leases
     are given back whatever happens. A store lost mid-sweep, a lost cluster or a stop is a `SweepError` (what was
     recorded is kept; a rerun resumes)."""
-    from orchestrator.submit import ClusterLost
-    from storage.errors import StoreError
+    from orchestrator.submit import ClusterLost  # lazy: keeps import privbench light
+    from storage.errors import StoreError  # lazy: keeps import privbench light
 
     failures: list[Mapping[str, Any]] = []
     skipped: list[str] = []
@@ -392,7 +393,7 @@ def _run_and_release(st: Any, spec: GridSpec, selected: TrialSet, todo: _Todo, l
 def _summarise(st: Any, spec: GridSpec, location: StoreLocation, selected: TrialSet, ran: _Ran) -> SweepSummary:
     """The run's `SweepSummary`. Trials not run are watched for a moment: other live drivers may be recording them
     (then they are counted again), else the summary says when they can be run."""
-    from storage.errors import StoreError
+    from storage.errors import StoreError  # lazy: keeps import privbench light
 
     counts, unrun = ran.counts, ran.unrun
     message, alive, owners = None, False, ()
@@ -417,7 +418,7 @@ def _summarise(st: Any, spec: GridSpec, location: StoreLocation, selected: Trial
 def _keep_sweep_files(st: Any, spec: GridSpec, cb: Callback) -> None:
     """The leaderboard and figures on the sweep's MLflow run, unless its records would not fit in memory (a grid
     streamed at each pass: 10^6 results are gigabytes)."""
-    from orchestrator import grid as grids
+    from orchestrator import grid as grids  # lazy: keeps import privbench light
 
     if isinstance(spec.trials, grids.Trials) and spec.trials.lazy:
         cb.on_warning(f"sweep {spec.name}: no leaderboard or figures stored on the sweep's MLflow run for a grid of "
@@ -455,7 +456,7 @@ class _Todo:
         return self.count
 
     def __iter__(self) -> Iterator[TrialConfig]:
-        from storage.ledger import KEY_BATCH
+        from storage.ledger import KEY_BATCH  # lazy: keeps import privbench light
 
         for group in self._groups():
             batch: list[TrialConfig] = []
@@ -468,7 +469,7 @@ class _Todo:
 
     def _groups(self) -> list[Iterator[TrialConfig]]:
         """The private mechanisms' trials, then the others' (of a large grid, each group made without the other)."""
-        from orchestrator import grid as grids
+        from orchestrator import grid as grids  # lazy: keeps import privbench light
 
         private = {t.mechanism: grids.mechanism_private(t.mechanism) for t in grids.samples(self.trials)}
         if len(set(private.values())) <= 1:
@@ -490,8 +491,8 @@ class _Stopping:
     in the main thread (Python delivers signals there); elsewhere the process's own handlers stay."""
 
     def __init__(self) -> None:
-        import signal
-        import threading
+        import signal  # lazy: keeps import privbench light
+        import threading  # lazy: keeps import privbench light
 
         self.signal: Any = None
         self._old: dict[int, Any] = {}
@@ -499,7 +500,7 @@ class _Stopping:
             self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def _handle(self, signum: int, frame: Any) -> None:
-        import signal
+        import signal  # lazy: keeps import privbench light
 
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -509,7 +510,7 @@ class _Stopping:
         return self.signal is not None
 
     def restore(self) -> None:
-        import signal
+        import signal  # lazy: keeps import privbench light
 
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
@@ -538,7 +539,7 @@ def _unrun(st: Any, sweep: str, counts: Mapping[str, int], selected: TrialSet, t
 def _count_in_ledger(st: Any, sweep: str, trials: Iterable[TrialConfig], statuses: Sequence[str] | None = None) -> int:
     """How many of `trials` the ledger does not mark finished (or marks with one of `statuses`), asked in batches:
     a large grid's part is counted without holding its keys or reading the sweep's rows."""
-    from storage.ledger import KEY_BATCH
+    from storage.ledger import KEY_BATCH  # lazy: keeps import privbench light
 
     count, batch = 0, []
     for trial in trials:
@@ -551,7 +552,7 @@ def _count_in_ledger(st: Any, sweep: str, trials: Iterable[TrialConfig], statuse
 def _nothing_to_do(location: StoreLocation, spec: GridSpec) -> SweepSummary | None:
     """A rerun whose trials are all finished ends here: from the ledger alone, read-only, without starting
     Ray or opening MLflow (a no-op rerun is a second, not half a minute). None: the full path decides."""
-    from storage.store import finished_already
+    from storage.store import finished_already  # lazy: keeps import privbench light
 
     count = finished_already(location, spec.name, spec.text, (t.trial_key for t in spec.trials))
     if count is None:
@@ -564,7 +565,7 @@ def _keep_driver_run(st: Any, sweep: str, cb: Callback, timing: dict[str, float]
     """The driver's account of this run in the store (`privbench_driver_runs`): its wall time from `run`'s start, Ray's
     start and the store's opening included (`startup_s`), its loop (`orchestrator.submit.DriverTiming`), and what
     came after the loop (`end_s`: the release of leases, the summary files)."""
-    from storage.errors import StoreError
+    from storage.errors import StoreError  # lazy: keeps import privbench light
 
     wall = time.perf_counter() - began[0]
     timing = timing | {"end_s": wall - timing["startup_s"] - timing["run_all_s"]}  # after the trials: leases, summary
@@ -576,7 +577,7 @@ def _keep_driver_run(st: Any, sweep: str, cb: Callback, timing: dict[str, float]
 
 def _log_sweep_summary(st: Any, sweep: str, cb: Callback) -> None:
     """Leaderboard and figures onto the sweep's parent MLflow run (matplotlib is imported only here)."""
-    from dashboards.summary import sweep_files
+    from dashboards.summary import sweep_files  # lazy: keeps import privbench light
 
     try:
         st.log_sweep_files(sweep, sweep_files(st.records(sweep)))
@@ -589,8 +590,8 @@ def _run_trials(st: Any, sweep: str, todo: Iterable[TrialConfig], limit: int, re
     """Claim, run and record the trials (`orchestrator.submit.run_all`), renewing this driver's leases
     at every poll; `failures` and `skipped` are filled as results come. Returns the driver's account of its time
     (`orchestrator.submit.DriverTiming`)."""
-    from orchestrator.submit import run_all
-    from storage.faults import fault
+    from orchestrator.submit import run_all  # lazy: keeps import privbench light
+    from storage.faults import fault  # lazy: keeps import privbench light
 
     def on_start(cfg: TrialConfig) -> bool:
         if not st.claim(sweep, cfg.trial_key):  # another driver runs it (or just finished it)
@@ -621,8 +622,8 @@ def _run_trials(st: Any, sweep: str, todo: Iterable[TrialConfig], limit: int, re
         st.save_phase(sweep, cfg.trial_key, output)
         fault("after_phase_saved")
 
-    from orchestrator import plan_cache
-    from storage.errors import StoreError
+    from orchestrator import plan_cache  # lazy: keeps import privbench light
+    from storage.errors import StoreError  # lazy: keeps import privbench light
 
     def keep_plan(cfg: TrialConfig, planned: Any) -> None:
         try:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from orchestrator.console import error, fail, out
-from orchestrator.sweep_cli import StoreOpt, store_errors
+from orchestrator.sweep_cli import StoreOpt, locate, store_errors
 
 if TYPE_CHECKING:
     from storage.location import StoreLocation
@@ -22,7 +22,6 @@ LedgerOpt = Annotated[str | None, typer.Option("--ledger", help="Database URI of
 
 
 def _location(store: str | None, ledger: str | None):  # noqa: ANN202 - a StoreLocation
-    from orchestrator.sweep_cli import locate
 
     return locate(store, ledger)
 
@@ -37,8 +36,8 @@ def check(store: StoreOpt = None, ledger: LedgerOpt = None, quick: QuickOpt = Fa
     """Check the ledger and MLflow's database as every command reads them: SQLite's full integrity check,
     each file's length and log, and every ledger row (JSON that parses, keys that match their index). Exit 2
     when one is damaged, naming the damage and the command that mends it. Reads only."""
-    from storage import recovery
-    from storage.store import damaged
+    from storage import recovery  # lazy: keeps privbench --help light
+    from storage.store import damaged  # lazy: keeps privbench --help light
 
     location = _location(store, ledger)
     with store_errors(location.display):
@@ -68,7 +67,7 @@ def rebuild_ledger(store: StoreOpt = None, ledger: LedgerOpt = None,
     """Rebuild a damaged ledger from the MLflow runs (each complete run holds its trial's result record).
     Stop every driver of the store first. The new ledger is built beside the old one and renamed into place
     when complete; the old file is kept beside it (.damaged-<time>)."""
-    from storage import recovery
+    from storage import recovery  # lazy: keeps privbench --help light
 
     location = _location(store, ledger)
     with store_errors(location.display):
@@ -83,7 +82,7 @@ def rebuild_mirror(store: StoreOpt = None, ledger: LedgerOpt = None,
     """Rebuild a damaged or lost MLflow database from the ledger (one run per recorded trial, from its
     result record). Stop every driver of the store first. The new file is built beside the old one and
     renamed into place when complete; the old file is kept beside it (.damaged-<time>)."""
-    from storage import recovery
+    from storage import recovery  # lazy: keeps privbench --help light
 
     location = _location(store, ledger)
     with store_errors(location.display):

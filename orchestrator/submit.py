@@ -23,7 +23,9 @@ import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import itertools  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
+import socket  # noqa: E402
 import traceback  # noqa: E402
 from collections import deque  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
@@ -89,8 +91,6 @@ def _head_patience_s() -> float:
     """How long the head may stay silent (a restarting GCS comes back) before the driver stops: well
     within Ray's own limit (`RAY_gcs_rpc_server_reconnect_timeout_s`, 60 s by default), after which Ray
     ends the driver from C++ with no chance to record or to release anything."""
-    import os
-
     try:
         limit = float(os.environ.get("RAY_gcs_rpc_server_reconnect_timeout_s", "60"))
     except ValueError:
@@ -100,8 +100,6 @@ def _head_patience_s() -> float:
 
 def _head_lost() -> str | None:
     """The GCS address when the head no longer accepts connections, else None (a TCP connect: cheap)."""
-    import socket
-
     try:
         address = ray.get_runtime_context().gcs_address
         host, port = address.rsplit(":", 1)

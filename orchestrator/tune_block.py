@@ -16,10 +16,12 @@ into its candidate trials.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
+import mechanisms
 from mechanisms.accounting.tuning_cost import (
     BUDGETS,
     DISTRIBUTIONS,
@@ -32,7 +34,9 @@ from mechanisms.accounting.tuning_cost import (
     TuneSpec,
     candidate_seed,
 )
+from workers import datasets
 from workers.config import TrialConfig
+from workers.tuning_candidates import PRIVACY_SETTINGS, TuningSetting
 
 KEYS = ("space", "runs", "select", "budget", "val_noise")
 RUN_KEYS = ("distribution", "mean", "shape")
@@ -177,10 +181,6 @@ def parse_tune(value: Any, mechanism_options: MechanismOptions) -> tuple[TuneSpe
 
 def _validation_problems(datasets_: Collection[str], dataset_options: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Each tuned dataset must carve a validation split from its training data (`val_fraction` > 0)."""
-    import inspect
-
-    from workers import datasets
-
     problems = []
     for name in datasets_:
         entry, rest = datasets.get_loader(name)
@@ -201,7 +201,6 @@ def grid_problems(spec: TuneSpec, *, datasets_: Collection[str], dataset_options
     problems = _validation_problems(datasets_, dataset_options)
     if not epsilons:
         problems.append("tune: needs grid.epsilon targets (the selection is calibrated or accounted against each)")
-    from workers.tuning_candidates import PRIVACY_SETTINGS
 
     try:
         spec.privacy_support((*PRIVACY_SETTINGS, *mechanism_option_names))
@@ -218,8 +217,6 @@ def expand(trials: Iterable[TrialConfig], spec: TuneSpec) -> Iterator[TrialConfi
     the cell's config with the drawn training settings and mechanism options, trained with its own seed
     (`candidate_seed`) and carrying its `TuningSetting`. The draws depend only on the cell's seed, so a
     resumed sweep expands to the same trial keys. A Poisson K of 0 gives no trial (nothing is selected)."""
-    from workers.tuning_candidates import TuningSetting
-
     for cell in trials:
         candidates = spec.draw(cell.seed)
         for candidate in candidates:
@@ -238,8 +235,6 @@ def grid_spec(raw: Mapping[str, Any], axes: Any, options: Mapping[str, Mapping[s
               problems: list[str]) -> TuneSpec | None:
     """The grid's `tune:` block parsed and checked against the grid's axes (`orchestrator.grid.Axes`); its
     problems are added to `problems` (the grid then exits 2 before anything is written)."""
-    import mechanisms
-
     names = {m: {f.name for f in dataclasses.fields(mechanisms.get(m).Options)} for m in axes.mechanisms}
     spec, found = parse_tune(raw["tune"], names)
     problems.extend(found)

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 @contextmanager
 def _reading(location: StoreLocation) -> Iterator[Any]:
     """The store opened read-only (nothing created or changed); its errors as `SweepError`s."""
-    from storage.errors import StoreError, translated
-    from storage.store import Store
+    from storage.errors import StoreError, translated  # lazy: keeps import privbench light
+    from storage.store import Store  # lazy: keeps import privbench light
 
     try:
         with translated(location.display):
@@ -97,7 +97,7 @@ class Sweep:
 
     def status(self) -> pd.DataFrame:
         """One row per trial, as `privbench sweep status --json` lists them."""
-        import pandas as pd
+        import pandas as pd  # lazy: heavy (pandas)
 
         with _reading(self.location) as st:
             self._check(st)
@@ -107,16 +107,16 @@ class Sweep:
     def results(self) -> pd.DataFrame:
         """One row per result record, nested sections flattened (`metrics.accuracy`,
         `privacy.epsilon_certified`, ...)."""
-        import pandas as pd
+        import pandas as pd  # lazy: heavy (pandas)
 
         return pd.json_normalize(self.records(), sep=".")
 
     def leaderboard(self, metric: str = "accuracy", view: str = "certified") -> pd.DataFrame:
         """Mean and std over seeds per (dataset, model, mechanism, epsilon) with the three epsilons,
         ranked as `privbench leaderboard` ranks them (view: certified or claimed)."""
-        import pandas as pd
+        import pandas as pd  # lazy: heavy (pandas)
 
-        from dashboards import leaderboard as lb
+        from dashboards import leaderboard as lb  # lazy: keeps import privbench light
 
         if view not in lb.VIEWS:
             raise SweepError(f"unknown view {view!r}; known: {', '.join(lb.VIEWS)}")

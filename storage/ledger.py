@@ -19,6 +19,7 @@ grid (`grid_key`): a sweep name belongs to one grid at a time.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -819,8 +820,6 @@ class Ledger:
 def file_lock(path: Path) -> Iterator[None]:
     """The lock that serialises drivers opening a SQLite store: `flock` on `<ledger>.lock` beside it (the
     ledger itself may be damaged or missing: rebuilding it takes the same lock)."""
-    import fcntl
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)

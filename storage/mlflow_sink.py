@@ -16,16 +16,20 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+import sqlalchemy
 
 from storage import schema
 from storage.errors import translated
 from storage.faults import fault
 from storage.ledger import write_like_the_driver
-from storage.location import RELATIVE_ARTIFACTS
+from storage.location import RELATIVE_ARTIFACTS, data_home
 from storage.mlflow_view import NOTE_TAG, RUNS_VIEW_TAG, display_params, runs_view, trial_summary
 
 TRIAL_KEY_TAG = "privbench.trial_key"
@@ -66,7 +70,7 @@ def _quiet_mlflow() -> None:
     # MLflow prints "View run ... at: <server URL>" on stdout for every run of a tracking server: the URL
     # holds the store's credentials, and stdout is for results (`--json`).
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    import mlflow  # noqa: F401  (configures its loggers on import; we lower them afterwards)
+    import mlflow  # lazy: heavy (mlflow)  # noqa: F401  (configures its loggers on import; we lower them afterwards)
 
     for name in ("mlflow", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -111,7 +115,7 @@ class MlflowSink:
         it, renamed into place when complete. A disk that fills during MLflow's migrations leaves only that
         file (removed by the next attempt), never a half-migrated `mlflow.db` that every later run refuses
         ("table _alembic_tmp_experiments already exists")."""
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # lazy: heavy (mlflow)
 
         _quiet_mlflow()
         partial = path.with_name(path.name + ".creating")
@@ -131,7 +135,7 @@ class MlflowSink:
 
     def _make_client(self) -> Any:
         _quiet_mlflow()
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # lazy: heavy (mlflow)
 
         client = MlflowClient(tracking_uri=self.tracking_uri)
         engine = _mlflow_engine(client)
@@ -159,7 +163,7 @@ class MlflowSink:
     def create_experiment(self, name: str, artifacts: str | None, sweep_id: str, ledger_id: str) -> str | None:
         """Create the sweep's experiment, tagged with its identity; None when someone else created one
         of that name a moment ago (the caller checks whose it is)."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: heavy (mlflow)
 
         try:
             return self.client.create_experiment(
@@ -210,6 +214,7 @@ class MlflowSink:
         run_id = self.sweep_run(sweep, experiment_id)
         self.put_artifacts(run_id, files)
         if SUMMARY_FILE in files:
+            # lazy: heavy (mlflow)
             from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
             summary = files[SUMMARY_FILE]
@@ -227,8 +232,6 @@ class MlflowSink:
         """Write files (relative path -> content) as the run's artifacts. A run of this store's own artifacts
         (RELATIVE_ARTIFACTS) gets them under its folder's `artifacts/`; any other location (a folder or
         bucket given with --artifacts, a tracking server's) through MLflow."""
-        import tempfile
-
         root = self._own_artifacts(artifact_uri or self.client.get_run(run_id).info.artifact_uri)
         with tempfile.TemporaryDirectory() as tmp:
             for rel, content in files.items():
@@ -245,7 +248,7 @@ class MlflowSink:
         return None
 
     def tag_quietly(self, run_id: str, key: str, value: str) -> None:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: heavy (mlflow)
 
         try:
             self.client.set_tag(run_id, key, value)
@@ -254,7 +257,7 @@ class MlflowSink:
 
     def runs(self, experiment_id: str) -> list[Any]:
         """Every run of the experiment, deleted ones included."""
-        from mlflow.entities import ViewType
+        from mlflow.entities import ViewType  # lazy: heavy (mlflow)
 
         runs, token = [], None
         while True:
@@ -279,9 +282,7 @@ class MlflowSink:
 
     def read_text(self, run_id: str, path: str) -> str | None:
         """A text artifact of a run (`result.json`, the parent run's `grid.yaml`), or None when it cannot be read."""
-        import tempfile
-
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: heavy (mlflow)
 
         try:
             root = self._own_artifacts(self.client.get_run(run_id).info.artifact_uri)
@@ -301,14 +302,14 @@ class MlflowSink:
         return record if isinstance(record, dict) else None
 
     def delete_quietly(self, run_id: str) -> None:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: heavy (mlflow)
 
         with contextlib.suppress(MlflowException):  # already deleted (by the driver that took over)
             self.client.delete_run(run_id)
 
     def write_run(self, record: Mapping[str, Any], experiment_id: str, sweep_id: str) -> str:
         """The trial's MLflow run, complete (its `recorded` tag set last); returns its id."""
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, Param, RunTag  # lazy: heavy (mlflow)
 
         sweep, key = record["sweep"], record["trial_key"]
         config = record["config"]
@@ -368,11 +369,8 @@ def schema_template() -> Path | None:
     run`, every test's store) paid again for the same empty schema. None where it cannot be kept (a read-only
     home): the store is then made by MLflow's migrations, as before. MLflow still checks the copy's schema
     revision when it opens it (`_verify_schema`), so a wrong template stops there, never silently."""
-    import mlflow
-    import sqlalchemy
-    from mlflow.store.db.utils import _initialize_tables
-
-    from storage.location import data_home
+    import mlflow  # lazy: heavy (mlflow)
+    from mlflow.store.db.utils import _initialize_tables  # lazy: heavy (mlflow)
 
     path = data_home() / "mlflow-schema" / f"mlflow-{mlflow.__version__}.db"
     if path.is_file():
@@ -402,8 +400,8 @@ def _mlflow_engine(client: Any) -> Any:
 def _forget_store(tracking_uri: str) -> None:
     """Drop MLflow's cached store and engine for a URI (the other place that reaches into MLflow, see
     `_mlflow_engine`): the next client checks, and creates, the schema of the file that is there now."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # lazy: heavy (mlflow)
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry  # lazy: heavy (mlflow)
 
     _tracking_store_registry._get_store_with_resolved_uri.cache_clear()
     engine = SqlAlchemyStore._engine_map.pop(tracking_uri, None)
@@ -418,8 +416,6 @@ def _ms(seconds: Any) -> int | None:
 @functools.lru_cache(maxsize=1)
 def _source_tags() -> dict[str, str]:
     """MLflow's Source column: the privbench program, and the git commit of its checkout when it is one."""
-    from importlib.metadata import PackageNotFoundError, version
-
     tags = {"mlflow.source.name": "privbench", "mlflow.source.type": "LOCAL"}
     try:
         tags["privbench.version"] = version("privbench")
@@ -439,7 +435,7 @@ def _source_tags() -> dict[str, str]:
 def _dataset_input(config: Mapping[str, Any], n_train: Any) -> Any:
     """The trial's training set as an MLflow input (the UI's Dataset column): its registry name, the
     number of training examples used, and a digest of what identifies the data (name, options, size)."""
-    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.entities import Dataset, DatasetInput, InputTag  # lazy: heavy (mlflow)
 
     ident = {"dataset": config["dataset"], "options": config.get("dataset_options") or {},
              "max_train_examples": (config.get("train") or {}).get("max_train_examples"),

@@ -141,7 +141,7 @@ def mend_command(location: StoreLocation, path: Path, *, force: bool = False) ->
 
 def quote(text: str) -> str:
     """A path as a shell would need it typed (`'my store'`), control characters escaped."""
-    import shlex
+    import shlex  # lazy: keeps the read commands light
 
     return shlex.quote(text)
 
@@ -198,7 +198,7 @@ def rebuild_ledger(location: StoreLocation, *, force: bool = False) -> Rebuilt:
 def _experiments(sink: MlflowSink, ledger_id: str | None) -> list[Any]:
     """The privbench sweeps' experiments of one ledger: `ledger_id` when the damaged ledger still says it,
     else the only ledger the store's experiments name (several: the user must say which)."""
-    from mlflow.entities import ViewType
+    from mlflow.entities import ViewType  # lazy: heavy (mlflow)
 
     found = [e for e in sink.client.search_experiments(view_type=ViewType.ALL, max_results=50_000)
              if (e.tags or {}).get(KIND_TAG) == "sweep" and (e.tags or {}).get(SWEEP_ID_TAG)]

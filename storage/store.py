@@ -17,18 +17,21 @@ on the ledger (and it warns about MLflow's file, which it does not read: `mirror
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from storage import files
 from storage.errors import WRITE_ACCESS, Conflict, Damaged, Locked, StoreError, StoreLost, translated
 from storage.faults import fault
 from storage.ledger import DONE, Ledger, lease_seconds, new_owner, owner_dead
@@ -76,9 +79,8 @@ def preflight(location: StoreLocation, sweep: str) -> None:
         raise StoreError(f"store {location.display} is a file, not a store folder")
     if location.kind != "server":
         return
-    import base64
-    import urllib.error
-    import urllib.request
+    import urllib.error  # lazy: keeps the read commands light
+    import urllib.request  # lazy: keeps the read commands light
 
     scheme, user, password, rest = split_credentials(location.tracking_uri)
     request = urllib.request.Request(f"{scheme}://{rest}/health")  # urllib takes no credentials in the URL
@@ -128,8 +130,6 @@ def _translating(method: F) -> F:
 def locked(location: StoreLocation, waited: float) -> Locked:
     """The one line for a store file another process kept locked while a command waited: which file (the one
     still locked when asked; SQLite's error does not say), how long it waited, and that a rerun resumes."""
-    from storage import files
-
     paths = [p for p in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))) if p]
     held = [p for p in paths if files.write_locked(p)] or paths
     which = " or ".join(str(p) for p in held) or location.display
@@ -157,8 +157,6 @@ def damaged(location: StoreLocation, path: Path, problem: str, consequence: str 
 
 def _half_migrated(path: Path) -> bool:
     """Whether MLflow's migrations stopped halfway in this file (alembic's batch tables are still there)."""
-    import sqlite3
-
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return db.execute("select count(*) from sqlite_master where name like '\\_alembic\\_tmp\\_%' escape '\\'"
                           ).fetchone()[0] > 0
@@ -168,8 +166,6 @@ def refuse_odd_files(location: StoreLocation, *, reading: bool = False, locks: b
     """The store's SQLite files are regular files of their own, or absent (`storage.files.refuse_odd`);
     `reading`: the ledger only (read commands never open MLflow's file). `locks`: and no other process
     holds SQLite's write lock on one (`storage.files.sqlite_locked`), for a driver about to write."""
-    from storage import files
-
     ledger = sqlite_path(location.ledger_uri)
     paths = (ledger,) if reading else (ledger, sqlite_path(location.tracking_uri))
     files.refuse_odd(paths, location.display,
@@ -208,8 +204,6 @@ def fold_logs(location: StoreLocation) -> None:
     a driver stopped by a full disk leaves its last commits in the log, and the file shorter than its header
     says until they are copied in. Called by a driver after the check, before it writes; a disk still full is
     one line naming the command to run once space is freed."""
-    from storage import files
-
     for path in dict.fromkeys((sqlite_path(location.ledger_uri), sqlite_path(location.tracking_uri))):
         if path is not None and not files.fold_log(path):
             raise StoreError(f"store {location.display}: the disk is full: the last commits of {path.name} are in "
@@ -623,7 +617,7 @@ class Store:
 
         Raises `StoreLost` when the store was deleted or replaced since it was opened, and a one-line
         `StoreError` for a full disk or a tracking server that stopped answering."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: heavy (mlflow)
 
         sweep, key = record["sweep"], record["trial_key"]
         owner = self.owner if (sweep, key) in self._claimed else None

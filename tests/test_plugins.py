@@ -1,5 +1,6 @@
-"""Plugins and registries: built-ins declared like plugins, import-light registries, an installed plugin
-package (tests/plugins/ext_mech) found through its entry points, `plugins:` modules, broken plugins."""
+"""Plugins and registries: import-light registries, an installed plugin package (tests/plugins/ext_mech) found
+through its entry points, `plugins:` modules, broken plugins. The built-ins' one declaration:
+tests/test_builtin_entries.py."""
 
 from __future__ import annotations
 
@@ -12,10 +13,6 @@ from pathlib import Path
 
 import pytest
 import tomllib
-
-from mechanisms.framework.registry import ACCOUNTANTS, MECHANISMS
-from workers.datasets.contract import DATASETS
-from workers.models.contract import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "plugins" / "ext_mech"
@@ -39,14 +36,6 @@ def install(target: Path, source: Path = PLUGIN) -> Path:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     return install(tmp_path_factory.mktemp("site") / "site")
-
-
-def test_pyproject_declares_exactly_the_builtin_entry_points():
-    """One list, written twice: pyproject (for installed metadata) and the registries (for workers that
-    receive privbench as shipped folders, without metadata)."""
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
-    for registry in (MECHANISMS, ACCOUNTANTS, MODELS, DATASETS):
-        assert declared[registry.group] == registry.builtins, registry.group
 
 
 def test_registries_import_no_torch_opacus_transformers_or_scipy():

@@ -35,7 +35,7 @@ def dataset_key(name: str, options: Mapping[str, Any]) -> str:
 def cached_dataset(name: str, options: Mapping[str, Any], load: Callable[[], Any]) -> tuple[Any, bool]:
     """The splits `load()` returns for (name, options), from the cache when there (True: it was); never during a
     neighbouring-data check, whose loads are the neighbour's."""
-    from workers.datasets.contract import in_neighbour_check
+    from workers.datasets.contract import in_neighbour_check  # lazy: heavy (numpy)
 
     size = capacity()
     if size == 0 or in_neighbour_check():

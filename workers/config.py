@@ -20,6 +20,8 @@ from typing import Any, ClassVar, TypeVar
 
 from mechanisms.accounting.validation import SIGMA_FLOOR, require_delta
 from mechanisms.framework.claims import AUDIT_SIGNIFICANCE, CALIBRATIONS
+from mechanisms.framework.options import OptionsError, parse
+from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 
 T = TypeVar("T")
 
@@ -168,20 +170,19 @@ def check(obj: Any) -> None:
 
 
 def _samplers() -> Any:
+    # lazy: keeps import workers.config light
     from mechanisms.parts.batch_selection import SAMPLERS  # imported when checked, not with this module
 
     return SAMPLERS
 
 
 def _grad_sample_modes() -> Any:
-    from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
-
     return GRAD_SAMPLE_MODES
 
 
 def _accountants() -> list[str]:
     """The accountants that can calibrate (built-ins and plugins), from their registry."""
-    from mechanisms.framework.registry import ACCOUNTANTS
+    from mechanisms.framework.registry import ACCOUNTANTS  # lazy: heavy (numpy)
 
     return [name for name, accountant in ACCOUNTANTS.items() if accountant.calibrates]
 
@@ -277,7 +278,7 @@ class AuditConfig:
         if not self.one_run or self.input_canaries == 0:
             return 0
         if self.input_canaries == "auto":
-            from mechanisms.auditing.input_canaries import auto_count
+            from mechanisms.auditing.input_canaries import auto_count  # lazy: keeps grid validation light
 
             return auto_count(n_train)
         return int(self.input_canaries)
@@ -290,7 +291,7 @@ class AuditConfig:
             return int(self.canaries)
         if shape is None:
             return max(1, min(self.max_canaries, n_params))
-        from mechanisms.auditing import white_box
+        from mechanisms.auditing import white_box  # lazy: keeps grid validation light
 
         sigma, rate, steps = shape
         return white_box.choose_canaries(n_params, steps, rate, sigma, delta, score=self.statistic, seed=seed,
@@ -327,8 +328,6 @@ def _typed_numbers(cls: type, mapping: Mapping[str, Any]) -> dict[str, Any]:
 def section(cls: type[T], mapping: Any, owner: str) -> T:
     """One settings mapping (a grid's `train`, `audit`, `resources`) made into `cls` by the strict
     option parser (unknown keys, types), then `cls`' own bounds. Raises ConfigError."""
-    from mechanisms.framework.options import OptionsError, parse
-
     if mapping is None:
         mapping = {}
     if not isinstance(mapping, Mapping):

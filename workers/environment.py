@@ -13,7 +13,7 @@ import warnings
 def configure() -> None:
     """Hugging Face offline unless the user chose (`PRIVBENCH_HF_OFFLINE=0` allows the hub), and Opacus'
     warning about full backward hooks on a first layer whose input needs no gradient (expected) silenced."""
-    from workers.datasets.hf import hub_offline_default
+    from workers.datasets.hf import hub_offline_default  # lazy: heavy (numpy)
 
     if os.environ.get("PRIVBENCH_HF_OFFLINE", "1") != "0":
         hub_offline_default()

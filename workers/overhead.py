@@ -38,6 +38,7 @@ import dataclasses
 import gc
 import statistics
 import time
+from math import comb
 from typing import Any
 
 import torch
@@ -62,8 +63,6 @@ def overhead_budget(train_s: float | None) -> float:
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
     """A distribution-free `level` confidence interval of the median of `values`: the k-th smallest and k-th largest,
     k the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2. None with too few values for any."""
-    from math import comb
-
     n, ordered = len(values), sorted(values)
     tail, k, mass = (1 - level) / 2, 0, 0.0
     while k < n // 2 and mass + comb(n, k) / 2**n <= tail:
@@ -97,8 +96,8 @@ def paired_overhead(pristine: nn.Module, bundle: Any, train_split: Any, mechanis
     MIN_ROUNDS whatever they cost, then more within `budget_s` (`overhead_budget`). `pristine` is the model as it
     was before training. The memory ratio is None when the non-private step needs less than `memory_floor_mb` (a
     ratio of two tiny, noisy numbers means nothing)."""
-    from mechanisms import get as get_mechanism
-    from workers.train import setup, train_step
+    from mechanisms import get as get_mechanism  # lazy: heavy (numpy)
+    from workers.train import setup, train_step  # lazy: heavy (dp_accounting, numpy)
 
     clock = time.process_time if device.type == "cpu" else time.perf_counter
     began = clock()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -105,8 +106,6 @@ def shipped(names: Sequence[str]) -> list[ModuleType]:
 
 def _folder(module: ModuleType) -> Path | None:
     """The folder a top-level module or package lives in, unless it is installed (site-packages, stdlib)."""
-    import sysconfig
-
     file = getattr(module, "__file__", None)
     if not file:
         return None

@@ -9,14 +9,15 @@ from __future__ import annotations
 import pickle
 import sys
 
+import mechanisms
+from mechanisms.framework.integrity.verdict import replay_state
+from workers.trial import _prepare, as_config
+
 
 def main() -> None:
     path, config, plan, trace = pickle.loads(sys.stdin.buffer.read())
     sys.path[:] = path
     # imported only after sys.path is the parent's, so that the parent's privbench and plugins are found
-    import mechanisms
-    from mechanisms.framework.integrity.verdict import replay_state
-    from workers.trial import _prepare, as_config
 
     trial = as_config(config)
     _prepare(trial)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from mechanisms.clipping_engine import unsupported
 from mechanisms.framework.integrity.model_checks import PROBE_ROWS, RowWatch
 from mechanisms.framework.integrity.verdict import runs_own_step, step_findings
 from mechanisms.parts.grouping import RowGroups, Units, group_rows
@@ -145,8 +146,6 @@ def grad_sample_mode(cfg: TrainConfig, bundle: ModelBundle, module: nn.Module, g
     if grouped and mode.name == "ghost":
         mode = GradSampleMode("bk", mode.source)
     if mode.name == "bk":
-        from mechanisms.clipping_engine import unsupported
-
         if why := unsupported(module):
             fallback = bundle.info.get("fallback_grad_sample_mode", "hooks")
             return GradSampleMode("hooks" if grouped else fallback, mode.source, "; ".join(why))

@@ -60,6 +60,7 @@ from workers.config import AuditConfig, TrialConfig
 from workers.environment import configure
 from workers.measure import freeze_long_lived
 from workers.overhead import overhead_budget, paired_overhead
+from workers.replay import replay_apart
 from workers.result import TrialResult
 from workers.timing import Stopwatch
 from workers.train import Diverged, Progress, release_statistics, train
@@ -95,7 +96,7 @@ def noise_generator(seed: int, device: torch.device, secure: bool = False) -> to
     OS's entropy), which cannot be reproduced by design."""
     if secure:
         try:
-            import torchcsprng
+            import torchcsprng  # lazy: optional dependency
         except ImportError:
             raise ValueError("secure_rng: true needs torchcsprng (Opacus' secure generator), which is not "
                              "installed") from None
@@ -441,8 +442,6 @@ def integrity_findings(config: TrialConfig, planned: Planned, output: Accelerato
         return []
     replayed = None
     if (trace := output.info.get("state_trace")) is not None:
-        from workers.replay import replay_apart
-
         replayed = replay_apart(config.to_dict(), planned.plan, trace)
     recorded = [*planned.findings, *(Finding.from_dict(f) for f in output.info.get("integrity", ()))]
     return verify(mechanisms.get(config.mechanism), planned.plan, recorded, replayed)
@@ -501,7 +500,7 @@ def run_trial(config: TrialConfig | Mapping[str, Any], on_progress: Progress | N
 def _ray_node() -> dict[str, str | None]:
     """Which Ray node ran the trial (informational; empty outside Ray)."""
     try:
-        import ray
+        import ray  # lazy: heavy (ray)
 
         if not ray.is_initialized():
             return {}

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def _relation(relation: Any) -> Any:
-    import dp_accounting
+    import dp_accounting  # lazy: heavy (dp_accounting)
 
     return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE if relation is None else relation
 
@@ -75,7 +75,7 @@ class Accountant:
     def supports(self, event: dp_accounting.DpEvent, relation: dp_accounting.NeighboringRelation | None = None) -> bool:
         """Whether `report` gives a number for `event` under `relation` (a factory's accountant: add-or-remove-one
         events its `supports` accepts)."""
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
         return _relation(relation) == dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE and \
             self.make().supports(event)
@@ -83,7 +83,7 @@ class Accountant:
     def _epsilon(self, event: dp_accounting.DpEvent, delta: float,
                  relation: dp_accounting.NeighboringRelation) -> EpsilonReport:
         """The number for a supported event (a factory's accountant: its `compose(event).get_epsilon(delta)`)."""
-        from mechanisms.accounting.reference import EpsilonReport
+        from mechanisms.accounting.reference import EpsilonReport  # lazy: keeps the registries light
 
         value = float(self.make().compose(event).get_epsilon(delta))
         return EpsilonReport(epsilon=value, accountant=self.name, computed_by=self.name)
@@ -92,10 +92,10 @@ class Accountant:
                relation: dp_accounting.NeighboringRelation | None = None) -> EpsilonReport:
         """Epsilon at `delta` for `event` under `relation` (add-or-remove-one by default), with provenance:
         inf for a non-private event, None (and why) for an event no sound analysis or this accountant covers."""
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
-        from mechanisms.accounting.reference import EpsilonReport
-        from mechanisms.accounting.validation import require_delta
+        from mechanisms.accounting.reference import EpsilonReport  # lazy: keeps the registries light
+        from mechanisms.accounting.validation import require_delta  # lazy: keeps privbench list light
 
         require_delta(delta)
         relation = _relation(relation)
@@ -110,7 +110,7 @@ class Accountant:
         return self._epsilon(event, delta, relation)
 
     def unsupported_note(self, event: dp_accounting.DpEvent, relation: dp_accounting.NeighboringRelation) -> str:
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
         if self.factory is not None and relation != dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE:
             return "plugin accountants answer add-or-remove-one only"
@@ -122,12 +122,12 @@ class Pld(Accountant):
     """dp-accounting's PLD, with the discretisation chosen per event (`adaptive_pld`): the reference."""
 
     def supports(self, event: Any, relation: Any = None) -> bool:
-        from mechanisms.accounting import reference
+        from mechanisms.accounting import reference  # lazy: keeps the registries light
 
         return reference.pld_supports(event, _relation(relation))
 
     def _epsilon(self, event: Any, delta: float, relation: Any) -> EpsilonReport:
-        from mechanisms.accounting import reference
+        from mechanisms.accounting import reference  # lazy: keeps the registries light
 
         return reference.pld_report(event, delta, relation, self.name)
 
@@ -138,12 +138,12 @@ class Rdp(Accountant):
     which it reads at another sensitivity than PLD."""
 
     def supports(self, event: Any, relation: Any = None) -> bool:
-        from mechanisms.accounting import reference
+        from mechanisms.accounting import reference  # lazy: keeps the registries light
 
         return reference.rdp_supports(event, _relation(relation))
 
     def unsupported_note(self, event: Any, relation: Any) -> str:
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
         if relation == dp_accounting.NeighboringRelation.REPLACE_ONE:
             return ("dp-accounting's RDP reads replace-one Gaussians at a different sensitivity than PLD: not used "
@@ -151,7 +151,7 @@ class Rdp(Accountant):
         return super().unsupported_note(event, relation)
 
     def _epsilon(self, event: Any, delta: float, relation: Any) -> EpsilonReport:
-        from mechanisms.accounting import reference
+        from mechanisms.accounting import reference  # lazy: keeps the registries light
 
         return reference.rdp_report(event, delta)
 
@@ -161,12 +161,12 @@ class Prv(Accountant):
     """The PRV accountant (Gopi et al.), guarded: PLD answers where it is known to fail."""
 
     def supports(self, event: Any, relation: Any = None) -> bool:
-        from mechanisms.accounting import reference
+        from mechanisms.accounting import reference  # lazy: keeps the registries light
 
         return reference.prv_supports(event, _relation(relation))
 
     def _epsilon(self, event: Any, delta: float, relation: Any) -> EpsilonReport:
-        from mechanisms.accounting import reference
+        from mechanisms.accounting import reference  # lazy: keeps the registries light
 
         return reference.prv_report(event, delta, relation)
 
@@ -182,7 +182,7 @@ class ClaimedDpsgd(Accountant):
     composes_once: bool = False  # whether the formula composes the run's one-time releases (`DpsgdRun.once`)
 
     def supports(self, event: Any, relation: Any = None) -> bool:
-        from mechanisms.accounting.events import DpsgdRun
+        from mechanisms.accounting.events import DpsgdRun  # lazy: keeps the registries light
 
         return isinstance(event, DpsgdRun) and (event.sampler == "poisson" or not self.poisson_only) and \
             (self.composes_once or not event.once)
@@ -193,7 +193,7 @@ class ClaimedDpsgd(Accountant):
         return f"{self.name} analyses DP-SGD's setting{' under Poisson sampling' if self.poisson_only else ''} only"
 
     def _epsilon(self, event: Any, delta: float, relation: Any) -> EpsilonReport:
-        from mechanisms.accounting.reference import EpsilonReport
+        from mechanisms.accounting.reference import EpsilonReport  # lazy: keeps the registries light
 
         module, _, function = self.formula.partition(":")
         value = float(getattr(importlib.import_module(module), function)(event, delta))
@@ -208,7 +208,7 @@ class ClaimedDpsgd(Accountant):
 
     def sigma_guess(self, event: Any, epsilon: float, delta: float) -> float:
         """A starting sigma for a calibration (the CLT's closed form, where the analysis has one)."""
-        from mechanisms.accounting import gdp
+        from mechanisms.accounting import gdp  # lazy: keeps the registries light
 
         return gdp.sigma_for_epsilon(epsilon, delta, event.sampling_probability, event.steps,
                                      "poisson" if event.sampler == "poisson" else "uniform")
@@ -231,7 +231,7 @@ class FentonWilkinson(ClaimedDpsgd):
 
     def calibration_note(self, event: Any, epsilon: float, delta: float) -> str:
         """Algorithm 1 runs whichever of the shuffled sigma and the plain (d = 1) one is smaller: say which."""
-        from mechanisms.accounting import fenton_wilkinson
+        from mechanisms.accounting import fenton_wilkinson  # lazy: keeps the registries light
 
         plain = fenton_wilkinson.sigma_for_epsilon(
             epsilon, delta, event.sampling_probability, event.steps, 1, batch_clip_ratio=event.batch_clip_ratio,
@@ -242,7 +242,7 @@ class FentonWilkinson(ClaimedDpsgd):
         return f"unshuffled (d = 1) sigma for the same target: {plain:.6g}"
 
     def sigma_guess(self, event: Any, epsilon: float, delta: float) -> float:
-        from mechanisms.accounting import fenton_wilkinson
+        from mechanisms.accounting import fenton_wilkinson  # lazy: keeps the registries light
 
         return fenton_wilkinson.sigma_for_epsilon(
             epsilon, delta, event.sampling_probability, event.steps, event.dim,

@@ -29,6 +29,7 @@ import dp_accounting
 from mechanisms.accounting.reference import poisson_dominating
 from mechanisms.accounting.sound import epsilon_report, sound_accountants
 from mechanisms.accounting.validation import require_delta, require_positive
+from mechanisms.framework.registry import ACCOUNTANTS
 
 EventFamily = Callable[[float], dp_accounting.DpEvent]
 
@@ -246,7 +247,6 @@ def calibrate_sigma(
     guess, slope, level = 1.0, DEFAULT_SLOPE, 0
     # The cheap bracket is only asked about families accounted under add-or-remove-one: dp-accounting's RDP
     # reads replace-one Gaussians at another sensitivity than PLD (reference.py), so it is not used for them.
-    from mechanisms.framework.registry import ACCOUNTANTS
 
     add_or_remove = accounting_relation(events) == dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     cheap = ACCOUNTANTS.get(accountant).bracket  # a cheaper accountant that brackets the search

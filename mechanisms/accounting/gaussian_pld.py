@@ -27,10 +27,10 @@ def gaussian_pld(sigma: float, sampling_prob: float, discretization: float, *, p
     pessimistic_estimate=p, use_connect_dots=p)`: connect-the-dots when pessimistic (every delta an upper
     bound), privacy buckets rounded down when not (every delta a lower bound). h is at least `grid_floor(sigma)`
     (the work a tiny sigma's loss range would otherwise take: minutes at sigma 0.017)."""
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib  # lazy: heavy (dp_accounting)
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType  # lazy: heavy (dp_accounting)
 
-    from mechanisms.accounting.adaptive_pld import grid_floor
+    from mechanisms.accounting.adaptive_pld import grid_floor  # lazy: heavy (dp_accounting, scipy)
 
     if not (sigma > 0 and 0 < sampling_prob <= 1 and discretization > 0):
         raise ValueError(f"need sigma > 0, 0 < q <= 1 and a grid > 0, got {sigma}, {sampling_prob}, {discretization}")
@@ -44,7 +44,7 @@ def gaussian_pld(sigma: float, sampling_prob: float, discretization: float, *, p
 
 
 def _loss(sigma: float, q: float, adjacency: Any, pessimistic: bool) -> Any:
-    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
+    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss  # lazy: heavy (dp_accounting)
 
     return GaussianPrivacyLoss(sigma, sensitivity=1, pessimistic_estimate=pessimistic, sampling_prob=q,
                                adjacency_type=adjacency)
@@ -54,7 +54,7 @@ def inverse_privacy_loss(loss: Any, epsilons: np.ndarray) -> np.ndarray:
     """`loss.inverse_privacy_loss` on an array (sensitivity 1): the largest x whose privacy loss is at least
     each epsilon, by the same formulas (`common.log_a_times_exp_b_plus_c`, then the unsubsampled inverse).
     Epsilons outside the loss's range raise, as dp-accounting's do; the edge itself maps to +-inf."""
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType  # lazy: heavy (dp_accounting)
 
     eps = np.asarray(epsilons, dtype=np.float64)
     q, var = loss.sampling_prob, loss.standard_deviation ** 2
@@ -84,7 +84,7 @@ def inverse_privacy_loss(loss: Any, epsilons: np.ndarray) -> np.ndarray:
 
 def _deltas(loss: Any, epsilons: np.ndarray) -> np.ndarray:
     """`loss.get_delta_for_epsilon` on an array, with the inverse evaluated at once."""
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType  # lazy: heavy (dp_accounting)
 
     eps = np.asarray(epsilons, dtype=np.float64)
     deltas = np.zeros_like(eps)
@@ -103,7 +103,7 @@ def _deltas(loss: Any, epsilons: np.ndarray) -> np.ndarray:
 
 def _connect_dots(loss: Any, h: float) -> Any:
     """`_create_pld_pmf_from_monotone_privacy_loss(..., use_connect_dots=True)`, continuous branch."""
-    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import pld_pmf  # lazy: heavy (dp_accounting)
 
     bounds = loss.connect_dots_bounds()
     upper, lower = math.ceil(bounds.epsilon_upper / h), math.floor(bounds.epsilon_lower / h)
@@ -114,7 +114,7 @@ def _connect_dots(loss: Any, h: float) -> Any:
 def _optimistic_buckets(loss: Any, h: float) -> Any:
     """`_create_pld_pmf_from_monotone_privacy_loss(..., pessimistic_estimate=False)`, continuous branch: each
     interval of x between the inverses of consecutive grid losses goes to the lower end of its losses."""
-    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import pld_pmf  # lazy: heavy (dp_accounting)
 
     tail = loss.privacy_loss_tail()
     lower_x, upper_x = tail.lower_x_truncation, tail.upper_x_truncation

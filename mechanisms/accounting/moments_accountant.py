@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from opacus.accountants.analysis.rdp import compute_rdp
 
 from mechanisms.accounting.validation import (
     require_delta,
@@ -35,7 +36,6 @@ def epsilon_classic(sigma: float, sample_rate: float, steps: int, delta: float,
     require_sample_rate(sample_rate)
     require_steps(steps)
     require_delta(delta)
-    from opacus.accountants.analysis.rdp import compute_rdp  # lazy: importing opacus costs seconds
 
     order_array = np.asarray(orders, dtype=np.float64)
     rdp = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=sigma, steps=steps, orders=list(orders)))

@@ -67,7 +67,7 @@ class PrvAccountant(dp_accounting.PrivacyAccountant):
         return None
 
     def _prv_epsilon(self, delta: float, eps_error: float = EPS_ERROR_MAX) -> float:
-        from opacus.accountants import PRVAccountant as OpacusPRV  # lazy: importing opacus costs seconds
+        from opacus.accountants import PRVAccountant as OpacusPRV  # lazy: heavy (opacus)
 
         accountant = OpacusPRV()
         accountant.history = list(self._history)

@@ -22,6 +22,7 @@ the schema, whose sensitivity the certificate covers.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,8 +67,6 @@ class CorrelatedCanaries(DiracCanaries):
 
     def _score_pending(self) -> None:
         """Keep the block's observations (scored once the run is over: whitening needs every step)."""
-        import time
-
         if not self._rows:
             return
         t0 = time.perf_counter()
@@ -133,7 +132,7 @@ def simulated_run(noise: CorrelatedNoise, steps_per_epoch: int, epochs: int, sig
     """The certified mechanism itself, simulated: m canaries (coordinates of their own), each pushed 1 (the clip)
     at its fixed-order steps, noise sigma w from the part's own stream. Returns the canaries (their observations
     recorded) and the (steps, m) observations."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     steps = steps_per_epoch * epochs
     canaries = CorrelatedCanaries(m, m, clip=1.0, noise=noise, steps_per_epoch=steps_per_epoch, seed=seed,

@@ -39,6 +39,7 @@ code that trains. The excluded canaries' residuals are kept (a capped number of 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import time
 from typing import Any
@@ -185,7 +186,7 @@ class DiracCanaries:
     # -- Opacus plumbing ----------------------------------------------------------------------
 
     def attach(self, optimizer: Any) -> DiracCanaries:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if self._optimizer is not None:
             raise RuntimeError("these canaries are already attached")
@@ -244,7 +245,7 @@ class DiracCanaries:
     def _inject(self, optimizer: Any) -> None:
         """Push the joining included canaries into the clipped sum, each by what the engine's clipping leaves of
         a canary example, keeping what the sum held there; record the step's unit (no host synchronisation)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         k = self._rows
         if k == 0:  # each included canary joins each step with probability q: a block's draws at once
@@ -275,7 +276,7 @@ class DiracCanaries:
         return self.included & (self._participation.random((rows, self.m)) < self.sample_rate)
 
     def _read(self, optimizer: Any) -> None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         for (i, local), after in zip(self._layout, self._after, strict=True):
             torch.index_select(optimizer.params[i].grad.detach().reshape(-1), 0, local, out=after[self._rows])
@@ -322,14 +323,10 @@ class DiracCanaries:
 
 
 def encode_array(array: np.ndarray) -> dict[str, str]:
-    import base64
-
     return {"dtype": array.dtype.str, "b64": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
 
 
 def decode_array(data: dict[str, str]) -> np.ndarray:
-    import base64
-
     return np.frombuffer(base64.b64decode(data["b64"]), dtype=np.dtype(data["dtype"])).copy()
 
 

@@ -15,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from dp_accounting import NeighboringRelation
 
 from mechanisms.auditing import tradeoff
 from mechanisms.auditing.cases import AuditCase, dirac_case
 from mechanisms.auditing.profile import step_options, step_spec
 from mechanisms.framework.integrity.verdict import plan_for
+from mechanisms.parts.clipping import PerLayerClipping
 
 if TYPE_CHECKING:
     from mechanisms.framework.mechanism import Mechanism
@@ -85,8 +87,6 @@ def audit_cases(mechanism: Mechanism, dim: int, clip: float, seed: int,
 def _gradient_canary(parts: Parts | None, clip: float, tensor_sizes: Sequence[int] | None,
                      ) -> tuple[float, tuple[tuple[int, float], ...] | None]:
     """(the canary's norm, the per-tensor bounds) for `dirac_case`: the clipper's largest bound."""
-    from mechanisms.parts.clipping import PerLayerClipping
-
     if parts is None:
         return clip, None
     clipper = parts.clipper
@@ -98,8 +98,6 @@ def _gradient_canary(parts: Parts | None, clip: float, tensor_sizes: Sequence[in
 def with_releases(case: AuditCase, parts: Parts, sigma: float) -> AuditCase:
     """`case` over the step's whole release layout: the gradient's columns, then each other release's (base 0,
     moved by its add-or-remove sensitivity by the canary example), weighted by inverse noise variances."""
-    from dp_accounting import NeighboringRelation
-
     gradient_std = sigma * getattr(parts.noise, "std_per_sigma", 1.0)
     canary, base, weights = [case.canary], [case.base], [np.full(case.dim, 1.0 / gradient_std**2)]
     for release in parts.releases:

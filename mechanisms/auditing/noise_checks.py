@@ -58,7 +58,7 @@ class Covariance:
     name: str = "covariance"
 
     def whiten(self, residuals: np.ndarray) -> np.ndarray:
-        import scipy.linalg
+        import scipy.linalg  # lazy: heavy (scipy)
 
         t = residuals.shape[0]
         if self.matrix.shape[0] < t:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.auditing import tradeoff
+from mechanisms.parts.plan import PrivacySpec
 
 if TYPE_CHECKING:
     from mechanisms.framework.mechanism import Mechanism
@@ -29,8 +30,6 @@ def step_spec(sigma: float | None, delta: float, *, epsilon: float | None = None
               options: Mapping[str, Any] | None = None, batch_size: int | None = None) -> PrivacySpec:
     """ONE un-subsampled step (sample_rate 1, steps 1) on a batch of the trial's expected size (1 by default):
     the scope of every mechanism-level number."""
-    from mechanisms.parts.plan import PrivacySpec
-
     batch = int(batch_size or 1)
     return PrivacySpec(epsilon=epsilon, delta=delta, dataset_size=batch, batch_size=batch, epochs=1, clip=clip,
                        sigma=sigma, options=dict(options or {}))

@@ -38,7 +38,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import scipy.stats
 
+from mechanisms.accounting.gaussian_pld import epsilon_for_delta, gaussian_pld, hockey_stick
 from mechanisms.auditing import one_run
 from mechanisms.auditing.canary import CanaryScoreAuditor, Explicit
 
@@ -258,7 +260,7 @@ def best_guess_count(fractions: np.ndarray, precision: np.ndarray, m: int, delta
     one standard deviation below the expected number of right guesses, so a lucky streak among the
     top few scores of the simulation does not pick a rule that fails on the real run.
     """
-    from mechanisms.auditing import one_run
+    from mechanisms.auditing import one_run  # lazy: heavy (torch)
 
     best, best_r = 0.0, max(1, m // 10)
     s = significance / (2 * n_rules)
@@ -304,7 +306,7 @@ def ceiling_noise(draws: Sequence[tuple[np.ndarray, np.ndarray]], guess_counts: 
     lay 4.2 sd above it). The rise is taken over the whole `CEILING_FLAG_NOISES` sd, not one sd times that: at a
     ceiling of 0 the bound stays 0 for a few more right guesses, and one sd would give a noise of 0.
     """
-    from mechanisms.auditing import one_run
+    from mechanisms.auditing import one_run  # lazy: heavy (torch)
 
     m, k, half = draws[0][0].size, len(guess_counts), significance / 2
     hits = [np.cumsum(np.asarray(included, dtype=bool)[np.argsort(-np.asarray(scores, dtype=np.float64))])
@@ -399,8 +401,6 @@ def dpsgd_profile(sigma: float, sample_rate: float, steps: int, *, points: int =
     discretisation must be fine against the per-step privacy loss: at 1e-2 the pessimistic rounding of
     673 steps at sigma 40 (digits) inflates delta(0) several times over and the curve collapses.
     """
-    from mechanisms.accounting.gaussian_pld import gaussian_pld, hockey_stick
-
     pld = gaussian_pld(sigma, sample_rate, discretization, pessimistic=True).self_compose(steps)
     top = 1.0
     while top < 200 and float(hockey_stick(pld, [top])[0]) > 1e-15:
@@ -535,8 +535,6 @@ def dpsgd_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, *,
 
 
 def _optimistic_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, grid: float) -> float:
-    from mechanisms.accounting.gaussian_pld import epsilon_for_delta, gaussian_pld
-
     return epsilon_for_delta(gaussian_pld(sigma, sample_rate, grid, pessimistic=False).self_compose(steps), delta)
 
 
@@ -591,8 +589,6 @@ def noise_bound(moments: Sequence[float], sample_rate: float, steps: int, delta:
     reads): a noise part adding less than it declares shows here first. `near` (the certified epsilon, say) only
     picks the grid of the epsilon (`dpsgd_epsilon`).
     """
-    import scipy.stats
-
     n, ss, s4 = (float(x) for x in moments)
     if noise_check_gap(moments, kurtosis_tol) in (TOO_FEW, NO_NOISE):
         return None

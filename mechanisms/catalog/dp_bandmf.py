@@ -61,14 +61,14 @@ class DpBandMf(CorrelatedNoiseMechanism):
     Options = Options
 
     def strategy(self, spec: PrivacySpec, options: Any) -> BandedToeplitz:
-        from mechanisms.parts.correlated_noise import BandedToeplitz
+        from mechanisms.parts.correlated_noise import BandedToeplitz  # lazy: keeps the registries light
 
         return BandedToeplitz.square_root(options.bands)
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
-        from mechanisms.accounting import epsilon
+        from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
 
         sens = claimed_sensitivity(min(options.bands, parts.sampler.steps), parts.sampler.epochs)
         claimed = epsilon(dp_accounting.GaussianDpEvent(sigma / (2 * sens)), spec.delta, "pld")

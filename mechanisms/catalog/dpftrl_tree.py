@@ -53,6 +53,7 @@ def claimed_epsilon(sigma: float, steps_per_epoch: int, epochs: int, delta: floa
                     relation_factor: float = 2.0) -> float:
     """The paper's epsilon at noise multiplier sigma (per unit clip) for sensitivity `relation_factor` C per
     participation (2: replace-one, privbench's; 1: the paper's zero-out)."""
+    # lazy: heavy (dp_accounting)
     from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_epsilon
 
     rdp = tree_restart_rdp(sigma / relation_factor, [steps_per_epoch] * epochs, DEFAULT_RDP_ORDERS)
@@ -65,7 +66,7 @@ class DpFtrlTree(CorrelatedNoiseMechanism):
     Options = Options
 
     def strategy(self, spec: PrivacySpec, options: Any) -> RestartedTree:
-        from mechanisms.parts.correlated_noise import RestartedTree
+        from mechanisms.parts.correlated_noise import RestartedTree  # lazy: keeps the registries light
 
         return RestartedTree(fixed_order(spec).steps_per_epoch, honaker=options.honaker)
 

@@ -37,8 +37,8 @@ class DpSgd(Mechanism):
         return clipping_for(options.clipping, spec.clip, spec.n_tensors, self.ID)
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         clipper = self.clipper(spec, options)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from mechanisms.framework.mechanism import Mechanism
+from mechanisms.parts.clipping import AdaptiveClipping
 
 if TYPE_CHECKING:
     import torch
@@ -70,10 +71,9 @@ class AdaClipDpSgd(Mechanism):
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
         """The sampler, the state-set flat clip (starting at the grid's clip), noise that follows it, and the
         centred unclipped count."""
-        from mechanisms.parts.clipping import AdaptiveClipping
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
-        from mechanisms.parts.releases import UnclippedCount
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
+        from mechanisms.parts.releases import UnclippedCount  # lazy: keeps the registries light
 
         if not options.min_clip <= spec.clip <= options.max_clip:
             raise ValueError(f"{ID}: the initial clip {spec.clip} must lie in [min_clip, max_clip] = "
@@ -87,7 +87,7 @@ class AdaClipDpSgd(Mechanism):
     def update_state(self, state: Mapping[str, torch.Tensor], released: Released, plan: PrivacyPlan,
                      options: Options) -> Mapping[str, torch.Tensor]:
         """C <- clamp(C exp(-clip_lr (b~ - target_quantile))), b~ = released centred count / B + 1/2."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         unclipped = released["unclipped"].reshape(()) / plan.parts.sampler.batch_size + 0.5
         clip = state["clip"] * torch.exp(-options.clip_lr * (unclipped - options.target_quantile))

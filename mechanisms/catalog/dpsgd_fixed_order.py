@@ -27,8 +27,8 @@ class DpSgdFixedOrder(DpSgd):
     Options = Options
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         clipper = self.clipper(spec, options)
         return Parts(fixed_order(spec), clipper, GaussianNoise(clipper.bound))

@@ -32,13 +32,13 @@ class DpSgdGdp(DpSgd):
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
         """The paper's choice: the CLT's sigma for the target."""
-        from mechanisms.accounting import gdp
+        from mechanisms.accounting import gdp  # lazy: keeps the registries light
 
         return gdp.sigma_for_epsilon(spec.epsilon, spec.delta, parts.sampler.sample_rate, parts.sampler.steps,
                                      _gdp_sampler(parts.sampler.name))
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
-        from mechanisms.accounting import gdp
+        from mechanisms.accounting import gdp  # lazy: keeps the registries light
 
         sampler = _gdp_sampler(parts.sampler.name)
         mu = gdp.mu_of(sigma, parts.sampler.sample_rate, parts.sampler.steps, sampler)
@@ -48,8 +48,8 @@ class DpSgdGdp(DpSgd):
 
     def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> TradeOff:
         """The CLT formula at q = 1, T = 1: mu = sqrt(e^{1/sigma^2} - 1) (> 1/sigma: conservative for one step)."""
-        from mechanisms.accounting import gdp
-        from mechanisms.auditing import tradeoff
+        from mechanisms.accounting import gdp  # lazy: keeps the registries light
+        from mechanisms.auditing import tradeoff  # lazy: keeps the registries light
 
         return tradeoff.Gaussian(mu=gdp.mu_poisson(sigma, 1.0, 1))
 

@@ -47,7 +47,7 @@ class Options:
             raise ValueError(f"noise must be one of {', '.join(NOISE_PARTS)}, got {self.noise!r}")
         if self.noise_parts is not None and not all(math.isfinite(x) for x in self.noise_parts):
             raise ValueError(f"noise_parts must be two finite numbers, got {self.noise_parts}")
-        from mechanisms.parts.noise_addition import FFT_NORMS
+        from mechanisms.parts.noise_addition import FFT_NORMS  # lazy: keeps the registries light
 
         if self.fft not in FFT_NORMS:
             raise ValueError(f"fft must be one of {', '.join(FFT_NORMS)}, got {self.fft!r}")
@@ -90,26 +90,26 @@ class Gredp(Mechanism):
     audit_per_tensor = True  # the transform runs per parameter tensor
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
-        from mechanisms.parts.noise_addition import FrequencyNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import FrequencyNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         clipper = time_domain_clipper(options, spec.clip, spec.tensor_sizes, spec.n_tensors, spec.model_dim)
         return Parts(spec.batch_selection, clipper, FrequencyNoise(spec.clip, options.parts, options.fft))
 
     def paper_parts(self, spec: PrivacySpec) -> Parts:
         """What the paper analyses: DP-SGD's Gaussian at sigma (Theorems 1 and 3)."""
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         return Parts(spec.batch_selection, FlatClipping(spec.clip), GaussianNoise(spec.clip))
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
-        from mechanisms.accounting import calibrate_sigma
+        from mechanisms.accounting import calibrate_sigma  # lazy: heavy (dp_accounting, numpy, scipy)
 
         return calibrate_sigma(self.paper_parts(spec), spec.epsilon, spec.delta, spec.accountant).sigma
 
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
-        from mechanisms.accounting import epsilon
+        from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
 
         claimed = epsilon(self.paper_parts(spec).dp_event(sigma), spec.delta, spec.accountant)
         scale = parts.noise_multiplier(sigma) / self.paper_parts(spec).noise_multiplier(sigma)
@@ -121,7 +121,7 @@ class Gredp(Mechanism):
 
     def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> Any:
         """The paper's claim for one step: DP-SGD's Gaussian at sigma, G_{1/sigma} (Theorems 1 and 3)."""
-        from mechanisms.auditing import tradeoff
+        from mechanisms.auditing import tradeoff  # lazy: keeps the registries light
 
         return tradeoff.Gaussian(mu=1.0 / sigma)
 

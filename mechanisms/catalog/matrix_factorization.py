@@ -15,6 +15,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.framework.mechanism import Mechanism
+from mechanisms.parts.clipping import FlatClipping
 
 if TYPE_CHECKING:
     from mechanisms.parts.batch_selection import FixedOrderSampling
@@ -37,9 +38,8 @@ class CorrelatedNoiseMechanism(Mechanism):
         raise NotImplementedError
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
-        from mechanisms.parts.clipping import FlatClipping
-        from mechanisms.parts.correlated_noise import CorrelatedNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.correlated_noise import CorrelatedNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         sampler = fixed_order(spec)
         clipper = FlatClipping(spec.clip)
@@ -48,7 +48,7 @@ class CorrelatedNoiseMechanism(Mechanism):
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
         """The smallest sigma whose claimed epsilon meets the target (the paper's calibration)."""
-        from mechanisms.accounting.calibration import calibrate
+        from mechanisms.accounting.calibration import calibrate  # lazy: keeps the registries light
 
         return calibrate(lambda sigma: self.claim(sigma, spec, options, parts, None).epsilon, spec.epsilon).sigma
 

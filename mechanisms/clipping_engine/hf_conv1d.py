@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from mechanisms.clipping_engine.linear import record_linear
 from mechanisms.clipping_engine.rules import Rule, Tap, register
@@ -20,7 +21,6 @@ def _matches(module: nn.Module) -> bool:
     cls = type(module)
     if cls.__name__ != "Conv1D" or not cls.__module__.startswith("transformers"):
         return False
-    from transformers.pytorch_utils import Conv1D
 
     return cls is Conv1D
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.models.vit.modeling_vit import ViTEmbeddings
 
 from mechanisms.clipping_engine.norms import instantiated
 from mechanisms.clipping_engine.rules import Rule, Tap, register
@@ -23,7 +24,6 @@ def _matches(module: nn.Module) -> bool:
     cls = type(module)
     if cls.__name__ != "ViTEmbeddings" or not cls.__module__.startswith("transformers"):
         return False
-    from transformers.models.vit.modeling_vit import ViTEmbeddings
 
     return cls is ViTEmbeddings
 

@@ -55,7 +55,7 @@ class Tap:
         groups = self.engine.groups
         if groups is None:
             return x
-        from mechanisms.parts.grouping import regroup
+        from mechanisms.parts.grouping import regroup  # lazy: heavy (numpy)
 
         return regroup(x, groups, scaled)
 

@@ -27,6 +27,8 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping, DPPe
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from mechanisms.clipping_engine import BookkeepingEngine, BookkeepingLoss
+from mechanisms.clipping_engine.norms import clip_factors
 from mechanisms.framework.integrity.guard import StepGuard, apply_state, copied
 from mechanisms.parts.clipping import GRAD_SAMPLE_MODES
 from mechanisms.parts.grouping import RowGroups, Units, augment_crop_flip, crop_padding, group_rows
@@ -138,8 +140,6 @@ class PrivateOptimizerMixin:
 
         The one-run audit's canaries enter the step as such examples (`CanaryProbe`): a bound changed after
         planning, wherever it was changed, moves them as it moves every example."""
-        from mechanisms.clipping_engine.norms import clip_factors
-
         engine = getattr(self, "engine", None)
         if engine is not None and getattr(engine, "clipping", "flat") == "per_layer":
             bounds: list[Any] = list(engine._bounds.values())
@@ -523,7 +523,6 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
     max_grad_norm: Any = clipper.max_grad_norm
     engine = None
     if grad_sample_mode == "bk":  # one backward pass leaves sum_i c_i G_i in p.grad (docs/clipping.md)
-        from mechanisms.clipping_engine import BookkeepingEngine, BookkeepingLoss
 
         engine = BookkeepingEngine(module, max_grad_norm, clipping=clipper.opacus_clipping)
         if bound_key is not None:

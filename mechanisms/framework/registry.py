@@ -4,11 +4,12 @@ entry points, so that privbench's own entries and a user's plugins arrive the sa
 Each kind has an entry-point group, `privbench.<kind>s`; an entry's name is the id a grid uses and its value
 (`module:attr`) names an object following the kind's contract (`mechanisms.Mechanism`,
 `mechanisms.accounting.accountant.Accountant`, `workers.models.Model`, `workers.datasets.Dataset`).
-privbench's built-ins are declared in pyproject.toml and, identically, in the `builtins` of each registry:
-a Ray worker that received privbench as shipped folders (runtime_env `py_modules`) has no package
-metadata, yet must find them (tests/test_plugins.py keeps the two declarations equal). Installed plugins
-come from package metadata, on the driver and on every worker; modules named by a grid's `plugins:` are
-imported and scanned by `workers.plugins`.
+privbench's built-ins are declared once, in the `builtins` of each registry (not in pyproject.toml): a Ray
+worker that received privbench as shipped folders (runtime_env `py_modules`) has no package metadata, yet
+must find them. Installed entry points into the built-ins' own packages (an older install's metadata still
+lists them) are ignored, so the table stays the only definition. Installed plugins come from package metadata,
+on the driver and on every worker; modules named by a grid's `plugins:` are imported and scanned by
+`workers.plugins`.
 
 Loading happens once per process, on first use (never at import), and imports only the modules the
 entries name: those hold light descriptors, whose heavy code is imported inside the hooks that need it.
@@ -77,7 +78,7 @@ def _origin(module_name: str) -> str | None:
 
 def is_privbench(module_name: str) -> bool:
     """Whether a module is privbench's own: its file is inside one of privbench's packages."""
-    from mechanisms.framework.integrity import own_module
+    from mechanisms.framework.integrity import own_module  # lazy: keeps import mechanisms light
 
     return own_module(module_name)
 
@@ -153,11 +154,13 @@ class Registry(Generic[T]):
         self._loaded = False
 
     def entry_points(self) -> list[importlib.metadata.EntryPoint]:
-        """The built-in entries, then the installed ones (privbench's own metadata repeats the built-ins)."""
+        """The built-in entries, then the installed plugins'. An installed entry into the built-ins' own
+        package is not read: the built-ins are `builtins`, and an older install's metadata may still list them."""
         points = [importlib.metadata.EntryPoint(name, value, self.group) for name, value in self.builtins.items()]
         seen = {(p.name, p.value) for p in points}
+        own = {p.module.partition(".")[0] for p in points}
         for point in importlib.metadata.entry_points(group=self.group):
-            if (point.name, point.value) not in seen:
+            if point.module.partition(".")[0] not in own and (point.name, point.value) not in seen:
                 seen.add((point.name, point.value))
                 points.append(point)
         return points
@@ -256,7 +259,7 @@ class Registry(Generic[T]):
 
 
 def _mechanism_id(obj: Any) -> str:
-    from mechanisms.framework.mechanism import Mechanism
+    from mechanisms.framework.mechanism import Mechanism  # lazy: heavy (numpy)
 
     if not isinstance(obj, Mechanism):
         raise TypeError(f"{obj!r} is not a mechanisms.Mechanism instance")
@@ -266,7 +269,7 @@ def _mechanism_id(obj: Any) -> str:
 
 
 def _accountant_name(obj: Any) -> str:
-    from mechanisms.accounting.accountant import Accountant
+    from mechanisms.accounting.accountant import Accountant  # lazy: keeps import mechanisms light
 
     if not isinstance(obj, Accountant):
         raise TypeError(f"{obj!r} is not a mechanisms.accounting.accountant.Accountant")

@@ -117,7 +117,7 @@ class PoissonSampling(BatchSelection):
               pad_to: int | None = None) -> Iterator[StepIndices]:
         """K ~ Binomial(N, q) from `generator` (the host's), then K of the N indices uniformly at random from
         `device_generator`: each example is in the batch with probability q, independently of the others."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         device_generator = device_generator or generator
         counts = torch.full((self.steps_per_epoch,), float(self.dataset_size))
@@ -140,7 +140,7 @@ class FixedSizeSampling(BatchSelection):
 
     def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
               pad_to: int | None = None) -> Iterator[StepIndices]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         device_generator = device_generator or generator
         for _ in range(self.steps_per_epoch):
@@ -164,7 +164,7 @@ class ShuffleSampling(BatchSelection):
 
     def epoch(self, generator: torch.Generator, device_generator: torch.Generator | None = None,
               pad_to: int | None = None) -> Iterator[StepIndices]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         device_generator = device_generator or generator
         order = torch.randperm(self.dataset_size, generator=device_generator, device=device_generator.device)
@@ -203,14 +203,14 @@ class FixedOrderSampling(ShuffleSampling):
     @property
     def participation(self) -> Participation:
         """The steps one example joins: the cyclic schema of this order."""
-        from mechanisms.parts.participation import Participation
+        from mechanisms.parts.participation import Participation  # lazy: keeps privbench privacy light
 
         return Participation.cyclic(self.steps_per_epoch, self.epochs)
 
     def order(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The permutation every epoch cuts into batches: drawn from `order_seed` alone, on the host (the same
         on every device), then moved to `device`."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         generator = torch.Generator().manual_seed(self.order_seed)
         return torch.randperm(self.dataset_size, generator=generator).to(device)
@@ -282,7 +282,7 @@ class StepIndices:
     def of(cls, index: torch.Tensor, size: int, pad_to: int | None = None) -> StepIndices:
         """`index` as it is, or padded with row 0 at weight 0 up to the next multiple of `pad_to` rows (at
         least one row, so that an empty Poisson batch still has a shape)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not pad_to:
             return cls(index, size)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # torch and dp-accounting load when a clipper clips or states
 
 def relation_factor(relation: NeighborRel) -> float:
     """How far apart two neighbouring sums can be, in units of the per-example bound."""
-    from dp_accounting import NeighboringRelation as NeighborRel
+    from dp_accounting import NeighboringRelation as NeighborRel  # lazy: heavy (dp_accounting)
 
     if relation == NeighborRel.ADD_OR_REMOVE_ONE:
         return 1.0
@@ -90,7 +90,7 @@ class FlatClipping(Clipping):
         return self.clip
 
     def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         norms = torch.stack([g.reshape(len(g), -1).norm(dim=1) for g in per_example]).norm(dim=0)
         factor = (self.clip / (norms + 1e-6)).clamp(max=1.0)  # Opacus' rule, epsilon included
@@ -125,7 +125,7 @@ class PerLayerClipping(Clipping):
     def clip_and_sum(self, per_example: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(per_example) != len(self.clips):
             raise ValueError(f"{len(per_example)} tensors for {len(self.clips)} per-layer clips")
-        import torch
+        import torch  # lazy: heavy (torch)
 
         out = []
         for g, c in zip(per_example, self.clips, strict=True):

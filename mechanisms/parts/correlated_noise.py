@@ -44,6 +44,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+import scipy.linalg
+import torch
 
 from mechanisms.parts.clipping import Clipping
 from mechanisms.parts.noise_addition import NoiseMap, RunNoise, RunStream, gaussian
@@ -94,8 +96,6 @@ class Strategy(abc.ABC):
     def noise_matrix(self, steps: int) -> np.ndarray:
         """M with the per-step noise of `steps` steps = M z (z the i.i.d. draws, in order): read off the stream
         itself by drawing basis vectors, so it is the law of what training adds (for audits and whitening)."""
-        import torch
-
         width = 2 * steps + 1  # draws: at most one per leaf and one per tree node
         counter = [0]
 
@@ -333,8 +333,6 @@ class CorrelatedNoise(RunNoise):
     def whiten(self, residuals: np.ndarray) -> np.ndarray:
         """Residuals (steps first: T x ...) of the noise, mapped to i.i.d. draws of the same std: L^-1 r with
         L L^T the declared covariance (for a banded C this is C r exactly)."""
-        import scipy.linalg
-
         r = np.asarray(residuals, dtype=np.float64)
         steps = r.shape[0]
         flat = r.reshape(steps, -1)
@@ -392,8 +390,6 @@ class NoiseStream(RunStream):
                 secure: bool = False, noise_map: NoiseMap | None = None,
                 scale: torch.Tensor | None = None) -> list[torch.Tensor]:
         """The step's privatised sums: s w_t on every coordinate, then `noise_map`, plus the sums."""
-        import torch
-
         if not sums:
             return []
         self.generator, self.secure = generator, secure

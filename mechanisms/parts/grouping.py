@@ -44,7 +44,7 @@ class RowGroups:
     @classmethod
     def of(cls, group: np.ndarray, count: int, scale: float = 1.0) -> RowGroups:
         """The grouping of rows whose groups are `group` (host integers in [0, count)), slots in row order."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         group = np.asarray(group, dtype=np.int64)
         order = np.argsort(group, kind="stable")
@@ -71,7 +71,7 @@ def regroup(x: torch.Tensor, groups: RowGroups, scaled: bool = False) -> torch.T
 
 def group_rows(per_row: torch.Tensor, groups: RowGroups) -> torch.Tensor:
     """Per-group values (count, ...) from per-row ones (rows, ...): scale * sum of the group's rows."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     out = torch.zeros((groups.count, *per_row.shape[1:]), dtype=per_row.dtype, device=per_row.device)
     out.index_add_(0, groups.index.to(per_row.device), per_row)
@@ -123,7 +123,7 @@ def augment_crop_flip(images: torch.Tensor, generator: torch.Generator, padding:
     side) and flipped left-right with probability 1/2, independently per image: De et al.'s augmentation, a
     per-record transform (one image's copies never read another image). Drawn on the images' device, no host
     synchronisation."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     if images.dim() != 4:
         raise ValueError(f"augmentation with multiplicity needs image inputs (N, C, H, W), got shape "

@@ -41,7 +41,7 @@ def gaussian(reference: torch.Tensor, std: float, generator: torch.Generator | N
     secure mode (Mironov, "On significance of the least significant bits for differential privacy", 2012
     describes the attack on naive floating-point sampling).
     """
-    import torch
+    import torch  # lazy: heavy (torch)
 
     if std == 0:
         return torch.zeros_like(reference)
@@ -62,7 +62,7 @@ def gaussian_like(sums: Sequence[torch.Tensor], std: float, generator: torch.Gen
     model on a GPU is bound by kernel launches). The draw is a function of the generator's state alone, so a
     seeded generator reproduces it. Tensors of different dtype, device or leading dimension are drawn one by one.
     """
-    import torch
+    import torch  # lazy: heavy (torch)
 
     if not sums:
         return []
@@ -120,7 +120,7 @@ class GaussianNoise(NoiseAddition):
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None,
                 scale: torch.Tensor | None = None) -> list[torch.Tensor]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         out = gaussian_like(sums, sigma * self.std_per_sigma, generator, secure)
         if scale is not None and self.follows_bound and out:
@@ -156,7 +156,7 @@ class BatchClippedGaussian(NoiseAddition):
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None,
                 scale: torch.Tensor | None = None) -> list[torch.Tensor]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not sums:
             return []
@@ -260,7 +260,7 @@ class FrequencyNoise(NoiseAddition):
     def release(self, sums: Sequence[torch.Tensor], sigma: float, generator: torch.Generator | None, *,
                 secure: bool = False, noise_map: NoiseMap | None = None,
                 scale: torch.Tensor | None = None) -> list[torch.Tensor]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         norm = FFT_NORMS[self.fft]
         a, b = self.parts

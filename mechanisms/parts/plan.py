@@ -17,6 +17,7 @@ import dp_accounting
 
 from mechanisms.accounting.validation import require_delta
 from mechanisms.framework.claims import CALIBRATIONS
+from mechanisms.framework.integrity.trust import own_part  # the one trust definition (a leaf module)
 from mechanisms.parts.batch_selection import SAMPLERS, BatchSelection, batch_selection, relation_name
 from mechanisms.parts.clipping import Clipping
 from mechanisms.parts.noise_addition import GaussianNoise, NoiseAddition, RunNoise
@@ -229,8 +230,6 @@ def correlated_gaps(parts: Parts, noise: RunNoise) -> list[str]:
 def foreign_parts(parts: Parts) -> list[str]:
     """The parts of `parts` that are not privbench's own classes (`integrity.trust.own_part`: a plugin's subclass
     of a privbench part is not, since it may change what is released while keeping the declaration)."""
-    from mechanisms.framework.integrity.trust import own_part  # the one trust definition (a leaf module)
-
     found = []
     for role, part in (("sampler", parts.sampler), ("clipper", parts.clipper), ("noise", parts.noise),
                        *(("release", r) for r in parts.releases),

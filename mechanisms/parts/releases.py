@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mechanisms.parts.clipping import relation_factor
+from mechanisms.parts.noise_addition import gaussian
 
 if TYPE_CHECKING:
     import torch
@@ -88,8 +89,6 @@ class Release(abc.ABC):
     def add_noise(self, total: torch.Tensor, sigma: float, generator: torch.Generator | None, *,
                   secure: bool = False) -> torch.Tensor:
         """`total` (any shape: one release, or rows of independent ones for the audit) plus the noise."""
-        from mechanisms.parts.noise_addition import gaussian
-
         return total + gaussian(total, self.noise_std(sigma), generator, secure)
 
     def describe(self) -> dict[str, Any]:
@@ -178,9 +177,7 @@ class DatasetStatistic:
                 secure: bool = False) -> torch.Tensor:
         """The noised sums (R, K) of per-example contributions (N, R, K), each example's row r clipped to
         bounds[r]. Summed in float64 (60,000 examples of float32 would lose the noise's last digits)."""
-        import torch
-
-        from mechanisms.parts.noise_addition import gaussian
+        import torch  # lazy: heavy (torch)
 
         values = contributions.to(torch.float64)
         if values.dim() != 3 or values.shape[1] != len(self.bounds):

@@ -48,7 +48,7 @@ def hub_is_offline() -> bool:
 
 
 def _load_dict(name: str, config: str | None, **kwargs: Any) -> Any:
-    from datasets import DatasetDict, load_dataset
+    from datasets import DatasetDict, load_dataset  # lazy: heavy (datasets)
 
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     try:

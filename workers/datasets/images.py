@@ -73,7 +73,7 @@ def fashion_mnist(val_fraction: float = 0.0, split_seed: int = 0, scaling: Scali
 @dataset("digits", "image", "scikit-learn handwritten digits, 1,797 images 8x8, 10 classes (bundled)",
          transform=digit_rows)
 def digits(test_fraction: float = 0.2, val_fraction: float = 0.0, split_seed: int = 0) -> Splits:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: heavy (sklearn)
 
     d = load_digits()
     train, val, test = three_way(d.images.astype(np.float32), d.target.astype(np.int64), test_fraction=test_fraction,

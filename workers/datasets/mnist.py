@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy._core.multiarray import _reconstruct  # numpy >= 2 (numpy.core is a deprecated alias)
 
 from workers.datasets.contract import Split, Splits, dataset, split_off
 from workers.datasets.images import Scaling, grey_rows
@@ -42,8 +43,6 @@ class _ArraysOnly(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("numpy.core.multiarray", "_reconstruct"):
-            from numpy._core.multiarray import _reconstruct  # numpy >= 2 (numpy.core is a deprecated alias)
-
             return _reconstruct
         if module == "numpy" and name in ("ndarray", "dtype"):
             return getattr(np, name)

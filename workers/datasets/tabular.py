@@ -22,7 +22,7 @@ def breast_cancer(scaling: Literal["log1p", "none"] = "log1p", test_fraction: fl
     areas in the thousands and smoothness in hundredths to a few units each without reading the data;
     standardising with the training split's mean and variance would release statistics of the private data
     that no accountant counts."""
-    from sklearn.datasets import load_breast_cancer
+    from sklearn.datasets import load_breast_cancer  # lazy: heavy (sklearn)
 
     d = load_breast_cancer()
     del scaling  # the transform's option (`cancer_rows`)

@@ -42,7 +42,7 @@ def rotten_tomatoes_frame() -> tuple[list[str], np.ndarray]:
 def _rotten_tomatoes_cached() -> tuple[tuple[str, ...], np.ndarray]:
     """`plot` rows are synopses, not reviews; the 14 NaN texts are all plot rows but are dropped
     explicitly (pandas 3 no longer stringifies NaN)."""
-    import pandas as pd
+    import pandas as pd  # lazy: heavy (pandas)
 
     df = pd.read_csv(rotten_tomatoes_path(), compression="bz2")
     df = df[df["category"].isin(["fresh", "rotten"])].dropna(subset=["text"])

@@ -36,8 +36,10 @@ from typing import Literal
 
 import numpy as np
 import torch
+from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
 from torch import nn
 
+from mechanisms.parts.releases import DatasetStatistic
 from workers.datasets.contract import PublicSplits, Split
 from workers.models.contract import ModelBundle, Statistic
 from workers.models.vision import GRAD_SAMPLE_MODE, flat_size
@@ -98,7 +100,6 @@ def _read(path: Path, shape: tuple[int, ...]) -> np.ndarray | None:
 def _transform(images: np.ndarray) -> np.ndarray:
     # the 2-D frontend itself: `kymatio.torch` also loads the 3-D transform, which imports
     # scipy.special.sph_harm (removed in SciPy 1.17)
-    from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
 
     n, _c, h, w = images.shape
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -193,8 +194,6 @@ Norm = Literal["group", "none", "private"]
 def standardisation(standardize: Standardize, bounds: tuple[float, float], noise: float) -> Statistic:
     """The private standardisation's statistic: channel means and mean squares, released once; the variance
     is derived from the released values (post-processing), clamped at 0."""
-    from mechanisms.parts.releases import DatasetStatistic
-
     def receive(sums: torch.Tensor, n: int) -> None:
         mean, square = sums[0] / n, sums[1] / n
         standardize.set_statistics(mean.float(), (square - mean**2).float())

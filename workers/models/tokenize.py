@@ -47,7 +47,7 @@ def resolve(source: str) -> str:
 def load_tokenizer(source: str = DEFAULT_TOKENIZER) -> Any:
     """A fast tokenizer from a folder or hub id, with a pad token (GPT-2-style tokenizers lack one)."""
     hub_offline_default()
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: heavy (transformers)
 
     tok = AutoTokenizer.from_pretrained(resolve(source))
     if tok.pad_token is None:

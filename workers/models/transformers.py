@@ -154,7 +154,7 @@ class ImageClassifier(nn.Module):
 
 def conv1d_to_linear(model: nn.Module) -> int:
     """Replace transformers' `Conv1D` (y = x W + b, W of shape (in, out)) by the equal `nn.Linear`."""
-    from transformers.pytorch_utils import Conv1D
+    from transformers.pytorch_utils import Conv1D  # lazy: heavy (transformers)
 
     swapped = 0
     for parent in list(model.modules()):
@@ -208,7 +208,7 @@ def set_trainable(model: nn.Module, spec: str) -> dict[str, int]:
 
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # lazy: heavy (transformers)
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -252,7 +252,7 @@ def _image_bundle(module: ImageClassifier, trainable: str, **info: Any) -> Model
 def minilm(splits: PublicSplits, trainable: str = "all", pooling: str = "mean", max_length: int = 64,
            dropout: float = 0.1) -> ModelBundle:
     hub_offline_default()
-    from transformers import BertModel
+    from transformers import BertModel  # lazy: heavy (transformers)
 
     path = minilm_dir()
     with _quiet_transformers():  # the load report would list the unused pooler weights as "unexpected"
@@ -264,7 +264,7 @@ def minilm(splits: PublicSplits, trainable: str = "all", pooling: str = "mean", 
 
 def bert_tiny(splits: PublicSplits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
               tokenizer: str = DEFAULT_TOKENIZER, trainable: str = "all", dropout: float = 0.1) -> ModelBundle:
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertConfig, BertForSequenceClassification  # lazy: heavy (transformers)
 
     tok = load_tokenizer(tokenizer)
     config = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers,
@@ -278,7 +278,7 @@ def bert_tiny(splits: PublicSplits, layers: int = 2, hidden: int = 128, heads: i
 
 def gpt2_tiny(splits: PublicSplits, layers: int = 2, hidden: int = 128, heads: int = 2, max_length: int = 64,
               tokenizer: str = DEFAULT_TOKENIZER, trainable: str = "all", dropout: float = 0.1) -> ModelBundle:
-    from transformers import GPT2Config, GPT2ForSequenceClassification
+    from transformers import GPT2Config, GPT2ForSequenceClassification  # lazy: heavy (transformers)
 
     tok = load_tokenizer(tokenizer)
     config = GPT2Config(vocab_size=len(tok), n_positions=max(128, max_length), n_embd=hidden, n_layer=layers,
@@ -293,7 +293,7 @@ def gpt2_tiny(splits: PublicSplits, layers: int = 2, hidden: int = 128, heads: i
 
 def vit_tiny(splits: PublicSplits, layers: int = 4, hidden: int = 128, heads: int = 4, patch_size: int | None = None,
              trainable: str = "all", dropout: float = 0.0) -> ModelBundle:
-    from transformers import ViTConfig, ViTForImageClassification
+    from transformers import ViTConfig, ViTForImageClassification  # lazy: heavy (transformers)
 
     channels, height, width = splits.input_shape or (1, 28, 28)
     patch = patch_size or (4 if min(height, width) >= 16 else 2)
@@ -310,6 +310,7 @@ def vit_tiny(splits: PublicSplits, layers: int = 4, hidden: int = 128, heads: in
 def hf_model(rest: str, splits: PublicSplits, trainable: str = "all", max_length: int = 128,
              tokenizer: str | None = None, revision: str | None = None) -> ModelBundle:
     hub_offline_default()
+    # lazy: heavy (transformers)
     from transformers import AutoModelForImageClassification, AutoModelForSequenceClassification
 
     auto = AutoModelForImageClassification if splits.kind == "image" else AutoModelForSequenceClassification

@@ -32,7 +32,7 @@ def label_prior(head: nn.Linear, classes: int, noise_multiplier: float) -> Stati
     (each example's one-hot label clipped to PRIOR_BOUND, Gaussian noise of `noise_multiplier` times it, the release
     composed into the plan like any `Statistic`): the head's bias starts at the log of the noised class shares
     (a count the noise drove below 1 counts as 1), so the model starts at the prior instead of a uniform guess."""
-    from mechanisms.parts.releases import DatasetStatistic
+    from mechanisms.parts.releases import DatasetStatistic  # lazy: keeps grid validation light
 
     def one_hot(xs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return nn.functional.one_hot(xs[-1].long(), classes).double()[:, None, :]

@@ -19,7 +19,9 @@ from typing import Any
 
 import dp_accounting
 import numpy as np
+import torch
 from scipy import optimize, stats
+from torch.utils.data import TensorDataset
 
 from mechanisms.accounting.composition import rr_keep_probability
 
@@ -76,9 +78,6 @@ class RelabeledDataset:
 def relabeled(dataset: Any, labels: np.ndarray) -> Any:
     """The dataset with `labels` in place of its own (a TensorDataset stays one, so its batches can be gathered
     on the device)."""
-    import torch
-    from torch.utils.data import TensorDataset
-
     label_tensor = torch.as_tensor(labels)
     tensors = getattr(dataset, "tensors", None)
     if tensors is not None:

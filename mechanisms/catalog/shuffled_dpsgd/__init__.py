@@ -117,14 +117,14 @@ class Options:
 
 def sensitivity(batch_clip_ratio: float | None) -> float:
     """Add/remove L2 sensitivity of the released sum in units of c, as the noise part declares it."""
-    from dp_accounting import NeighboringRelation
+    from dp_accounting import NeighboringRelation  # lazy: heavy (dp_accounting)
 
     return noise_part(1.0, batch_clip_ratio).sensitivity(FlatClipping(1.0), NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 def noise_part(clip: float, batch_clip_ratio: float | None) -> NoiseAddition:
     """The release: batch clip to c' = ratio * c then Gaussian noise, or plain Gaussian noise (fallback)."""
-    from mechanisms.parts.noise_addition import BatchClippedGaussian, GaussianNoise
+    from mechanisms.parts.noise_addition import BatchClippedGaussian, GaussianNoise  # lazy: keeps the registries light
 
     if batch_clip_ratio is None:
         return GaussianNoise(clip)
@@ -132,7 +132,7 @@ def noise_part(clip: float, batch_clip_ratio: float | None) -> NoiseAddition:
 
 
 def _claimed_epsilon(sigma: float, spec: PrivacySpec, opts: Options, dim: int) -> float:
-    from mechanisms.accounting import fenton_wilkinson as fw
+    from mechanisms.accounting import fenton_wilkinson as fw  # lazy: keeps the registries light
 
     return fw.epsilon(sigma, spec.sample_rate, spec.steps, spec.delta, dim,
                       batch_clip_ratio=opts.batch_clip_ratio, delta_split=opts.delta_split)
@@ -145,7 +145,7 @@ class ShuffledDpSgd(PostProcessingMechanism):
     audit_coordinatewise = False  # the permutation mixes coordinates
 
     def parts(self, spec: PrivacySpec, options: Options) -> Parts:
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         ratio = options.batch_clip_ratio if options.shuffle else None
         return Parts(spec.batch_selection, FlatClipping(spec.clip), noise_part(spec.clip, ratio),
@@ -156,7 +156,7 @@ class ShuffledDpSgd(PostProcessingMechanism):
         plain DP-SGD at sigma_0 when the shuffled sigma is not below it: the plan then runs with
         `shuffle: false` (no batch clip, no permutation), which is what its parts describe. The certified
         sigma for the same target is recorded beside it."""
-        from mechanisms.accounting import fenton_wilkinson as fw
+        from mechanisms.accounting import fenton_wilkinson as fw  # lazy: keeps the registries light
 
         dim, _ = options.claim_dim(spec.model_dim)
         cal = fw.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, dim,
@@ -193,10 +193,10 @@ class ShuffledDpSgd(PostProcessingMechanism):
                              "or option num_params")
         if not options.shuffle:
             return AfterStepPart()
-        import torch
+        import torch  # lazy: heavy (torch)
 
-        from mechanisms.catalog.shuffled_dpsgd.permutation import CanonicalFrame
-        from mechanisms.catalog.shuffled_dpsgd.permutation_hf import find_blocks
+        from mechanisms.catalog.shuffled_dpsgd.permutation import CanonicalFrame  # lazy: keeps the registries light
+        from mechanisms.catalog.shuffled_dpsgd.permutation_hf import find_blocks  # lazy: keeps the registries light
 
         layouts = find_blocks(module)
         if not layouts:
@@ -235,8 +235,8 @@ class ShuffledDpSgd(PostProcessingMechanism):
         d is option `num_params`, default AUDIT_DIM (= the auditor's default --dim): the claim for the
         audited d-coordinate vector. Auditing another dimension, pass num_params = that dimension.
         """
-        from mechanisms.accounting import fenton_wilkinson as fw
-        from mechanisms.auditing import tradeoff
+        from mechanisms.accounting import fenton_wilkinson as fw  # lazy: keeps the registries light
+        from mechanisms.auditing import tradeoff  # lazy: keeps the registries light
 
         opts = self.options(self.audit_options(options))
         dim, _ = opts.claim_dim()
@@ -254,7 +254,7 @@ class ShuffledDpSgd(PostProcessingMechanism):
         u = [(d-1), -1, ..., -1] / sqrt(d (d-1)); side A releases (c' - c) u, side B c' u (one extra example
         with clipped gradient c u); both lie inside the batch-clip ball, so the clip keeps their gap c.
         """
-        from mechanisms.auditing.cases import AuditCase
+        from mechanisms.auditing.cases import AuditCase  # lazy: keeps the registries light
 
         opts = self.options(self.audit_options(options))
         if dim < 2:
@@ -277,7 +277,7 @@ class Shuffler:
         self.shuffles, self.seconds = 0, 0.0
 
     def __call__(self, optimizer: Any) -> None:
-        from mechanisms.catalog.shuffled_dpsgd.permutation import permute_
+        from mechanisms.catalog.shuffled_dpsgd.permutation import permute_  # lazy: keeps the registries light
 
         start = time.perf_counter()
         permute_(self.layouts, self.generator, optimizer=optimizer, frame=self.frame,

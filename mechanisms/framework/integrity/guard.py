@@ -5,6 +5,7 @@ hooks get (`copied`). privbench's private optimizer runs them; `verdict` turns w
 
 from __future__ import annotations
 
+import base64
 import itertools
 import math
 import operator
@@ -33,9 +34,9 @@ def copied(released: Any, *, lazy: bool = False, on_read: Any = None) -> Any:
     """A copy of a step's releases for a hook: its own tensors, so nothing it does reaches the step. `lazy`: the
     gradient is copied when the hook first reads it (`on_read()` is called then), which is only sound while the
     step has not normalised it yet (the state update, inside the release)."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
-    from mechanisms.parts.releases import Released
+    from mechanisms.parts.releases import Released  # lazy: keeps grid validation light
 
     if not lazy:
         gradient = tuple(torch._foreach_mul([g.detach() for g in released.gradient], 1.0)) if released.gradient \
@@ -45,7 +46,7 @@ def copied(released: Any, *, lazy: bool = False, on_read: Any = None) -> Any:
 
 
 def _lazy_class() -> type:
-    from mechanisms.parts.releases import Released
+    from mechanisms.parts.releases import Released  # lazy: keeps grid validation light
 
     class LazyReleased(Released):
         """Copies of a step's releases: the other releases at once, the gradient on first read."""
@@ -58,7 +59,7 @@ def _lazy_class() -> type:
 
         @property
         def gradient(self) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-            import torch
+            import torch  # lazy: heavy (torch)
 
             if self._copy is None:
                 object.__setattr__(self, "_copy", tuple(torch._foreach_mul([g.detach() for g in self._source], 1.0)))
@@ -92,7 +93,7 @@ class StepGuard:
     def __init__(self, optimizer: Any, plan: PrivacyPlan, *, engine: Any = None, generator: Any = None,
                  shadow_coordinates: int = SHADOW_COORDINATES, trace: bool = False,
                  module: torch.nn.Module | None = None) -> None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         parts = plan.parts
         self.optimizer, self.plan, self.generator = optimizer, plan, generator
@@ -146,7 +147,7 @@ class StepGuard:
     def before_release(self) -> None:
         """At the start of each release: the plan's objects and numbers, the noise stream, the observers, and the
         bound in force against its range."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         opt = self.optimizer
         for obj, fetch, expected in self._fetch:
@@ -175,7 +176,7 @@ class StepGuard:
 
     def _compare_watched(self) -> None:
         """Which of the plan's objects and numbers changed (a value equal to the planned number is not a change)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         for label, obj, attr, expected in self._watched:
             value = getattr(obj, attr, None)
@@ -223,7 +224,7 @@ class StepGuard:
     # -- the verdict ----------------------------------------------------------------------------------------------
     def findings(self) -> list[Finding]:
         """Every check's finding; reads the device flags once (after training)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         clamped, out_of_range = (int(x) for x in torch.stack([self._clamped, self._out_of_range]).tolist())
         if clamped:
@@ -254,7 +255,7 @@ def apply_state(state: dict[str, torch.Tensor], new: Mapping[str, Any], bound_ke
                 bounds: tuple[float, float]) -> torch.Tensor | None:
     """Copy `new` into `state` in place, the clip bound (`bound_key`) clamped to `bounds`; returns whether the
     bound was clamped (a device bool), None when no bound was set. Training and the replay apply state alike."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     clamped = None
     for name, value in new.items():
@@ -273,7 +274,7 @@ def apply_state(state: dict[str, torch.Tensor], new: Mapping[str, Any], bound_ke
 
 
 def _show(value: Any) -> str:
-    import torch
+    import torch  # lazy: heavy (torch)
 
     if isinstance(value, torch.Tensor):
         return "a tensor"
@@ -319,7 +320,7 @@ class ModelShadow:
     read on the host."""
 
     def __init__(self, optimizer: Any, k: int, kind: str) -> None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         self.kind, self.params = kind, list(optimizer.params)
         self.decoupled = isinstance(optimizer.original_optimizer, torch.optim.AdamW)
@@ -368,7 +369,7 @@ class ModelShadow:
 
     @classmethod
     def for_optimizer(cls, optimizer: Any, k: int) -> ModelShadow | None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         inner = getattr(optimizer, "original_optimizer", None)
         kinds = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adam"}
@@ -381,13 +382,13 @@ class ModelShadow:
     def _gather_params(self, into: int) -> None:
         """The parameters' coordinates into the block's actual row `into`: one `cat` of their views, whatever the
         number of tensors."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         torch.cat(self._coordinates, out=self._actual_rows[into])
 
     def capture(self, params: Sequence[torch.Tensor]) -> None:
         """The released gradient's coordinates (what `p.grad` holds after the noise, before normalisation)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         grads = [p.grad for p in params]
         base = grads[0]._base
@@ -407,7 +408,7 @@ class ModelShadow:
     def resync(self, optimizer: Any) -> None:
         """Read the parameters and the optimizer's state buffers at the shadow's coordinates (at the start, and
         after privbench's own post-processing moved them: the steps recorded until then are compared first)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         self.compare()
         self._coordinates = [view for p, index in zip(self.params, self._host_index, strict=True)
@@ -443,7 +444,7 @@ class ModelShadow:
     def compare(self) -> None:
         """The block's recorded steps against their expected coordinates: the steps with a coordinate off by more
         than the tolerance (a NaN is not) join the device count, and the block restarts from the last step."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         n = self._step
         if not n:
@@ -461,7 +462,7 @@ class ModelShadow:
     def _update(self, group: Mapping[str, Any], row: int, span: slice | None, scale: float) -> None:
         """Write into the block's expected `row` (its `span`; None: all) one optimizer update of the actual `row`
         from the captured gradient times `scale` (the normalisation), advancing the shadow's own state."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         p, g, out = self._actual_rows[row], self._grad, self._expected_rows[row]
         if span is not None:
@@ -535,7 +536,7 @@ class StateWatch:
     coordinates. The flags are read once, by `verdict`."""
 
     def __init__(self, module: torch.nn.Module, trained: Sequence[torch.Tensor], k: int = STATE_COORDINATES) -> None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         skip = {id(p) for p in trained}
         buffers = {id(b) for b in module.buffers()}
@@ -575,7 +576,7 @@ class StateWatch:
     def resync(self) -> None:
         """What the state is now becomes what it must stay (at the start, and after privbench's post-processing
         moved the model): the coordinates' row and the kept copies."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not self._slots:
             return
@@ -591,7 +592,7 @@ class StateWatch:
 
     def check(self) -> None:
         """After an update: which coordinates differ from before training (NaN equals NaN); no host read."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not self._slots:
             return
@@ -600,7 +601,7 @@ class StateWatch:
 
     def verdict(self) -> str | None:
         """Which state tensors changed without a release (None: none); reads the device once."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not self._slots:
             return None
@@ -653,7 +654,7 @@ class StateTrace:
         self.read = True
 
     def add(self, released: Any, state: Mapping[str, torch.Tensor]) -> None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if self.read:
             self._keep_gradient(released.gradient)
@@ -673,7 +674,7 @@ class StateTrace:
         self.steps += 1
 
     def _keep_gradient(self, gradient: Sequence[torch.Tensor]) -> None:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         self.read = False
         if (len(self.gradients) + 1) * self.n_params > TRACE_GRADIENT_VALUES:
@@ -684,7 +685,7 @@ class StateTrace:
     def _grow(self, values: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         """The next chunk's first row (at the first step: the layout from this step), None when nothing is
         recorded (the trace stopped, or there is nothing to record: the step only counts)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if self.broken is not None:
             return None
@@ -719,7 +720,7 @@ class StateTrace:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (arrays base64-encoded); one copy to the host per buffer, after training."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         values: dict[str, Any] = {}
         states: dict[str, Any] = {}
@@ -742,18 +743,14 @@ class StateTrace:
 
 
 def encode(array: Any) -> dict[str, Any]:
-    import base64
-
-    import numpy as np
+    import numpy as np  # lazy: heavy (numpy)
 
     array = np.ascontiguousarray(array)
     return {"dtype": array.dtype.str, "shape": list(array.shape), "b64": base64.b64encode(array.tobytes()).decode()}
 
 
 def decode(data: Mapping[str, Any]) -> Any:
-    import base64
-
-    import numpy as np
+    import numpy as np  # lazy: heavy (numpy)
 
     return np.frombuffer(base64.b64decode(data["b64"]), dtype=np.dtype(data["dtype"])).reshape(data["shape"]).copy()
 

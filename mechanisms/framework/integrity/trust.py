@@ -12,8 +12,12 @@ Two questions, one answer each:
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import site
 import sys
+import sysconfig
+import types
 from typing import Any
 
 # privbench's own packages (by folder): what is loaded from them is privbench's code, versioned and tested with it
@@ -35,8 +39,6 @@ def own_path(path: str | None) -> bool:
 
 def own_module(module_name: str) -> bool:
     """Whether a module is privbench's own (its file, not its name: a plugin could borrow a name)."""
-    import importlib.util
-
     module = sys.modules.get(module_name)
     if module is not None:
         return own_path(getattr(module, "__file__", None))
@@ -57,11 +59,8 @@ def own_class(cls: type) -> bool:
 def _trusted_roots() -> tuple[list[str], list[str]]:
     """(folders whose code the private step may run: privbench's packages, Opacus, torch, the standard library;
     folders excluded from them: installed packages inside the standard library's folder)."""
-    import site
-    import sysconfig
-
-    import opacus
-    import torch
+    import opacus  # lazy: heavy (opacus)
+    import torch  # lazy: heavy (torch)
 
     roots = [os.path.join(HOME, p) for p in OWN_PACKAGES]
     roots += [os.path.dirname(os.path.abspath(opacus.__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
@@ -73,8 +72,6 @@ def _trusted_roots() -> tuple[list[str], list[str]]:
 def foreign_code(value: Any) -> str | None:
     """The file a function or class comes from when its code is not privbench's, Opacus', torch's or the
     standard library's (None: trusted, or not Python code)."""
-    import types
-
     fn = getattr(value, "__func__", value)
     fn = getattr(fn, "func", fn)  # functools.partial
     if isinstance(fn, type):

@@ -9,12 +9,15 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mechanisms.framework.integrity.findings import Finding, certify, unique
 from mechanisms.framework.integrity.guard import REPLAY_ATOL, REPLAY_RTOL, apply_state, decode
 from mechanisms.framework.integrity.trust import foreign_code, own_class
 from mechanisms.framework.mechanism import FINAL, ForwardNoiseMechanism, Mechanism, kind_hooks, uncertified
 from mechanisms.parts.noise_addition import RunNoise
 from mechanisms.parts.plan import Parts
+from mechanisms.parts.releases import Released
 
 if TYPE_CHECKING:
     from mechanisms.parts.plan import PrivacyPlan, PrivacySpec
@@ -70,6 +73,7 @@ def step_findings(training: Any, when: str = "before the first step") -> Finding
     """Whether the private step in `training` is privbench's: a mechanism that patches the optimizer, the
     clipping engine or the parts (at class level, on the instance, or in the modules the step calls) would run
     something else than the plan accounts. The trainer checks before the first step and after the last."""
+    # lazy: keeps grid validation light
     from mechanisms.framework.private_training import PrivateOptimizerMixin  # torch and Opacus: only with a step
 
     optimizer = training.optimizer
@@ -133,10 +137,7 @@ def replay_state(mechanism: Mechanism, plan: PrivacyPlan, trace: Mapping[str, An
     """The state trajectory recomputed from the recorded releases alone (`trace`, `StateTrace.to_dict`) by
     `mechanism`'s hooks, compared with the one training recorded. Run it in a process of its own with a fresh
     mechanism object (the worker's analysis phase does), so nothing training kept in memory reaches it."""
-    import numpy as np
-    import torch
-
-    from mechanisms.parts.releases import Released
+    import torch  # lazy: heavy (torch)
 
     if trace.get("broken"):
         return Finding("state_replay", False, f"the state trajectory could not be recorded: {trace['broken']}")
