@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -69,8 +70,8 @@ def _bound(cls: type, field: str, option: str, value: Any) -> None:
 def _step_setting(sigma: float | None, epsilon: float | None, delta: float, clip: float) -> PrivacySpec:
     """The audited step's privacy setting (`profile.step_spec`), checked where it is made (sigma or a target
     epsilon, delta, clip), with a grid's floor on sigma."""
-    from mechanisms.accounting.validation import SIGMA_FLOOR
-    from mechanisms.auditing.profile import step_spec
+    from mechanisms.accounting.validation import SIGMA_FLOOR  # lazy: keeps privbench --help light
+    from mechanisms.auditing.profile import step_spec  # lazy: keeps privbench --help light
 
     if sigma is not None and epsilon is not None:
         raise _Invalid("give --sigma or --epsilon, not both")
@@ -84,7 +85,7 @@ def _step_setting(sigma: float | None, epsilon: float | None, delta: float, clip
 
 
 def _validate(samples: int, dim: int, seed: int, path: str) -> None:
-    from workers.config import AuditConfig, TrialConfig
+    from workers.config import AuditConfig, TrialConfig  # lazy: keeps privbench --help light
 
     _bound(AuditConfig, "samples", "samples", samples)  # a grid's audit caps them alike (memory grows with them)
     _bound(AuditConfig, "dim", "dim", dim)
@@ -163,9 +164,7 @@ def audit(
         _validate(samples_v, dim_v, seed_v, path)
         options = _parse_options(option)
         if plugins:
-            from pathlib import Path
-
-            from workers import plugins as plugin_modules
+            from workers import plugins as plugin_modules  # lazy: keeps privbench --help light
 
             plugin_modules.load(plugins, search=[Path.cwd()])
         module = mechanisms.get(mechanism)

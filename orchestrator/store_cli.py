@@ -95,8 +95,8 @@ def _summarise(location: StoreLocation) -> None:
     """Each sweep's summary files (leaderboard, figures, `summary.md`, which is also the experiment's description)
     written again on the rebuilt parent runs, as `sweep run` writes them: the ledger keeps the records, not the
     files, so the storage layer rebuilds the runs and this command, above the dashboards, redraws the rest."""
-    from dashboards.summary import sweep_files  # lazy: matplotlib
-    from storage.store import Store  # lazy: mlflow
+    from dashboards.summary import sweep_files  # lazy: keeps privbench --help light
+    from storage.store import Store  # lazy: keeps privbench --help light
 
     st = Store(location)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -14,8 +15,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
+from orchestrator import runner
 from orchestrator.console import err, error, fail, out, styled, visible, warning
-from orchestrator.runner import Callback, SweepSummary, trial_rows
+from orchestrator.runner import Callback, SweepError, SweepSummary, trial_rows
+from orchestrator.runner import locate as resolve
 
 app = typer.Typer(help="Run and inspect sweeps.", no_args_is_help=True)
 
@@ -39,7 +42,7 @@ def _label(cfg: dict[str, Any]) -> str:
 def _numbers(record: dict[str, Any]) -> str:
     """A finished trial's accuracy and certified epsilon as the leaderboard writes them (the schema's one
     format per quantity: accuracy in %, ` acc 76.0%`, never the fraction 0.7604; epsilon rounded up)."""
-    from storage import schema
+    from storage import schema  # lazy: keeps privbench --help light
 
     acc = (record.get("metrics") or {}).get("accuracy")
     eps = (record.get("privacy") or {}).get("epsilon_certified")
@@ -48,9 +51,6 @@ def _numbers(record: dict[str, Any]) -> str:
 
 
 def locate(store: str | None, ledger: str | None = None, artifacts: str | None = None) -> Any:
-    from orchestrator.runner import SweepError
-    from orchestrator.runner import locate as resolve
-
     try:
         return resolve(store, ledger, artifacts)
     except SweepError as e:
@@ -90,8 +90,6 @@ def run(
     A grid with `plugins:` is code: its modules are imported while the grid is read, --dry-run included.
     SIGTERM and Ctrl-C stop after recording what arrived (exit 143 and 130).
     """
-    from orchestrator import runner
-
     if dry_run and not only:
         _dry_run(grid_file, store, ledger, artifacts)
         return
@@ -137,8 +135,7 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
     """`sweep run --dry-run`: the grid checked and its trials listed as they are made, never all held at
     once: a grid of 10^6 trials prints its first line in seconds. A small grid is one table; a large one
     streams a line per trial (on a terminal, one screenful and then a count of the rest)."""
-    from orchestrator import grid as grids
-    from orchestrator import runner
+    from orchestrator import grid as grids  # lazy: keeps privbench --help light
 
     try:
         planned = grids.check(grids.read(grid_file), source=str(grid_file))
@@ -159,8 +156,6 @@ def _dry_run(grid_file: Path, store: str | None, ledger: str | None, artifacts: 
 def _list_trials(title: str, count: int | None, trials: Iterator[Any]) -> None:
     """The dry run's listing: one table for a few trials, else a line per trial as they are made (on a terminal,
     one screenful and then a count of the rest)."""
-    import itertools
-
     def cells(t: Any) -> tuple[str, ...]:
         return (t.trial_key, t.dataset, t.model, t.mechanism, "-" if t.epsilon is None else f"{t.epsilon:g}",
                 str(t.seed))
@@ -292,7 +287,7 @@ class RichProgress(Callback):
 @contextlib.contextmanager
 def store_errors(where: str = "store") -> Iterator[None]:
     """A damaged, missing or unreachable store: one line and exit 2 instead of a traceback."""
-    from storage.errors import StoreError, translated
+    from storage.errors import StoreError, translated  # lazy: keeps privbench --help light
 
     try:
         with translated(where):
@@ -305,7 +300,7 @@ def not_into_store(out_file: Path | None, st: Any) -> None:
     """An output file must not overwrite the store's own files (`--out STORE/ledger.db` would destroy
     the ledger: privbench never deletes data it did not create). A file is the same file when its device
     and inode are: a hard link to `ledger.db` has another path and the same inode."""
-    from storage.location import sqlite_path
+    from storage.location import sqlite_path  # lazy: keeps privbench --help light
 
     if out_file is None:
         return
@@ -334,8 +329,8 @@ def _open_store(store: Any, ledger: str | None = None, *, mirror: bool = False) 
     """Open a store for reading: read-only, nothing created or changed, after the verdict `store check` gives.
     A damaged ledger is refused; a damaged MLflow file too when the command reads it (`mirror`: the UI), and
     otherwise said in one warning line before the command goes on with the ledger alone."""
-    from storage.location import StoreLocation, sqlite_path
-    from storage.store import Store, check_files, mirror_damage
+    from storage.location import StoreLocation, sqlite_path  # lazy: keeps privbench --help light
+    from storage.store import Store, check_files, mirror_damage  # lazy: keeps privbench --help light
 
     location = store if isinstance(store, StoreLocation) else locate(store, ledger)
     with store_errors(location.display):
@@ -387,7 +382,7 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     st = _open_store(store, ledger)
     name = resolve_sweep(st, sweep)
     if timing:
-        from orchestrator.timing_report import lines, sweep_timing
+        from orchestrator.timing_report import lines, sweep_timing  # lazy: keeps privbench --help light
 
         with store_errors(st.where):
             report = sweep_timing(st.records(name), st.driver_runs(name))
@@ -403,8 +398,8 @@ def status(sweep: Annotated[str | None, typer.Argument(help="Sweep name (default
     if as_json:
         print(json.dumps({"sweep": name, "counts": counts, "trials": rows}))
         return
-    from dashboards.render import fitted_table
-    from storage import schema
+    from dashboards.render import fitted_table  # lazy: keeps privbench --help light
+    from storage import schema  # lazy: keeps privbench --help light
 
     def cells(key: str, show: Any = str) -> list[str]:
         return ["-" if r[key] is None else show(r[key]) for r in rows]

@@ -22,12 +22,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import dp_accounting
 import numpy as np
 
 from mechanisms.auditing.dirac_canaries import CanaryObservations, decode_array, encode_array
 from mechanisms.framework.claims import REL_TOL
+from mechanisms.framework.integrity import Finding
 from mechanisms.parts.noise_addition import RunNoise
 from workers.config import AuditConfig
+from workers.datasets.contract import Split
 
 if TYPE_CHECKING:
     from mechanisms.framework.mechanism import Mechanism
@@ -61,8 +64,8 @@ def step_audit(mechanism: Mechanism, plan: Any, clip: float, cfg: AuditConfig, o
     """
     if plan.sigma is None or not mechanism.private:
         return {}
-    from mechanisms.auditing import audit_step
-    from mechanisms.auditing.profile import step_spec
+    from mechanisms.auditing import audit_step  # lazy: heavy (torch)
+    from mechanisms.auditing.profile import step_spec  # lazy: heavy (torch)
 
     if tensor_sizes and mechanism.audit_per_tensor:
         options = options | {"tensor_sizes": scaled_sizes(tensor_sizes, cfg.dim)}
@@ -104,11 +107,11 @@ def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE
     if parts is None or not mechanism.private or plan.sigma is None:
         return {}
     try:
-        import torch
-        from torch import nn
-        from torch.utils.data import TensorDataset
+        import torch  # lazy: heavy (torch)
+        from torch import nn  # lazy: heavy (torch)
+        from torch.utils.data import TensorDataset  # lazy: heavy (torch)
 
-        from mechanisms.auditing import DiracCanaries, noise_checks
+        from mechanisms.auditing import DiracCanaries, noise_checks  # lazy: heavy (torch)
 
         n = parts.sampler.dataset_size
         gen = torch.Generator().manual_seed(seed)
@@ -173,8 +176,6 @@ def step_probe(mechanism: Mechanism, plan: Any, seed: int, *, steps: int = PROBE
 
 def dpsgd_shape(event: Any) -> tuple[float, float, int] | None:
     """(noise multiplier, sampling rate, steps) when `event` is T Poisson-subsampled Gaussian steps."""
-    import dp_accounting
-
     count = 1
     if isinstance(event, dp_accounting.SelfComposedDpEvent):
         event, count = event.event, event.count
@@ -190,8 +191,6 @@ def declared_shape(plan: Any) -> tuple[float, float, int] | None:
     """`dpsgd_shape` of the plan's event, or, when the plan is uncertified (no sound analysis of what runs: a
     contract broken, a part that is not privbench's), of the event its parts declare: the audits then test what
     the mechanism declares against what ran, and a refutation makes it `violated` (above `uncertified`)."""
-    import dp_accounting
-
     event = plan.effective_event
     parts = getattr(plan, "parts", None)
     if isinstance(event, dp_accounting.UnsupportedDpEvent) and parts is not None and plan.sigma is not None:
@@ -240,7 +239,7 @@ class OneRun:
         if not hasattr(optimizer, "attach_probe"):
             self.skipped = "the mechanism has no private optimizer releasing noisy gradients to carry canaries"
             return None
-        from mechanisms.auditing import DiracCanaries
+        from mechanisms.auditing import DiracCanaries  # lazy: heavy (torch)
 
         t0 = time.perf_counter()
         self.n_params = sum(p.numel() for p in optimizer.params)
@@ -252,6 +251,7 @@ class OneRun:
         unit, unit_range, correlation = plan_units(self.plan)
         noise = getattr(getattr(self.plan, "parts", None), "noise", None)
         if isinstance(noise, RunNoise):  # correlated noise: canaries join as fixed-order examples do, and
+            # lazy: heavy (torch)
             from mechanisms.auditing.correlated_canaries import CorrelatedCanaries  # are scored after whitening
 
             self.canaries = CorrelatedCanaries.attach_correlated(
@@ -310,7 +310,7 @@ def planned_guesses(result: OneRunResult, cfg: AuditConfig, delta: float) -> One
     c = result.observations
     if c is None or result.shape is None or c.guess_counts is not None:
         return result
-    from mechanisms.auditing import white_box
+    from mechanisms.auditing import white_box  # lazy: heavy (torch)
 
     t0 = time.perf_counter()
     sigma, rate, steps = result.shape
@@ -327,7 +327,7 @@ def legacy_epsilon(c: CanaryObservations, delta: float) -> float | None:
     n_in = int(c.included.sum())
     if not 0 < n_in < c.m:
         return None
-    from mechanisms.auditing import CanaryScoreAuditor
+    from mechanisms.auditing import CanaryScoreAuditor  # lazy: heavy (torch)
 
     return CanaryScoreAuditor(c.scores[c.included], c.scores[~c.included]).epsilon_one_run(0.05, delta)
 
@@ -362,7 +362,7 @@ def one_run_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: flo
             out["audit_ceiling_noise"] = noise[0]
             out["audit_above_ceiling"] = above_ceiling(e.epsilon, ceiling, noise[0])
             if out["audit_above_ceiling"]:
-                from mechanisms.auditing.white_box import CEILING_FLAG_NOISES
+                from mechanisms.auditing.white_box import CEILING_FLAG_NOISES  # lazy: heavy (torch)
 
                 finding = (f"the audited epsilon {e.epsilon:.3g} lies above the ceiling {ceiling:.3g} (what this audit "
                            f"reaches on the certified mechanism) by more than {CEILING_FLAG_NOISES:g} times the "
@@ -388,10 +388,9 @@ class InputCanaryRun:
             self.skipped = (f"the run's batches are not Poisson-sampled ({plan.sampler}): an input canary joins a run "
                             "as an added example, a neighbour its certificate covers under Poisson sampling only")
         else:
-            import torch
+            import torch  # lazy: heavy (torch)
 
-            from mechanisms.auditing import input_canaries
-            from workers.datasets.contract import Split
+            from mechanisms.auditing import input_canaries  # lazy: heavy (torch)
 
             self.canaries = input_canaries.draw(splits.kind, splits.input_shape, splits.num_classes, m, seed)
             encoded = bundle.encode(Split(self.canaries.inputs, self.canaries.labels))
@@ -419,7 +418,7 @@ class InputCanaryRun:
 
 def _log_probs(module: Any, tensors: Sequence[Any], device: Any, chunk: int = 1024) -> np.ndarray:
     """The log-probability `module` (in eval mode) gives each row's label (the last tensor)."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     was_training = module.training
     module.eval()
@@ -442,9 +441,9 @@ class _CanaryBatches:
         return len(self.loader)
 
     def __iter__(self) -> Any:
-        import torch
+        import torch  # lazy: heavy (torch)
 
-        from mechanisms.framework.private_training import Batch
+        from mechanisms.framework.private_training import Batch  # lazy: heavy (opacus, torch)
 
         run = self.run
         for batch in self.loader:
@@ -475,7 +474,7 @@ def _fit(rows: Any, like: Any) -> Any:
         return rows
     if rows.shape[1] > like.shape[1]:
         return rows[:, :like.shape[1]]
-    import torch
+    import torch  # lazy: heavy (torch)
 
     return torch.nn.functional.pad(rows, (0, 0) * (rows.dim() - 2) + (0, like.shape[1] - rows.shape[1]))
 
@@ -506,7 +505,7 @@ def input_canary_fields(result: InputCanaryResult, plan: Any, delta: float) -> d
     """The input-canary audit's record fields; a bound above the claim is a finding that refutes it."""
     if result.scores is None or result.included is None:
         return {"audit_input_skipped": result.skipped} if result.skipped else {}
-    from mechanisms.auditing import input_canaries
+    from mechanisms.auditing import input_canaries  # lazy: heavy (torch)
 
     t0 = time.perf_counter()
     b = input_canaries.bound(result.scores, result.included, delta)
@@ -547,8 +546,6 @@ def audit_integrity_findings(audits: dict[str, Any]) -> list[Any]:
     """The run audits' checks as `integrity.Finding`s (the one type every check of what ran reports through):
     each check that ran, passed or failed with its findings in words. A failed audit makes the trial
     `violated` (it refutes the claim), where a failed integrity check makes it `uncertified`."""
-    from mechanisms.framework.integrity import Finding
-
     ran = {"audit_ceiling": "audit_above_ceiling" in audits, "audit_push": "audit_canary_push" in audits,
            "audit_noise": bool(audits.get("audit_noise_checks")),
            "audit_family": any(audits.get(k) is not None for k in ("epsilon_audited_curve", "epsilon_audited_noise")),
@@ -565,7 +562,7 @@ def above_ceiling(audited: float, ceiling: float, noise: float) -> bool:
     than the ceiling's noise allows (`white_box.CEILING_FLAG_NOISES` of it, and the claims' tolerance): then
     either the run leaks more than its certificate says or the audit is not a valid one (a canary larger than
     any example), and the record says so."""
-    from mechanisms.auditing.white_box import CEILING_FLAG_NOISES
+    from mechanisms.auditing.white_box import CEILING_FLAG_NOISES  # lazy: heavy (torch)
 
     return audited > ceiling * (1 + REL_TOL) + CEILING_FLAG_NOISES * noise
 
@@ -579,7 +576,7 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
     Either bound above the claim, or a failed noise check, refutes it (`audit_run_violated`, with each finding in
     words in `audit_findings` and in a few words in `audit_violations`); `epsilon_audited` stays the
     assumption-free bound. A reading the Gaussian-model guard sets aside is recorded (`audit_noise_discarded`)."""
-    from mechanisms.auditing import white_box
+    from mechanisms.auditing import white_box  # lazy: heavy (torch)
 
     c = result.observations
     if c is None:
@@ -614,7 +611,7 @@ def family_fields(result: OneRunResult, cfg: AuditConfig, plan: Any, delta: floa
             findings.append(f"the measured noise {n.sigma_upper:.3g} (upper bound) is below the {sigma:.3g} "
                             "the plan declares")
             labels.append("noise below declared")
-    from mechanisms.auditing import noise_checks
+    from mechanisms.auditing import noise_checks  # lazy: heavy (torch)
 
     # the run's checks share privbench's audit significance: half to the noise checks, half to the push (Bonferroni)
     push = noise_checks.push_check(c.scores, c.included, rate, c.steps, significance=noise_checks.SIGNIFICANCE / 2)
@@ -669,8 +666,8 @@ def example_losses(module: Any, members: Any, non_members: Any, *, device: Any, 
                    seed: int, batch_size: int = 1024) -> MiaLosses:
     """The final model's losses on equal numbers of members and non-members (at most `examples` each),
     drawn with `seed`: the model's part of the membership-inference attack."""
-    import torch
-    from torch.utils.data import DataLoader, Subset
+    import torch  # lazy: heavy (torch)
+    from torch.utils.data import DataLoader, Subset  # lazy: heavy (torch)
 
     t0 = time.perf_counter()
     n = min(len(members), len(non_members), examples)
@@ -698,7 +695,7 @@ def loss_threshold_mia(losses: MiaLosses) -> dict[str, Any]:
     No canaries and no access beyond the final model's losses: what DPMLBench and ML Privacy Meter
     report. `mia_s` counts the forward passes and the scoring.
     """
-    from mechanisms.auditing import CanaryScoreAuditor
+    from mechanisms.auditing import CanaryScoreAuditor  # lazy: heavy (torch)
 
     t0 = time.perf_counter()
     auditor = CanaryScoreAuditor(-losses.members, -losses.non_members)
@@ -714,7 +711,7 @@ def mia_losses(bundle: Any, train_split: Any, held_out: Any, cfg: AuditConfig, *
     (the test split); None when the attack is off."""
     if not cfg.enabled or cfg.mia == "off" or len(held_out) == 0:
         return None
-    from workers.train import tensor_dataset
+    from workers.train import tensor_dataset  # lazy: heavy (torch)
 
     return example_losses(bundle.module, tensor_dataset(bundle, train_split), tensor_dataset(bundle, held_out),
                           device=device, examples=cfg.mia_examples, seed=seed)

@@ -29,6 +29,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from mechanisms.framework.mechanism import Claim, Mechanism
+from mechanisms.framework.registry import ACCOUNTANTS
+from mechanisms.parts.clipping import FlatClipping
 
 if TYPE_CHECKING:
     from mechanisms.parts.plan import Parts, PrivacySpec
@@ -46,6 +48,7 @@ def claimed_run(sigma: float, spec: PrivacySpec) -> Any:
     """The run their analysis reads: Poisson sampling at q = B / N over the steps the shuffled loader executes,
     and each row of the model's one-time statistics as its own Gaussian (their code's 2 x RDP of the noised
     mean and mean square)."""
+    # lazy: keeps the registries light
     from mechanisms.accounting.compare import DpsgdSetting  # the accounting package, loaded when claimed
 
     return DpsgdSetting.of_spec(dataclasses.replace(spec, sampler=CLAIMED_SAMPLER)).run(sigma)
@@ -53,8 +56,6 @@ def claimed_run(sigma: float, spec: PrivacySpec) -> Any:
 
 def claimed_epsilon(sigma: float, spec: PrivacySpec) -> float:
     """Their epsilon for `sigma` on the run `spec` describes (the `ma_classic` accountant on `claimed_run`)."""
-    from mechanisms.framework.registry import ACCOUNTANTS
-
     return ACCOUNTANTS.get(CLAIMED_ACCOUNTANT).report(claimed_run(sigma, spec), spec.delta).epsilon
 
 
@@ -68,16 +69,14 @@ class ShuffleRdpDpSgd(Mechanism):
 
     def parts(self, spec: PrivacySpec, options: Any) -> Parts:
         """DP-SGD's clipping and noise on shuffled batches, whatever the grid's sampler."""
-        from mechanisms.parts.clipping import FlatClipping
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+        from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
         return Parts(_selection(spec, EXECUTED_SAMPLER), FlatClipping(spec.clip), GaussianNoise(spec.clip))
 
     def claimed_sigma(self, spec: PrivacySpec, options: Any, parts: Parts) -> float:
         """The smallest sigma whose claimed epsilon meets the target (their `get_noise_mul`)."""
-        from mechanisms.accounting.calibration import calibrate
-        from mechanisms.framework.registry import ACCOUNTANTS
+        from mechanisms.accounting.calibration import calibrate  # lazy: keeps the registries light
 
         guess = ACCOUNTANTS.get(CLAIMED_ACCOUNTANT).sigma_guess(claimed_run(1.0, spec), spec.epsilon, spec.delta)
         return calibrate(lambda sigma: claimed_epsilon(sigma, spec), spec.epsilon, guess=guess).sigma
@@ -85,7 +84,7 @@ class ShuffleRdpDpSgd(Mechanism):
     def claim(self, sigma: float, spec: PrivacySpec, options: Any, parts: Parts, certified: float | None) -> Claim:
         """Their epsilon for `sigma`, with what Poisson sampling would have certified (PLD) beside it: the
         accountant's looseness and the sampler's gap, told apart."""
-        from mechanisms.accounting import epsilon
+        from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
 
         poisson = dataclasses.replace(parts, sampler=_selection(spec, CLAIMED_SAMPLER))
         claimed = _selection(spec, CLAIMED_SAMPLER)

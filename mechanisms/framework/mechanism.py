@@ -143,7 +143,7 @@ class AfterStepPart:
 
 def uncertified(plan: PrivacyPlan, reason: str) -> PrivacyPlan:
     """`plan` with no sound analysis: what runs is not what privbench can account (`reason` says why)."""
-    import dp_accounting
+    import dp_accounting  # lazy: heavy (dp_accounting)
 
     return dataclasses.replace(plan, epsilon_certified=None, effective_event=dp_accounting.UnsupportedDpEvent(),
                                epsilons={name: None for name in plan.epsilons} or {"pld": None},
@@ -202,8 +202,8 @@ class Mechanism:
         """
         if not self.private:
             return None
-        from mechanisms.parts.noise_addition import GaussianNoise
-        from mechanisms.parts.plan import Parts
+        from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps import mechanisms light
+        from mechanisms.parts.plan import Parts  # lazy: keeps import mechanisms light
 
         clipper = FlatClipping(spec.clip)
         return Parts(spec.batch_selection, clipper, GaussianNoise(clipper.bound))
@@ -243,7 +243,7 @@ class Mechanism:
     @typing.final
     def certified_sigma(self, spec: PrivacySpec, parts: Parts) -> float:
         """The smallest sigma (on the calibration grid) whose certified epsilon is <= the target."""
-        from mechanisms.accounting import calibrate_sigma
+        from mechanisms.accounting import calibrate_sigma  # lazy: heavy (dp_accounting, numpy, scipy)
 
         gap = self.certification_gap(spec, self.options(spec.options)) or parts.certification_gap()
         if gap is not None:
@@ -288,10 +288,10 @@ class Mechanism:
     def _assemble(self, spec: PrivacySpec, options: Any, parts: Parts, sigma: float,
                   extra: Mapping[str, Any]) -> PrivacyPlan:
         """The plan of `parts` at `sigma`: the event they add up to, its epsilons, and the claim."""
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
-        from mechanisms.accounting import epsilon
-        from mechanisms.parts.plan import PrivacyPlan, relation_name
+        from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
+        from mechanisms.parts.plan import PrivacyPlan, relation_name  # lazy: keeps import mechanisms light
 
         gap = self.certification_gap(spec, options) or parts.certification_gap()
         relation = parts.accounting_relation
@@ -321,9 +321,9 @@ class Mechanism:
 
     def _reference_plan(self, spec: PrivacySpec) -> PrivacyPlan:
         """No privacy: no sigma, no epsilons; the sampler is shuffling, as ordinary training."""
-        import dp_accounting
+        import dp_accounting  # lazy: heavy (dp_accounting)
 
-        from mechanisms.parts.plan import PrivacyPlan
+        from mechanisms.parts.plan import PrivacyPlan  # lazy: keeps import mechanisms light
 
         selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
         return PrivacyPlan(
@@ -398,6 +398,7 @@ class Mechanism:
         multiples of `pad_to` rows of weight 0 when given (static shapes for a compiled step). A reference run
         keeps the plain optimizer; a `ForwardNoiseMechanism` too, with its forward-noise layer installed.
         """
+        # lazy: keeps import mechanisms light
         from mechanisms.framework.private_training import PrivateTraining, make_private, plan_loader
 
         if plan.mechanism != self.ID:
@@ -439,7 +440,7 @@ class Mechanism:
         """The parts of one un-subsampled step releasing a `dim`-coordinate gradient (for the one-step audit),
         split into tensors of `tensor_sizes` when given (one tensor by default), on a batch of the trial's
         expected size (`batch_size`, 1 by default: parts whose noise depends on it get the trial's)."""
-        from mechanisms.parts.plan import PrivacySpec
+        from mechanisms.parts.plan import PrivacySpec  # lazy: keeps import mechanisms light
 
         sizes = tuple(tensor_sizes) if tensor_sizes else (dim,)
         batch = int(batch_size or 1)
@@ -469,7 +470,7 @@ class Mechanism:
         the sums themselves; a `ForwardNoiseMechanism` bounds each row and adds its parts' noise; a
         `PostProcessingMechanism`'s release is then post-processed as training's is.
         """
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not self.private:
             return np.asarray(sums, dtype=np.float64)
@@ -513,7 +514,7 @@ class Mechanism:
         (`auditing.profile.claimed_profile`). Override it where the paper states a closed form. `options`: the
         audit's, a mapping of the mechanism's own options (`self.options(self.audit_options(options))` parses
         them) and the auditor's (`batch_size`, `tensor_sizes`)."""
-        from mechanisms.auditing import profile, tradeoff
+        from mechanisms.auditing import profile, tradeoff  # lazy: keeps import mechanisms light
 
         if not self.private:
             return None
@@ -605,7 +606,7 @@ def _forward_release(mechanism: ForwardNoiseMechanism, sums: np.ndarray, sigma: 
                      rng: np.random.Generator, options: Mapping[str, Any]) -> np.ndarray:
     """The forward-noise kind's audit release: one release per row (a flattened hidden state), bounded as the layer
     bounds it, with the noise of the mechanism's parts (the part training's layer draws from)."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     declared = mechanism.audit_options(options)
     rows = torch.from_numpy(np.atleast_2d(np.asarray(sums, dtype=np.float64)).reshape(len(sums), -1))

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mechanisms.framework.mechanism import Claim, ForwardNoiseMechanism
+from mechanisms.parts.clipping import FlatClipping
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -72,7 +73,7 @@ class Options:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        from mechanisms.catalog.dp_forward.forward_noise import parse_position
+        from mechanisms.catalog.dp_forward.forward_noise import parse_position  # lazy: keeps the registries light
 
         parse_position(self.position)
         for name, allowed in (("sensitivity", tuple(SENSITIVITIES)), ("accounting", ACCOUNTINGS),
@@ -104,10 +105,9 @@ def central_events(dataset_size: int, epochs: int, options: Options) -> Parts:
     """Table 5's translation, as parts: each of kN steps releases one example's noisy state at Poisson
     rate q = 1/N (batches of 1 over N examples, k epochs) with noise sigma C at sensitivity S = s C.
     An event family sigma -> DpEvent built like a trial's, so one setting has one event."""
-    from mechanisms.parts.batch_selection import PoissonSampling
-    from mechanisms.parts.clipping import FlatClipping
-    from mechanisms.parts.noise_addition import GaussianNoise
-    from mechanisms.parts.plan import Parts
+    from mechanisms.parts.batch_selection import PoissonSampling  # lazy: keeps the registries light
+    from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+    from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
     return Parts(PoissonSampling(dataset_size, 1, epochs), FlatClipping(options.s), GaussianNoise(1.0))
 
@@ -118,7 +118,7 @@ def _gm_factor(delta: float) -> float:
 
 def local_epsilon(sigma: float, delta: float, options: Options, releases: int) -> float:
     """SeqLDP epsilon of `releases` Gaussian releases at sensitivity S (k releases = ratio sqrt(k) S / sigma)."""
-    from mechanisms.accounting.analytic_gaussian import agm_epsilon
+    from mechanisms.accounting.analytic_gaussian import agm_epsilon  # lazy: keeps the registries light
 
     ratio = math.sqrt(releases) * options.s / sigma
     if options.calibrator == "gm":
@@ -128,7 +128,7 @@ def local_epsilon(sigma: float, delta: float, options: Options, releases: int) -
 
 def local_sigma(epsilon_seq: float, delta: float, options: Options, releases: int) -> float:
     """The noise the paper's local analysis picks for a SeqLDP budget over `releases` releases."""
-    from mechanisms.accounting.analytic_gaussian import amgm_sigma
+    from mechanisms.accounting.analytic_gaussian import amgm_sigma  # lazy: keeps the registries light
 
     if options.calibrator == "gm":
         return math.sqrt(releases) * options.s * _gm_factor(delta) / epsilon_seq
@@ -136,7 +136,7 @@ def local_sigma(epsilon_seq: float, delta: float, options: Options, releases: in
 
 
 def label_epsilon_central(options: Options, dataset_size: int, delta: float) -> float:
-    from mechanisms.catalog.dp_forward import label_rr
+    from mechanisms.catalog.dp_forward import label_rr  # lazy: keeps the registries light
 
     if options.epsilon_labels is None:
         return 0.0
@@ -145,7 +145,7 @@ def label_epsilon_central(options: Options, dataset_size: int, delta: float) -> 
 
 def claimed_epsilons(sigma: float, spec: PrivacySpec, options: Options) -> dict[str, float]:
     """Every number the paper's analysis gives for this sigma; `epsilon_claimed` picks one by `accounting`."""
-    from mechanisms.accounting import epsilon
+    from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
 
     k, delta = spec.epochs, spec.delta
     labels = options.epsilon_labels or 0.0
@@ -176,7 +176,7 @@ def claimed_sigma(spec: PrivacySpec, options: Options) -> float:
                          "lower epsilon_labels or raise epsilon")
     if options.accounting == "local":
         return local_sigma(budget, delta, options, releases)
-    from mechanisms.accounting import calibrate_sigma
+    from mechanisms.accounting import calibrate_sigma  # lazy: heavy (dp_accounting, numpy, scipy)
 
     return calibrate_sigma(central_events(spec.dataset_size, k, options), budget, delta, spec.accountant).sigma
 
@@ -191,7 +191,7 @@ def certification_gap(options: Options) -> str | None:
                 "tokens seen move); no finite epsilon holds. Set freeze_pre_noise: true")
     if options.epsilon_labels is None:
         return "labels are used in the clear (SeqDP only): example-level DP does not hold. Set epsilon_labels"
-    from mechanisms.catalog.dp_forward.forward_noise import parse_position
+    from mechanisms.catalog.dp_forward.forward_noise import parse_position  # lazy: keeps the registries light
 
     if parse_position(options.position).sequence_level:
         return ("a sequence-level release is not private in its shape and mask: batches are trimmed to their "
@@ -204,10 +204,9 @@ def release_parts(spec: PrivacySpec, options: Options) -> Parts:
     """What is released per example: its normalised state (norm <= C, so neighbours differ by up to 2C under
     replace-one) with N(0, (sigma C)^2) noise, once per epoch (one shuffled pass), plus its label through RR
     once. Replace-one is the only relation that fits a local release of every example."""
-    from mechanisms.catalog.dp_forward import label_rr
-    from mechanisms.parts.clipping import FlatClipping
-    from mechanisms.parts.noise_addition import GaussianNoise
-    from mechanisms.parts.plan import Parts
+    from mechanisms.catalog.dp_forward import label_rr  # lazy: keeps the registries light
+    from mechanisms.parts.noise_addition import GaussianNoise  # lazy: keeps the registries light
+    from mechanisms.parts.plan import Parts  # lazy: keeps the registries light
 
     selection = dataclasses.replace(spec, sampler="shuffle").batch_selection
     labels = () if options.epsilon_labels is None else (label_rr.rr_event(options.epsilon_labels, options.classes),)
@@ -217,7 +216,7 @@ def release_parts(spec: PrivacySpec, options: Options) -> Parts:
 def certified_event(sigma: float, epochs: int, options: Options) -> dp_accounting.DpEvent:
     """k Gaussian releases of states bounded by C with noise sigma C + one RR label: the event of
     `release_parts`, accounted under replace-one (dp-accounting's PLD then compares states 2C apart)."""
-    from mechanisms.parts.plan import PrivacySpec
+    from mechanisms.parts.plan import PrivacySpec  # lazy: keeps the registries light
 
     spec = PrivacySpec(epsilon=None, delta=0.5, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
                        options=options.as_dict())
@@ -226,8 +225,8 @@ def certified_event(sigma: float, epochs: int, options: Options) -> dp_accountin
 
 def certified_epsilon(sigma: float, epochs: int, delta: float, options: Options) -> float:
     """PLD under replace-one of `certified_event` (any dp-accounting accountant recomputes it)."""
-    from mechanisms.accounting import epsilon
-    from mechanisms.parts.plan import PrivacySpec
+    from mechanisms.accounting import epsilon  # lazy: heavy (dp_accounting, numpy, scipy)
+    from mechanisms.parts.plan import PrivacySpec  # lazy: keeps the registries light
 
     spec = PrivacySpec(epsilon=None, delta=delta, dataset_size=1, batch_size=1, epochs=epochs, sigma=sigma,
                        options=options.as_dict())
@@ -255,8 +254,8 @@ class DpForward(ForwardNoiseMechanism):
     def claim(self, sigma: float, spec: PrivacySpec, options: Options, parts: Parts, certified: float | None) -> Claim:
         """The paper's accounting at sensitivity S (central: Table 5's translation; local: SeqLDP), with every
         number it gives, and the true per-release epsilons beside them."""
-        from mechanisms.accounting.analytic_gaussian import agm_epsilon
-        from mechanisms.catalog.dp_forward.forward_noise import parse_position
+        from mechanisms.accounting.analytic_gaussian import agm_epsilon  # lazy: keeps the registries light
+        from mechanisms.catalog.dp_forward.forward_noise import parse_position  # lazy: keeps the registries light
 
         claims = claimed_epsilons(sigma, spec, options)
         gap = certification_gap(options)
@@ -285,10 +284,10 @@ class DpForward(ForwardNoiseMechanism):
         The hooks object is kept as `module.dp_forward` (`.remove()` undoes them; `.releases` counts
         released examples). Noise and RR seeds derive from option `seed`, else from `generator` (the trial's).
         """
-        import torch
+        import torch  # lazy: heavy (torch)
 
-        from mechanisms.catalog.dp_forward import label_rr
-        from mechanisms.catalog.dp_forward.forward_noise import install
+        from mechanisms.catalog.dp_forward import label_rr  # lazy: keeps the registries light
+        from mechanisms.catalog.dp_forward.forward_noise import install  # lazy: keeps the registries light
 
         clip = float(plan.extra.get("clip", 1.0))
         seed = options.seed
@@ -313,13 +312,13 @@ class DpForward(ForwardNoiseMechanism):
 
     def bound_release(self, rows: Any, clip: float, options: Options) -> Any:
         """A release's normalisation: `forward_noise`'s (the training hook's), to norm C."""
-        from mechanisms.catalog.dp_forward.forward_noise import bound_norm
+        from mechanisms.catalog.dp_forward.forward_noise import bound_norm  # lazy: keeps the registries light
 
         return bound_norm(rows, clip, options.normalization)
 
     def claimed_step_tradeoff(self, sigma: float, options: Mapping[str, Any]) -> Any:
         """The paper's claim for one release: the Gaussian mechanism at ratio S / sigma, i.e. G_{S/sigma}."""
-        from mechanisms.auditing import tradeoff
+        from mechanisms.auditing import tradeoff  # lazy: keeps the registries light
 
         sensitivity = options.get("sensitivity", "2C")
         if sensitivity not in SENSITIVITIES:
@@ -332,7 +331,7 @@ class DpForward(ForwardNoiseMechanism):
         Side A holds -C u / 2 and side B -C u / 2 + C u = +C u / 2; normalisation maps them to -C u and +C u.
         A claim at sensitivity C (the released code) is violated by exactly this pair.
         """
-        from mechanisms.auditing.cases import AuditCase
+        from mechanisms.auditing.cases import AuditCase  # lazy: keeps the registries light
 
         u = rng.standard_normal(dim)
         u /= np.linalg.norm(u)
@@ -342,7 +341,7 @@ class DpForward(ForwardNoiseMechanism):
 
 def _head_classes(model: Any) -> int | None:
     """Output width of the model's last Linear layer (classification heads are registered last)."""
-    from torch import nn
+    from torch import nn  # lazy: heavy (torch)
 
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     return linears[-1].out_features if linears else None
