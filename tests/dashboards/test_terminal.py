@@ -15,6 +15,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from storage.schema import shown, utility_field
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GROUPS = ("core", "privacy", "audit", "overhead", "all")
@@ -81,7 +83,7 @@ def test_sweep_status_keeps_the_trial_key_and_numbers_whole(figure_store, width)
     assert max(len(ln) for ln in lines) <= width
     for t in trials:
         (line,) = [ln for ln in lines if t["trial_key"] in ln.split()]
-        assert t["status"] in line.split() and f"{t['accuracy']:.4f}" in line.split()
+        assert t["status"] in line.split() and shown(t["accuracy"], utility_field("accuracy")) in line.split()
         assert str(t["seed"]) in line.split()
 
 
