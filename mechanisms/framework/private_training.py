@@ -523,7 +523,6 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
     max_grad_norm: Any = clipper.max_grad_norm
     engine = None
     if grad_sample_mode == "bk":  # one backward pass leaves sum_i c_i G_i in p.grad (docs/clipping.md)
-
         engine = BookkeepingEngine(module, max_grad_norm, clipping=clipper.opacus_clipping)
         if bound_key is not None:
             engine.max_grad_norm = tensors[bound_key]  # the engine reads the bound in force each step
